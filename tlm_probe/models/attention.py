@@ -1,0 +1,53 @@
+"""Causal self-attention with grouped-query heads and an optional per-head sigmoid output gate."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.layers import Rotary
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TLMConfig):
+        super().__init__()
+        self.n_heads, self.kv_heads, self.d_head = cfg.n_heads, cfg.kv_heads, cfg.d_head
+        d_attn = cfg.n_heads * cfg.d_head
+        self.W_Q = nn.Linear(cfg.d_model, d_attn, bias=False)
+        self.W_K = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.d_head, bias=False)
+        self.W_V = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.d_head, bias=False)
+        self.W_O = nn.Linear(d_attn, cfg.d_model, bias=False)
+        # G1 gate (Qiu et al. 2025): sigmoid(x W_G), elementwise per head, on the SDPA output
+        self.W_G = nn.Linear(cfg.d_model, d_attn, bias=False) if cfg.mixer == "gated_attention" else None
+        self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta) if cfg.positions == "rope" else None
+        self.dropout = cfg.dropout
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()  # (B, T, H, d_head)
+        self.hook_z = HookPoint()  # (B, T, H, d_head), after the gate
+        if self.W_G is not None:
+            self.hook_gate = HookPoint()  # (B, T, H, d_head)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.d_head)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.hook_q(self._heads(self.W_Q(x), self.n_heads)).transpose(1, 2)  # (B, H, T, dh)
+        k = self.hook_k(self._heads(self.W_K(x), self.kv_heads)).transpose(1, 2)
+        v = self.hook_v(self._heads(self.W_V(x), self.kv_heads)).transpose(1, 2)
+        if self.rotary is not None:
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        drop = self.dropout if self.training else 0.0
+        gqa = self.kv_heads != self.n_heads
+        if mask is None:
+            z = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True, enable_gqa=gqa)
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, enable_gqa=gqa)
+        z = z.transpose(1, 2)  # (B, T, H, dh)
+        if self.W_G is not None:
+            z = z * self.hook_gate(torch.sigmoid(self._heads(self.W_G(x), self.n_heads)))
+        z = self.hook_z(z)
+        return self.W_O(z.reshape(B, T, -1))

@@ -1,0 +1,130 @@
+"""The tapered language model's configuration: a frozen dataclass that round-trips through config.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from tlm_probe.errors import UserError
+from tlm_probe.schedules import ScheduleSpec, make_schedule
+
+MLP_KINDS = ("swiglu", "gelu")
+NORM_KINDS = ("rmsnorm", "layernorm")
+POSITION_KINDS = ("rope", "learned")
+MIXER_KINDS = ("attention", "gated_attention")
+
+
+class ConfigError(UserError, ValueError):
+    """An invalid model configuration; the message names the bad field."""
+
+
+@dataclass(frozen=True)
+class TLMConfig:
+    """A decoder-only transformer whose MLP width may change with depth."""
+
+    vocab_size: int = 256
+    """Vocabulary size (256 for the byte-level tokenizer)."""
+    d_model: int = 128
+    """Residual stream width."""
+    n_layers: int = 4
+    """Number of blocks."""
+    n_heads: int = 4
+    """Query heads."""
+    n_kv_heads: int = 0
+    """Key/value heads for grouped-query attention (0 = n_heads)."""
+    d_ff: tuple[int, ...] = (512, 512, 512, 512)
+    """Per-layer MLP intermediate widths d_l."""
+    mlp: str = "swiglu"
+    """swiglu | gelu"""
+    norm: str = "rmsnorm"
+    """rmsnorm | layernorm"""
+    positions: str = "rope"
+    """rope | learned"""
+    mixer: str = "attention"
+    """attention | gated_attention (per-head elementwise sigmoid output gate, Qiu et al. 2025 G1)"""
+    tie_embeddings: bool = True
+    """Share the input embedding and the unembedding matrix."""
+    max_seq_len: int = 256
+    """Longest sequence the model accepts."""
+    dropout: float = 0.0
+    """Dropout on attention and residual branches while training."""
+    init_scale: float = 0.02
+    """Standard deviation of the normal initialisation."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+    norm_eps: float = 1e-5
+    """Normalisation epsilon."""
+    schedule: dict = field(default_factory=dict, hash=False, compare=False)
+    """The ScheduleSpec (as a dict) that produced d_ff, for provenance."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "d_ff", tuple(int(w) for w in self.d_ff))
+        self.validate()
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def mean_d_ff(self) -> float:
+        return sum(self.d_ff) / len(self.d_ff)
+
+    def validate(self) -> None:
+        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS}
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
+        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.kv_heads:
+            raise ConfigError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.kv_heads}")
+        if self.positions == "rope" and self.d_head % 2:
+            raise ConfigError(f"RoPE needs an even head dimension, got {self.d_head}")
+        if len(self.d_ff) != self.n_layers:
+            raise ConfigError(f"d_ff has {len(self.d_ff)} widths but n_layers={self.n_layers}")
+        if min(self.d_ff) < 1:
+            raise ConfigError(f"every MLP width must be >= 1, got {min(self.d_ff)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["d_ff"] = list(self.d_ff)
+        return {"model_type": "tlm", **d}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TLMConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(k for k in d if k not in known and k not in _IGNORED_KEYS)
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> TLMConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def replace(self, **changes) -> TLMConfig:
+        return replace(self, **changes)
+
+
+# keys that transformers adds to config.json when the model is saved through save_pretrained
+_IGNORED_KEYS = {"model_type", "architectures", "transformers_version", "torch_dtype", "dtype"}
+
+
+def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMConfig:
+    """A config whose per-layer widths come from a schedule with mean exactly d_ff."""
+    n_layers = kwargs.get("n_layers", TLMConfig.n_layers)
+    sched = make_schedule(spec, n_layers, d_ff)
+    return TLMConfig(d_ff=sched.widths, schedule={**sched.spec.to_dict(), "d_ff": d_ff}, **kwargs)

@@ -1,0 +1,124 @@
+"""The tapered language model: a pre-norm decoder whose block l has an MLP of width d_l.
+
+Every block exposes the contract's hook names (TransformerLens conventions), so `run_with_cache`,
+`run_with_hooks` and `nnsight.NNsight(model)` work on it directly:
+    resid_pre -> attn_out -> resid_mid = resid_pre + attn_out -> mlp_out -> resid_post = resid_mid + mlp_out
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from tlm_probe.models.attention import Attention
+from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.layers import make_norm
+from tlm_probe.models.mlp import MLPS
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TLMConfig, layer: int):
+        super().__init__()
+        self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.mlp = MLPS[cfg.mlp](cfg.d_model, cfg.d_ff[layer])
+        self.drop = nn.Dropout(cfg.dropout)
+        for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
+            setattr(self, f"hook_{name}", HookPoint())  # each (B, T, d_model)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        resid_pre = self.hook_resid_pre(x)
+        attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid_pre), positions, mask)))
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(resid_mid))))
+        return self.hook_resid_post(resid_mid + mlp_out)
+
+
+class FinalNorm(nn.Module):
+    def __init__(self, cfg: TLMConfig):
+        super().__init__()
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hook_normalized(self.norm(x))
+
+
+class TaperedLM(HookedRootModule):
+    def __init__(self, cfg: TLMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_embed = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
+        self.hook_embed = HookPoint()
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
+        self.ln_final = FinalNorm(cfg)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.unembed.weight = self.embed.weight
+        self.apply(self._init)
+        self.setup()  # HookedRootModule: index the hook points by name
+
+    def _init(self, m: nn.Module) -> None:
+        std = self.cfg.init_scale
+        if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.device.type != "meta":
+            nn.init.normal_(m.weight, 0.0, std)
+        for name in ("W_O", "W_out"):  # residual-branch outputs, scaled as in GPT-2
+            out = getattr(m, name, None)
+            if isinstance(out, nn.Linear) and out.weight.device.type != "meta":
+                nn.init.normal_(out.weight, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        return_type: str = "logits",
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> logits (B, T, V); with labels and return_type='loss', the mean NLL.
+
+        attention_mask (B, T) marks real tokens; padding may sit on either side: positions count real
+        tokens only and padded keys are never attended to.
+        """
+        B, T = input_ids.shape
+        if T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
+        positions, mask = _positions_and_mask(input_ids, attention_mask)
+        x = self.embed(input_ids)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(positions)
+        x = self.drop(self.hook_embed(x))  # (B, T, d_model)
+        for block in self.blocks:
+            x = block(x, positions, mask)
+        logits = self.unembed(self.ln_final(x))  # (B, T, V)
+        if return_type == "loss":
+            return lm_loss(logits, input_ids if labels is None else labels, attention_mask)
+        return logits
+
+
+def _positions_and_mask(input_ids, attention_mask):
+    B, T = input_ids.shape
+    if attention_mask is None:
+        positions = torch.arange(T, device=input_ids.device).expand(B, T)
+        return positions, None
+    am = attention_mask.bool()
+    positions = (am.long().cumsum(-1) - 1).clamp(min=0)
+    causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()
+    mask = causal[None] & am[:, None, :]  # (B, T, T): query t sees real keys <= t
+    mask = mask | torch.eye(T, dtype=torch.bool, device=input_ids.device)[None]  # pads see themselves
+    return positions, mask[:, None]  # (B, 1, T, T)
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None):
+    """Mean next-token NLL over real (non-padding) targets."""
+    targets = labels[:, 1:]
+    if attention_mask is not None:
+        targets = targets.masked_fill(~attention_mask[:, 1:].bool(), -100)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
