@@ -17,7 +17,7 @@ from tlm_probe.models.io import read_config_json
 def register(app: typer.Typer) -> None:
     @command(app, "info", "tlm info runs/demo/cosine")
     def info(
-        checkpoint: Path = typer.Argument(..., help="A tlm checkpoint folder (config.json + model.safetensors)."),
+        checkpoint: Path = typer.Argument(..., help="A tlm checkpoint folder (config.json + weights)."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of tables."),
     ):
         """Print a checkpoint's config, per-layer MLP widths and parameter counts."""

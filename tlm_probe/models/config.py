@@ -75,13 +75,7 @@ class TLMConfig:
         return sum(self.d_ff) / len(self.d_ff)
 
     def validate(self) -> None:
-        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS}
-        for key, allowed in choices.items():
-            if getattr(self, key) not in allowed:
-                raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
-        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        self._validate_fields()
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.kv_heads:
@@ -94,6 +88,15 @@ class TLMConfig:
             raise ConfigError(f"every MLP width must be >= 1, got {min(self.d_ff)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def _validate_fields(self) -> None:
+        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS}
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
+        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
