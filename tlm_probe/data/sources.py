@@ -1,0 +1,233 @@
+"""Text corpora as an iterator of documents, with a deterministic train/validation split.
+
+A source string names where the text comes from (see SOURCE_HELP). The split assigns each document by a
+BLAKE2b hash of its text, so it is the same on every run and machine and does not depend on the order in
+which documents are read; identical documents always land on the same side.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import hashlib
+import json
+import sysconfig
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from tlm_probe.errors import UserError
+
+SPLITS = ("train", "val", "all")
+VAL_PERCENT = 5
+"""Share of documents (by hash) held out for validation."""
+TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".text")
+SOURCE_HELP = (
+    "builtin:pydoc (Python docs + stdlib docstrings, no download) | builtin:stdlib (stdlib source) | "
+    "a text file, folder or glob | file.jsonl[:field] | hf:NAME[:split] | a datasets.save_to_disk folder"
+)
+# stdlib folders that are tests, vendored copies or data rather than library code
+_STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo",
+                "__pycache__", "ensurepip", "config-3"}
+
+
+def split_of(text: str) -> str:
+    """'val' or 'train' for one document, from a hash of its UTF-8 text (stable across machines)."""
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    return "val" if h % 100 < VAL_PERCENT else "train"
+
+
+def iter_documents(source: str = "builtin:pydoc", split: str = "all") -> Iterator[str]:
+    """Non-empty documents of `source` in a fixed order, restricted to `split` (train | val | all).
+
+    Raises UserError when the source does not exist or yields no document in the requested split.
+    """
+    if split not in SPLITS:
+        raise UserError(f"split {split!r} is not one of {', '.join(SPLITS)}")
+    n = 0
+    for doc in _raw_documents(source):
+        if doc.strip() and (split == "all" or split_of(doc) == split):
+            n += 1
+            yield doc
+    if n == 0:
+        raise UserError(f"data source {source!r} has no documents in split {split!r}")
+
+
+def _raw_documents(source: str) -> Iterable[str]:
+    for prefix, reader in _PREFIXES.items():
+        if source.startswith(prefix):
+            return reader(source[len(prefix):])
+    return _path_documents(source)
+
+
+# ---- embedded corpora -------------------------------------------------------------------------------
+
+def _stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _stdlib_files(top_level_only: bool) -> list[Path]:
+    root = _stdlib_root()
+    pattern = "*.py" if top_level_only else "**/*.py"
+    files = [p for p in root.glob(pattern) if not _STDLIB_SKIP.intersection(p.relative_to(root).parts[:-1])]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _docstrings(path: Path) -> Iterator[str]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:  # a few stdlib files target other Python versions
+        return
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in ast.walk(tree):
+        doc = ast.get_docstring(node) if isinstance(node, kinds) else None
+        if doc:
+            yield doc
+
+
+def _pydoc(rest: str) -> Iterator[str]:
+    # pydoc topics (the language reference) first, then the docstrings of the top-level stdlib modules,
+    # read with ast so that nothing is imported (importing e.g. `antigravity` has side effects)
+    from pydoc_data.topics import topics
+
+    for key in sorted(topics):
+        yield topics[key]
+    for path in _stdlib_files(top_level_only=True):
+        yield from _docstrings(path)
+
+
+def _stdlib(rest: str) -> Iterator[str]:
+    for path in _stdlib_files(top_level_only=False):
+        yield path.read_text(encoding="utf-8", errors="replace")
+
+
+def _builtin(name: str) -> Iterable[str]:
+    readers = {"pydoc": _pydoc, "stdlib": _stdlib}
+    if name not in readers:
+        raise UserError(f"unknown builtin corpus {name!r}; choose one of: {', '.join(readers)}")
+    return readers[name]("")
+
+
+# ---- files ------------------------------------------------------------------------------------------
+
+def _paragraphs(text: str) -> Iterator[str]:
+    # a text file is split at blank lines so that even a single file gets a validation split
+    block: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.strip():
+            block.append(line)
+        elif block:
+            yield "".join(block)
+            block = []
+    if block:
+        yield "".join(block)
+
+
+def _text_file(path: Path) -> Iterator[str]:
+    yield from _paragraphs(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _jsonl(path: Path, field: str) -> Iterator[str]:
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{lineno} is not valid JSON: {e.msg}") from None
+            if not isinstance(rec, dict) or field not in rec:
+                raise UserError(f"{path}:{lineno} has no field {field!r}")
+            if isinstance(rec[field], str):
+                yield rec[field]
+
+
+def _split_jsonl(source: str) -> tuple[Path, str] | None:
+    head, sep, field = source.rpartition(":")
+    if sep and head.endswith(".jsonl"):
+        return Path(head), field
+    if source.endswith(".jsonl"):
+        return Path(source), "text"
+    return None
+
+
+def _is_hf_disk(path: Path) -> bool:
+    return (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file() or (
+        path / "state.json"
+    ).is_file()
+
+
+def _path_documents(source: str) -> Iterator[str]:
+    jsonl = _split_jsonl(source)
+    if jsonl is not None:
+        if not jsonl[0].is_file():
+            raise UserError(f"data file not found: {jsonl[0]}")
+        yield from _jsonl(*jsonl)
+        return
+    path = Path(source)
+    if path.is_dir() and _is_hf_disk(path):
+        yield from _hf_disk(path)
+        return
+    files = _expand_files(source)
+    for f in files:
+        reader = _jsonl_default if f.suffix == ".jsonl" else _text_file
+        yield from reader(f)
+
+
+def _jsonl_default(path: Path) -> Iterator[str]:
+    return _jsonl(path, "text")
+
+
+def _expand_files(source: str) -> list[Path]:
+    path = Path(source)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = [p for p in path.rglob("*") if p.is_file() and p.suffix in (*TEXT_SUFFIXES, ".jsonl")]
+    else:
+        files = [Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file()]
+    if not files:
+        raise UserError(f"data source {source!r} matches no text file")
+    return sorted(files)
+
+
+# ---- Hugging Face datasets --------------------------------------------------------------------------
+
+def _text_column(ds, where: str) -> str:
+    names = list(ds.column_names)
+    if "text" in names:
+        return "text"
+    if "content" in names:
+        return "content"
+    raise UserError(f"dataset {where} has no 'text' or 'content' column (columns: {', '.join(names)})")
+
+
+def _rows(ds, where: str) -> Iterator[str]:
+    col = _text_column(ds, where)
+    for row in ds:
+        if isinstance(row[col], str):
+            yield row[col]
+
+
+def _hf_disk(path: Path) -> Iterator[str]:
+    import datasets
+
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):  # every split in a fixed order; our own split is by hash
+        for name in sorted(ds):
+            yield from _rows(ds[name], f"{path}[{name}]")
+    else:
+        yield from _rows(ds, str(path))
+
+
+def _hf_hub(rest: str) -> Iterator[str]:
+    import datasets
+
+    name, _, hf_split = rest.partition(":")
+    try:
+        ds = datasets.load_dataset(name, split=hf_split or "train")
+    except Exception as e:  # offline, unknown name, bad split: all user-facing
+        raise UserError(f"cannot load Hugging Face dataset {name!r}: {str(e).splitlines()[0]}") from None
+    yield from _rows(ds, name)
+
+
+_PREFIXES: dict[str, Callable[[str], Iterable[str]]] = {"builtin:": _builtin, "hf:": _hf_hub}

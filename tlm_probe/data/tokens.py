@@ -1,0 +1,138 @@
+"""Token files: our uint32 shards (a 256-byte header, then the ids), plus .npy and .pt arrays.
+
+Shard layout: 8 magic bytes b"TLMTOK01", then a JSON header padded with spaces to 256 bytes in total
+({"dtype": "uint32", "vocab_size", "tokenizer_hash", "n_tokens", "n_bytes"}), then n_tokens little-endian
+uint32 ids. uint32 because 128k vocabularies do not fit uint16. The ids are memory-mapped, never copied.
+A prepared folder (from `tlm data prepare`) has train/ and val/ subfolders of shards and meta.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tlm_probe.errors import UserError
+
+MAGIC = b"TLMTOK01"
+HEADER_BYTES = 256
+SHARD_SUFFIX = ".tok"
+DTYPE = np.dtype("<u4")
+
+
+def write_shard(
+    path: str | Path, ids: np.ndarray, vocab_size: int, tokenizer_hash: str, n_bytes: int
+) -> Path:
+    """Write one shard atomically (temporary file in the same folder + rename)."""
+    path = Path(path)
+    ids = np.ascontiguousarray(ids, dtype=DTYPE)
+    if ids.size and int(ids.max()) >= vocab_size:
+        raise UserError(f"token id {int(ids.max())} is outside the vocabulary of size {vocab_size}")
+    header = {"dtype": "uint32", "vocab_size": int(vocab_size), "tokenizer_hash": tokenizer_hash,
+              "n_tokens": int(ids.size), "n_bytes": int(n_bytes)}
+    blob = json.dumps(header).encode()
+    if len(blob) > HEADER_BYTES - len(MAGIC):
+        raise UserError("shard header too long (tokenizer hash too long?)")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(MAGIC + blob.ljust(HEADER_BYTES - len(MAGIC), b" "))
+        f.write(ids.tobytes())
+    os.replace(tmp, path)
+    return path
+
+
+def read_shard_header(path: str | Path) -> dict:
+    path = Path(path)
+    with path.open("rb") as f:
+        head = f.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
+        raise UserError(f"{path} is not a tlm token shard (bad magic or truncated header)")
+    try:
+        header = json.loads(head[len(MAGIC):].decode())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError(f"{path} has a corrupt shard header") from None
+    expected = HEADER_BYTES + header["n_tokens"] * DTYPE.itemsize
+    if path.stat().st_size != expected:
+        raise UserError(f"{path} is truncated: {path.stat().st_size} bytes, header says {expected}")
+    return header
+
+
+def read_shard(path: str | Path) -> np.ndarray:
+    header = read_shard_header(path)
+    if header["n_tokens"] == 0:
+        return np.zeros(0, dtype=np.uint32)
+    return np.memmap(path, dtype=DTYPE, mode="r", offset=HEADER_BYTES, shape=(header["n_tokens"],))
+
+
+def shard_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob(f"*{SHARD_SUFFIX}"))
+
+
+def is_prepared(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / "meta.json").is_file() and (p / "train").is_dir()
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+def _load_pt(path: Path) -> np.ndarray:
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # weights_only refuses anything but tensors and plain containers
+        raise UserError(f"cannot read token tensor {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(obj, torch.Tensor):
+        raise UserError(f"{path} does not hold a single tensor of token ids")
+    return obj.numpy()
+
+
+def _load_folder(path: Path, split: str) -> np.ndarray:
+    if is_prepared(path):
+        subs = ("train", "val") if split == "all" else (split,)
+        files = [f for s in subs for f in shard_files(path / s)]
+    else:
+        files = shard_files(path)
+    if not files:
+        raise UserError(f"no token shards ({SHARD_SUFFIX}) in {path}")
+    parts = [read_shard(f) for f in files]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+_LOADERS = {".npy": _load_npy, ".pt": _load_pt, ".pth": _load_pt, SHARD_SUFFIX: read_shard}
+
+
+def load_token_ids(path: str | Path, split: str = "all") -> np.ndarray:
+    """A 1-D uint32 array of token ids from a .npy, .pt, shard file, shard folder or prepared folder.
+
+    `split` (train | val | all) selects subfolders of a prepared folder and is ignored for single files.
+    """
+    path = Path(path)
+    if path.is_dir():
+        ids = _load_folder(path, split)
+    elif path.is_file() and path.suffix in _LOADERS:
+        ids = _LOADERS[path.suffix](path)
+    elif path.is_file():
+        raise UserError(f"{path}: unknown token file type {path.suffix!r} (use .npy, .pt or {SHARD_SUFFIX})")
+    else:
+        raise UserError(f"token file not found: {path}")
+    return _as_ids(ids, path)
+
+
+def _as_ids(ids: np.ndarray, path: Path) -> np.ndarray:
+    if ids.ndim != 1:
+        ids = ids.reshape(-1)
+    if ids.size == 0:
+        raise UserError(f"{path} holds no tokens")
+    if ids.dtype == DTYPE or ids.dtype == np.uint32:
+        return ids
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise UserError(f"{path} holds {ids.dtype} values, not integer token ids")
+    if int(ids.min()) < 0 or int(ids.max()) > np.iinfo(np.uint32).max:
+        raise UserError(f"{path} holds token ids outside the uint32 range")
+    return ids.astype(np.uint32)
