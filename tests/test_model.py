@@ -135,3 +135,21 @@ def test_matches_transformers_llama():
 def test_bad_configs(kw, match):
     with pytest.raises(ConfigError, match=match):
         tiny(**kw)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_auto_model_for_causal_lm_round_trip(tmp_path, tie):
+    from transformers import AutoModelForCausalLM
+
+    import tlm_probe  # noqa: F401  (registers model_type "tlm" with the Auto classes)
+
+    cfg = config_with_schedule("cosine", 128, vocab_size=97, d_model=32, n_layers=3, n_heads=4,
+                               tie_embeddings=tie, positions="learned" if tie else "rope")
+    model = TaperedLM(cfg).eval()
+    save_tlm(model, tmp_path / "a")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "a").eval()
+    x = tokens()
+    assert torch.equal(hf(x).logits, model(x))
+    hf.save_pretrained(tmp_path / "b")  # widths travel in config.json
+    again = load_tlm(tmp_path / "b")
+    assert again.cfg.d_ff == cfg.d_ff and torch.equal(again(x), model(x))

@@ -123,7 +123,9 @@ class TLMConfig:
 
 
 # keys that transformers adds to config.json when the model is saved through save_pretrained
-_IGNORED_KEYS = {"model_type", "architectures", "transformers_version", "torch_dtype", "dtype"}
+_IGNORED_KEYS = {
+    "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "tie_word_embeddings",
+}
 
 
 def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMConfig:

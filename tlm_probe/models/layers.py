@@ -28,12 +28,24 @@ class Rotary(nn.Module):
 
     def __init__(self, d_head: int, max_seq_len: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head))
-        t = torch.arange(max_seq_len, dtype=torch.float32)
+        self.d_head, self.max_seq_len, self.theta = d_head, max_seq_len, theta
+        self.register_buffer("cos", torch.empty(max_seq_len, d_head), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, d_head), persistent=False)
+        self.reset()
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        """(Re)compute the tables; also called by loaders that materialise modules from the meta device."""
+        if self.cos.is_meta:
+            return
+        dev = self.cos.device
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.d_head, 2, dtype=torch.float32, device=dev)
+                                         / self.d_head))
+        t = torch.arange(self.max_seq_len, dtype=torch.float32, device=dev)
         freqs = torch.outer(t, inv_freq)  # (T, d_head/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (T, d_head)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.cos.copy_(emb.cos())
+        self.sin.copy_(emb.sin())
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # x: (B, H, T, d_head); positions: (B, T)
