@@ -3,8 +3,9 @@
 that `load_tlm` reads.
 
 TLMForCausalLM adopts the TaperedLM's modules as its own children and runs TaperedLM.forward on them, so
-its state-dict keys are exactly those of model.safetensors (no prefix, no conversion table) and the per-layer widths
-travel in config.json. For run_with_cache and the hook registry, load with `tlm_probe.models.io.load_tlm`.
+its state-dict keys are exactly those of model.safetensors (no prefix, no conversion table) and the
+per-layer widths travel in config.json. For run_with_cache and the hook registry, load with
+`tlm_probe.models.io.load_tlm`.
 """
 
 from __future__ import annotations
