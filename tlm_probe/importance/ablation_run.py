@@ -1,0 +1,79 @@
+"""Ablation effects, batched: G ablations share one forward pass on the batch repeated G times.
+
+Causal LMs: `ablation_dnll_<name>` = token mean of NLL(next token | ablated) - NLL(next token | clean).
+Encoders have no LM loss (all-MiniLM-L6-v2 ships no MLM head), so they get `ablation_shift_<name>` =
+token mean of 1 - cos(final hidden state clean, ablated): how far the ablation moves the representation
+the encoder hands to its users.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tlm_probe.importance.ablation import Ablation, Calibration, ablating
+from tlm_probe.importance.streaming import TokenMean
+
+Metric = Callable[[torch.Tensor, torch.Tensor, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def token_nll(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T, V), (B, T) -> (B, T-1) NLL of token t+1 given the prefix up to t."""
+    logp = F.log_softmax(logits[:, :-1].float(), -1)
+    return -logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+
+def lm_dnll(clean, ablated, batch, mask):
+    """Per-token NLL increase; counted where both the predicting and the predicted token are valid."""
+    ids = batch["input_ids"]
+    return token_nll(ablated, ids) - token_nll(clean, ids), mask[:, :-1] & mask[:, 1:]
+
+
+def hidden_shift(clean, ablated, batch, mask):
+    """Per-token 1 - cos between clean and ablated final hidden states."""
+    return 1 - F.cosine_similarity(clean.float(), ablated.float(), dim=-1), mask
+
+
+METRICS: dict[str, Metric] = {"dnll": lm_dnll, "shift": hidden_shift}
+
+
+def repeat_batch(batch: dict, times: int) -> dict:
+    return {k: v.repeat(times, *([1] * (v.dim() - 1))) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+class AblationEffects:
+    """Streams the effect of every ablation in `ablations` (one statistic per ablation name and layer)."""
+
+    def __init__(
+        self,
+        forward: Callable[[dict], torch.Tensor],
+        ablations: list[Ablation],
+        n_layers: int,
+        metric: str = "dnll",
+        calib: Calibration | None = None,
+        max_rows: int = 16,
+    ):
+        self.forward, self.ablations, self.calib = forward, ablations, calib
+        self.metric_name, self.metric = metric, METRICS[metric]
+        self.max_rows = max_rows
+        names = dict.fromkeys(ab.name for ab in ablations)
+        self.means = {f"ablation_{metric}_{n}": TokenMean(n_layers) for n in names}
+
+    @torch.no_grad()
+    def update(self, batch: dict, mask: torch.Tensor, clean: torch.Tensor | None = None) -> None:
+        """mask (B, T) bool of tokens to count; `clean` is the unablated output if already computed."""
+        clean = self.forward(batch) if clean is None else clean
+        B = mask.shape[0]
+        per_pass = max(1, self.max_rows // B)
+        for start in range(0, len(self.ablations), per_pass):
+            group = self.ablations[start : start + per_pass]
+            with ablating(group, B, self.calib):
+                out = self.forward(repeat_batch(batch, len(group)))
+            for k, ab in enumerate(group):
+                vals, m = self.metric(clean, out[k * B : (k + 1) * B], batch, mask)
+                self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals[m])
+
+    def rows(self) -> dict[str, list[dict]]:
+        return {name: m.rows() for name, m in self.means.items()}

@@ -1,0 +1,55 @@
+"""Proxy agreement: Spearman rho across layers between each cheap proxy and the ablation effect.
+
+Rows go into the result table with layer = -1 (a per-model row, not a layer), statistic
+`spearman_<proxy>`; ci_low/ci_high are a Fisher-z 95% interval with the Bonett & Wright (2000) variance
+(1 + rho^2 / 2) / (n - 3), NaN when fewer than 4 layers; n_tokens holds the number of layers compared.
+The target is `ablation_dnll_mlp_zero` for causal LMs and `ablation_shift_mlp_zero` for encoders.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from tlm_probe.importance.streaming import Z95
+
+PROXIES = (
+    "align_mlp_mid",
+    "align_mlp_pre",
+    "mlp_influence",
+    "block_influence",
+    "norm_ratio_mlp",
+    "logit_lens_kl",
+    "taylor_mlp",
+    "fisher_mlp",
+    "grad_norm_mlp",
+    "dead_neuron_frac",
+    "stable_rank_mlp_out",
+)
+TARGETS = ("ablation_dnll_mlp_zero", "ablation_shift_mlp_zero")
+
+
+def spearman_ci(rho: float, n: int) -> tuple[float, float]:
+    if n < 4 or not np.isfinite(rho) or abs(rho) >= 1:
+        return (rho, rho) if np.isfinite(rho) and abs(rho) >= 1 else (math.nan, math.nan)
+    z, se = math.atanh(rho), math.sqrt((1 + rho**2 / 2) / (n - 3))
+    return math.tanh(z - Z95 * se), math.tanh(z + Z95 * se)
+
+
+def spearman_rows(per_layer: dict[str, np.ndarray], target: str) -> list[dict]:
+    """per_layer: statistic -> values by layer. One row per proxy present (and not constant)."""
+    y = np.asarray(per_layer[target], dtype=float)
+    rows = []
+    for proxy in PROXIES:
+        if proxy not in per_layer:
+            continue
+        x = np.asarray(per_layer[proxy], dtype=float)
+        ok = np.isfinite(x) & np.isfinite(y)
+        n = int(ok.sum())
+        constant = n < 2 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0
+        rho = math.nan if constant else float(spearmanr(x[ok], y[ok]).statistic)
+        lo, hi = spearman_ci(rho, n)
+        rows.append(dict(statistic=f"spearman_{proxy}", value=rho, ci_low=lo, ci_high=hi, n_tokens=n))
+    return rows

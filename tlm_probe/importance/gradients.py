@@ -1,0 +1,86 @@
+"""Gradient importance of parameter groups (one group = one layer's MLP parameters).
+
+With G = dL/dtheta the gradient of the dataset-mean loss:
+- `taylor_mlp`   = |sum theta * G|: first-order estimate of the loss change when the group is zeroed
+                   (L(0) - L(theta) ~ -sum theta * G; Molchanov et al. 2019).
+- `fisher_mlp`   = 1/2 sum E_s[(dL_s/dtheta)^2] theta^2: the empirical Fisher at sequence granularity
+                   (L_s = mean NLL of sequence s; one backward pass per sequence, token-level Fisher would
+                   need one per token). Its CI is over sequences.
+- `grad_norm_mlp` = ||G restricted to the group||.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from tlm_probe.importance.streaming import TokenMean
+
+# loss_fn(batch_of_one_sequence) -> (sum of per-token losses, number of tokens)
+SequenceLoss = Callable[[dict], tuple[torch.Tensor, int]]
+
+
+class GradientImportance:
+    def __init__(self, groups: dict[int, list[nn.Parameter]]):
+        self.layers = sorted(groups)
+        self.groups = [list(groups[l]) for l in self.layers]
+        self.params = [p for g in self.groups for p in g]
+        self.grad_sum = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
+        self.tokens = 0
+        self.fisher = TokenMean(len(self.layers))  # one "token" per sequence here
+
+    def update(self, sequence: dict, loss_fn: SequenceLoss) -> None:
+        """One sequence (a batch of size 1): accumulate its summed gradient and its Fisher term."""
+        loss_sum, n = loss_fn(sequence)
+        if n == 0:
+            return
+        grads = torch.autograd.grad(loss_sum, self.params, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads, strict=True)]
+        for acc, g in zip(self.grad_sum, grads, strict=True):
+            acc += g.double()
+        self.tokens += n
+        i = 0
+        for slot, group in enumerate(self.groups):
+            term = sum(
+                ((g.double() / n) * p.detach().double()).square().sum()
+                for p, g in zip(group, grads[i : i + len(group)], strict=True)
+            )
+            self.fisher.add(slot, 0.5 * term.reshape(1))
+            i += len(group)
+
+    def _per_group(self, fn) -> np.ndarray:
+        out, i = [], 0
+        for group in self.groups:
+            out.append(float(fn(group, self.grad_sum[i : i + len(group)])))
+            i += len(group)
+        return np.array(out)
+
+    def taylor(self) -> np.ndarray:
+        t = max(self.tokens, 1)
+
+        def taylor(ps, gs):
+            return abs(sum((p.detach().double() * g / t).sum() for p, g in zip(ps, gs, strict=True)))
+
+        return self._per_group(taylor)
+
+    def grad_norm(self) -> np.ndarray:
+        t = max(self.tokens, 1)
+        return self._per_group(lambda ps, gs: math.sqrt(sum(float((g / t).square().sum()) for g in gs)))
+
+    def rows(self) -> dict[str, list[dict]]:
+        """Per-layer rows; Taylor and gradient norm are not token means, so their CI is NaN."""
+        nan = math.nan
+        plain = {
+            "taylor_mlp": self.taylor(),
+            "grad_norm_mlp": self.grad_norm(),
+        }
+        out = {
+            name: [dict(value=float(v), ci_low=nan, ci_high=nan, std=nan, n_tokens=self.tokens) for v in vals]
+            for name, vals in plain.items()
+        }
+        out["fisher_mlp"] = [dict(r, n_tokens=self.tokens) for r in self.fisher.rows()]
+        return out

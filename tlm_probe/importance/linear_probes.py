@@ -1,0 +1,60 @@
+"""Linear probes by depth: from a bounded, seeded sample of each layer's residual stream, predict a label
+per token with a standardised logistic regression and report held-out accuracy.
+
+Default label: the next token, restricted to the k most frequent next tokens of the data (other tokens are
+dropped from the sample), so chance level is about 1/k or the majority share, whichever is larger.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from tlm_probe.importance.streaming import Z95
+
+
+def next_token_labels(input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) -> (B, T) label = the next token id, -1 where there is no valid next token."""
+    labels = torch.full_like(input_ids, -1)
+    valid = mask[:, :-1].bool() & mask[:, 1:].bool()
+    labels[:, :-1] = torch.where(valid, input_ids[:, 1:], torch.full_like(input_ids[:, 1:], -1))
+    return labels
+
+
+def top_k_filter(labels: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
+    """Keep labels among the k most frequent (by `counts`, a bincount over the whole data); others -> -1."""
+    top = np.argsort(-counts, kind="stable")[:k]
+    keep = np.isin(labels, top) & (labels >= 0)
+    return np.where(keep, labels, -1)
+
+
+def probe_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0, test_frac: float = 0.25) -> dict:
+    """Held-out accuracy of a logistic-regression probe; returns value, normal 95% CI and test size."""
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) < 2 or len(y) < 8:
+        nan = math.nan
+        return dict(value=nan, ci_low=nan, ci_high=nan, std=nan, n_tokens=int(len(y)))
+    strat = y if counts.min() >= 2 else None
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_frac, random_state=seed, stratify=strat)
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))
+    clf.fit(xtr, ytr)
+    acc = float((clf.predict(xte) == yte).mean())
+    half = Z95 * math.sqrt(acc * (1 - acc) / len(yte))
+    return dict(
+        value=acc,
+        ci_low=max(0.0, acc - half),
+        ci_high=min(1.0, acc + half),
+        std=math.sqrt(acc * (1 - acc)),
+        n_tokens=int(len(yte)),
+    )
+
+
+def majority_baseline(y: np.ndarray) -> float:
+    _, counts = np.unique(y, return_counts=True)
+    return float(counts.max() / counts.sum()) if len(counts) else math.nan

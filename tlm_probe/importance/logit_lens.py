@@ -1,0 +1,47 @@
+"""Logit lens (nostalgebraist 2020): decode each layer's residual stream with the model's own final norm
+and unembedding, and compare with the model's final prediction.
+
+Per layer, token means of: KL(P_final || P_layer) (`logit_lens_kl`), cross-entropy on the next token
+(`logit_lens_ce`), entropy of P_layer (`logit_lens_entropy`) and agreement of the top-1 token with the
+final top-1 (`logit_lens_top1`). At the last layer the lens is the model itself: KL 0, agreement 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tlm_probe.importance.streaming import TokenMean
+
+LENS_STATS = ("logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", "logit_lens_top1")
+
+
+class LogitLens:
+    """Accumulates the four lens statistics for `n_layers` layers."""
+
+    def __init__(self, n_layers: int, final_norm: Callable, unembed: Callable):
+        self.final_norm, self.unembed = final_norm, unembed
+        self.means = {name: TokenMean(n_layers) for name in LENS_STATS}
+
+    @torch.no_grad()
+    def update(self, layer: int, resid: torch.Tensor, final_logits: torch.Tensor, input_ids, mask) -> None:
+        """resid (B, T, d) at the layer's output, final_logits (B, T, V), mask (B, T) of tokens to count.
+
+        Cross-entropy uses the next token, so it is averaged over tokens whose successor is real too.
+        """
+        mask = mask.bool()
+        logp = F.log_softmax(self.unembed(self.final_norm(resid)).float(), -1)  # (B, T, V)
+        logq = F.log_softmax(final_logits.float(), -1)
+        kl = (logq.exp() * (logq - logp)).sum(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        top1 = (logp.argmax(-1) == logq.argmax(-1)).double()
+        for name, v in (("logit_lens_kl", kl), ("logit_lens_entropy", entropy), ("logit_lens_top1", top1)):
+            self.means[name].add(layer, v[mask])
+        next_mask = mask[:, :-1] & mask[:, 1:]
+        ce = -logp[:, :-1].gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+        self.means["logit_lens_ce"].add(layer, ce[next_mask])
+
+    def rows(self) -> dict[str, list[dict]]:
+        return {name: m.rows() for name, m in self.means.items()}
