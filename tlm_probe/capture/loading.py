@@ -1,0 +1,242 @@
+"""Load any supported model (our checkpoints, Hugging Face folders or hub names) as a ProbeModel.
+
+A ProbeModel pairs the nn.Module with its adapter row, so that callers ask for "the MLP of layer 3"
+instead of knowing that GPT-2 calls it `transformer.h.3.mlp`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tlm_probe.capture.adapters import Adapter, adapter_for
+from tlm_probe.errors import UserError
+from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
+
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
+
+
+@dataclass
+class ProbeModel:
+    """A loaded model plus the adapter row that says where its pieces are."""
+
+    model: nn.Module
+    adapter: Adapter
+    tokenizer: Any | None
+    name: str
+    family: str
+    model_type: str
+    block_kind: str
+    n_layers: int
+    d_ff: tuple[int, ...]
+    is_causal: bool
+    vocab_size: int
+    path: Path | None = None
+
+    @property
+    def base(self) -> nn.Module:
+        """The module holding the blocks (the transformer without its LM head)."""
+        return getattr(self.model, "base_model", self.model)
+
+    def submodule(self, path: str, root: nn.Module | None = None) -> nn.Module | None:
+        return (root if root is not None else self.base).get_submodule(path) if path else root
+
+    def layer(self, l: int) -> nn.Module:
+        return self.base.get_submodule(f"{self.adapter.layers}.{l}")
+
+    block = layer
+
+    def layer_module(self, l: int, rel: str | None) -> nn.Module | None:
+        """The module at `rel` inside layer l ("" is the layer itself)."""
+        if rel is None:
+            return None
+        return self.layer(l).get_submodule(rel) if rel else self.layer(l)
+
+    def attention(self, l: int) -> nn.Module:
+        return self.layer_module(l, self.adapter.attn)
+
+    def mlp(self, l: int) -> nn.Module:
+        return self.layer_module(l, self.adapter.mlp)
+
+    def mlp_down(self, l: int) -> nn.Module:
+        """Down projection (nn.Linear or Conv1D); its input is the neuron activity (width d_l)."""
+        return self.layer_module(l, self.adapter.mlp_down)
+
+    def mlp_act(self, l: int) -> nn.Module | None:
+        """Module whose output is the post-activation; None for gated MLPs (use mlp_down's input)."""
+        return self.layer_module(l, self.adapter.mlp_act)
+
+    def ln1(self, l: int) -> nn.Module | None:
+        return self.layer_module(l, self.adapter.ln1)
+
+    def ln2(self, l: int) -> nn.Module | None:
+        return self.layer_module(l, self.adapter.ln2)
+
+    def final_norm(self) -> nn.Module | None:
+        return self.base.get_submodule(self.adapter.final_norm) if self.adapter.final_norm else None
+
+    def lm_head(self) -> nn.Module | None:
+        return self.model.get_submodule(self.adapter.lm_head) if self.adapter.lm_head else None
+
+    def taps(self) -> dict[str, str]:
+        """piece -> tap for this model's block kind."""
+        return dict(self.adapter.taps[self.block_kind])
+
+    def forward_base(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        """Run the blocks (no LM head: the probe statistics never need logits)."""
+        if self.family == "tlm":
+            return self.model(input_ids, attention_mask=attention_mask)
+        return self.base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        """The full model (logits for decoders, hidden states for encoders)."""
+        if self.family == "tlm":
+            return self.model(input_ids, attention_mask=attention_mask)
+        kwargs = {"use_cache": False} if self.is_causal else {}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+
+def down_width(module: nn.Module) -> int:
+    """Input width of a down projection: nn.Linear stores (out, in), GPT-2's Conv1D stores (in, out)."""
+    if isinstance(module, nn.Linear):
+        return module.in_features
+    return int(module.weight.shape[0])
+
+
+def wrap_model(
+    model: nn.Module, tokenizer: Any = None, name: str = "model", path: Path | None = None
+) -> ProbeModel:
+    """Build a ProbeModel around an already loaded module (our TaperedLM or a transformers model)."""
+    config = getattr(model, "config", None) or getattr(model, "cfg", None)
+    model_type = "tlm" if hasattr(model, "cfg") and not hasattr(model, "config") else config.model_type
+    adapter = adapter_for(model_type)
+    kind = adapter.block_kind(config)
+    pm = ProbeModel(
+        model=model.eval(),
+        adapter=adapter,
+        tokenizer=tokenizer,
+        name=name,
+        family=adapter.family,
+        model_type=model_type,
+        block_kind=kind,
+        n_layers=0,
+        d_ff=(),
+        is_causal=adapter.is_causal,
+        vocab_size=int(config.vocab_size),
+        path=path,
+    )
+    layers = pm.base.get_submodule(adapter.layers)
+    pm.n_layers = len(layers)
+    pm.d_ff = tuple(down_width(pm.mlp_down(l)) for l in range(pm.n_layers))
+    return pm
+
+
+def load_probe_model(
+    path_or_name: str | Path,
+    device: str = "cpu",
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    allow_pickle: bool = False,
+) -> ProbeModel:
+    """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed."""
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    folder = Path(path_or_name)
+    if folder.is_dir():
+        raw = read_config_json(folder)
+        name = folder.name
+        if raw.get("model_type") == "tlm":
+            model = load_tlm(folder, device=device, allow_pickle=allow_pickle).to(DTYPES[dtype])
+            return wrap_model(model, _load_tokenizer(folder), name, folder)
+        adapter_for(raw.get("model_type"))  # fail early and clearly on an unsupported family
+        _check_weights(folder, allow_pickle)
+    elif _looks_like_path(str(path_or_name)):
+        raise UserError(f"checkpoint folder not found: {path_or_name}")
+    else:
+        name = str(path_or_name)
+    return _load_hf(
+        str(path_or_name),
+        name,
+        device,
+        dtype,
+        trust_remote_code,
+        allow_pickle,
+        folder if folder.is_dir() else None,
+    )
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or s.count("/") > 1 or Path(s).suffix != ""
+
+
+def _check_weights(folder: Path, allow_pickle: bool) -> None:
+    if any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").is_file():
+        return
+    pickles = [p for p in PICKLE_WEIGHTS if (folder / p).is_file()] + [p.name for p in folder.glob("*.bin")]
+    if pickles and not allow_pickle:
+        raise UserError(
+            f"{folder} has only pickle weights ({pickles[0]}); refusing to unpickle "
+            "(pass --unsafe-pickle if you trust this file)"
+        )
+    if not pickles:
+        raise UserError(f"no model.safetensors in {folder}")
+
+
+def _load_hf(
+    source: str,
+    name: str,
+    device: str,
+    dtype: str,
+    trust_remote_code: bool,
+    allow_pickle: bool,
+    folder: Path | None,
+) -> ProbeModel:
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception as e:  # offline hub, typo, corrupt json: all one line for the user
+        raise UserError(f"cannot load model {source!r}: {_first_line(e)}") from e
+    adapter = adapter_for(getattr(config, "model_type", None))
+    auto = AutoModelForCausalLM if adapter.is_causal else AutoModel
+    try:
+        model = auto.from_pretrained(
+            source,
+            config=config,
+            dtype=DTYPES[dtype],
+            trust_remote_code=trust_remote_code,
+            use_safetensors=None if allow_pickle else True,
+        )
+    except Exception as e:
+        raise UserError(f"cannot load weights of {source!r}: {_first_line(e)}") from e
+    return wrap_model(model.to(device), _load_tokenizer(source), name, folder)
+
+
+def _load_tokenizer(source: str | Path) -> Any | None:
+    """The model's tokenizer, or None when the checkpoint has none (probe from token ids then)."""
+    folder = Path(source)
+    if folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+    try:
+        return AutoTokenizer.from_pretrained(str(source))
+    except Exception:  # a model without (loadable) tokenizer files is still probeable from token ids
+        return None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
