@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-COMMANDS = ("schedule", "info")
+COMMANDS = ("schedule", "info", "plot", "report")
 
 app = typer.Typer(
     name="tlm",

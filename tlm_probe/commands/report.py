@@ -1,0 +1,44 @@
+"""`tlm report`: one self-contained HTML page (and Markdown) from probe results, comparisons and runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.errors import UserError
+from tlm_probe.html_report import render_figures, write_report
+from tlm_probe.plotting.sections import build_document
+from tlm_probe.plotting.style import parse_size
+
+
+def register(app: typer.Typer) -> None:
+    @command(app, "report", "tlm report out/probe-minilm runs/compare-demo --out out/report")
+    def report(
+        inputs: list[Path] = typer.Argument(..., help="Probe result folders/files, `tlm compare` folders "
+                                            "and `tlm train` run folders, in any mix."),
+        out: Path = typer.Option(..., "--out", "-o", help="Report folder: report.html, report.md, "
+                                 "figures/*.png, report.json (replaced as a whole)."),
+        title: str = typer.Option("tlm_probe report", help="Page title."),
+        size: str = typer.Option("1100x700", help="Figure size in pixels, WIDTHxHEIGHT."),
+        dpi: int = typer.Option(110, help="Figure dots per inch."),
+        json_out: bool = typer.Option(False, "--json", help="Print the report summary as JSON."),
+    ):
+        """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
+        if not inputs:
+            raise UserError("give at least one input folder")
+        doc = build_document(inputs, title=title, size=parse_size(size), dpi=dpi)
+        if not doc.figures() and not doc.sections:
+            raise UserError("nothing to report: the inputs hold no results")
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        with Progress(*columns, console=err_console, transient=True) as progress:
+            task = progress.add_task("drawing figures", total=len(doc.figures()))
+            render_figures(doc, lambda name: progress.advance(task))
+        summary = write_report(doc, out)
+        if json_out:
+            print_json(summary)
+        else:
+            console.print(f"wrote {summary['html']} and {summary['markdown']} "
+                          f"({len(summary['figures'])} figures)", markup=False, highlight=False)

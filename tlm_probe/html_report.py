@@ -1,0 +1,218 @@
+"""A report document (sections of text, tables and figures) rendered as one self-contained HTML page and
+as Markdown, written atomically into a folder.
+
+The HTML embeds every figure as base64 PNG and carries its own CSS: no external file, font, script or
+network request, so it opens offline. Every string that comes from data (model names, paths, provenance,
+table cells) goes through `html.escape`; the page contains no <script> at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from tlm_probe.errors import UserError
+from tlm_probe.plotting.style import figure_style
+
+
+@dataclass
+class Text:
+    text: str
+
+
+@dataclass
+class Table:
+    caption: str
+    frame: pd.DataFrame
+
+
+@dataclass
+class FigureBlock:
+    name: str
+    """File stem of the PNG written next to report.md (letters, digits, '-', '_' only)."""
+    caption: str
+    make: Callable[[], Figure]
+    """Builds the figure when the report is written (so a progress bar can follow the slow part)."""
+    png: bytes = b""
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+
+    def figures(self) -> list[FigureBlock]:
+        return [b for s in self.sections for b in s.blocks if isinstance(b, FigureBlock)]
+
+
+def esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def fmt_cell(value) -> str:
+    """Numbers to 4 significant digits, integers with thousands separators, NaN as an empty cell."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _cells(frame: pd.DataFrame) -> list[list[str]]:
+    return [[fmt_cell(v.item() if hasattr(v, "item") else v) for v in row]
+            for row in frame.itertuples(index=False)]
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1150px;
+color:#1b1b1b;background:#fff;line-height:1.45;padding:0 1rem}
+h1{border-bottom:3px solid #0173b2;padding-bottom:.3rem}h2{margin-top:2.2rem;color:#0173b2}
+table{border-collapse:collapse;margin:.6rem 0 1.4rem;font-size:.85rem}
+th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:right}th{background:#eef4fa}
+td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:.3rem 0}
+figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
+figcaption{font-size:.85rem;color:#444}.note{font-size:.85rem;color:#555}
+"""
+
+
+def _html_table(t: Table) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in t.frame.columns)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in _cells(t.frame))
+    return (f"<table><caption>{esc(t.caption)}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def _html_figure(f: FigureBlock) -> str:
+    data = base64.b64encode(f.png).decode("ascii")
+    return (f'<figure><img alt="{esc(f.caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{esc(f.caption)}</figcaption></figure>")
+
+
+HTML_BLOCKS: dict[type, Callable] = {
+    Text: lambda b: f"<p>{esc(b.text)}</p>",
+    Table: _html_table,
+    FigureBlock: _html_figure,
+}
+
+
+def render_html(doc: Document) -> str:
+    parts = [f"<h1>{esc(doc.title)}</h1>"]
+    parts += [f'<p class="note">{esc(n)}</p>' for n in doc.notes]
+    for s in doc.sections:
+        parts.append(f"<section><h2>{esc(s.title)}</h2>")
+        parts += [HTML_BLOCKS[type(b)](b) for b in s.blocks]
+        parts.append("</section>")
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{esc(doc.title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+
+
+MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`*_[]|#"})
+
+
+def md_esc(value) -> str:
+    """Markdown renders raw HTML, so data is HTML-escaped first, then Markdown's own markup is escaped."""
+    return html.escape(str(value), quote=False).translate(MD_SPECIAL).replace("\n", " ")
+
+
+def _md_table(t: Table) -> str:
+    head = "| " + " | ".join(md_esc(c) for c in t.frame.columns) + " |"
+    rule = "|" + "---|" * len(t.frame.columns)
+    rows = ["| " + " | ".join(md_esc(c) for c in row) + " |" for row in _cells(t.frame)]
+    return "\n".join([f"**{md_esc(t.caption)}**", "", head, rule, *rows])
+
+
+MD_BLOCKS: dict[type, Callable] = {
+    Text: lambda b: md_esc(b.text),
+    Table: _md_table,
+    FigureBlock: lambda b: f"![{md_esc(b.caption)}](figures/{b.name}.png)\n\n*{md_esc(b.caption)}*",
+}
+
+
+def render_markdown(doc: Document) -> str:
+    parts = [f"# {md_esc(doc.title)}", *[f"_{md_esc(n)}_" for n in doc.notes]]
+    for s in doc.sections:
+        parts.append(f"## {md_esc(s.title)}")
+        parts += [MD_BLOCKS[type(b)](b) for b in s.blocks]
+    return "\n\n".join(parts) + "\n"
+
+
+def png_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    with figure_style():
+        fig.savefig(buf, format="png", dpi=fig.dpi, metadata={"Software": "tlm_probe"})
+    return buf.getvalue()
+
+
+def render_figures(doc: Document, advance: Callable[[str], None] = lambda name: None) -> None:
+    for f in doc.figures():
+        f.png = png_bytes(f.make())
+        advance(f.name)
+
+
+def write_report(doc: Document, out: Path) -> dict:
+    """Write report.html, report.md, figures/*.png and report.json into `out`, all or nothing: the files
+    go to a temporary sibling folder that replaces `out` by rename at the end."""
+    out = Path(out)
+    _check_out(out)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the report is meant to be shared
+    try:
+        (tmp / "figures").mkdir()
+        for f in doc.figures():
+            (tmp / "figures" / f"{f.name}.png").write_bytes(f.png)
+        (tmp / "report.html").write_text(render_html(doc), encoding="utf-8")
+        (tmp / "report.md").write_text(render_markdown(doc), encoding="utf-8")
+        summary = _summary(doc, out)
+        (tmp / "report.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        _swap_in(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary
+
+
+def _summary(doc: Document, out: Path) -> dict:
+    return {"html": str(out / "report.html"), "markdown": str(out / "report.md"), "title": doc.title,
+            "sections": [s.title for s in doc.sections],
+            "figures": [str(out / "figures" / f"{f.name}.png") for f in doc.figures()]}
+
+
+def _check_out(out: Path) -> None:
+    if not out.parent.is_dir():
+        raise UserError(f"parent folder of --out does not exist: {out.parent}")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "report.html").is_file():
+        raise UserError(f"--out {out} is a non-empty folder without an earlier report; not replacing it")
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
+        os.replace(out, old / "report")
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,34 @@
+"""Checks on the tables a figure draws from: a wrong table is a UserError naming what is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+
+from tlm_probe.errors import UserError
+
+RESULT_COLUMNS = ("model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff")
+MATRIX_COLUMNS = ("model", "layer_i", "layer_j", "statistic", "value")
+CURVE_COLUMNS = ("arm", "metric", "tokens", "mean", "std", "n_seeds")
+SCHEDULE_COLUMNS = ("schedule", "layer", "width")
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise UserError(f"{what} table lacks column(s) {', '.join(missing)}")
+
+
+def select_statistic(df: pd.DataFrame, statistic: str, what: str = "result") -> pd.DataFrame:
+    """Rows of one statistic; an unknown name lists the ones that exist."""
+    rows = df[df["statistic"] == statistic]
+    if rows.empty:
+        have = ", ".join(sorted(df["statistic"].astype(str).unique())) or "none"
+        raise UserError(f"statistic {statistic!r} is not in the {what} table (available: {have})")
+    return rows
+
+
+def models_in_order(df: pd.DataFrame) -> list[str]:
+    """Models in order of first appearance, so legends follow the order the user gave the inputs."""
+    return list(dict.fromkeys(df["model"].astype(str)))

@@ -1,0 +1,70 @@
+"""Training and validation curves of a comparison: mean ± std over seeds per arm, x in tokens seen."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
+
+from tlm_probe.errors import UserError
+from tlm_probe.plotting.checks import CURVE_COLUMNS, require_columns
+from tlm_probe.plotting.style import (
+    DEFAULT_DPI,
+    DEFAULT_SIZE,
+    figure_style,
+    legend_label,
+    new_figure,
+    palette,
+    stat_label,
+)
+
+PANELS = ("train_loss", "val_loss")
+
+
+def plot_curves(
+    curves: pd.DataFrame,
+    *,
+    metrics: Sequence[str] = PANELS,
+    size: Sequence[int] = DEFAULT_SIZE,
+    dpi: int = DEFAULT_DPI,
+    title: str | None = None,
+) -> Figure:
+    """One panel per metric; per arm a line of the seed mean and a band of ± one seed standard deviation.
+
+    `curves` is the summary table `arm, metric, tokens, mean, std, n_seeds` (see plotting.inputs)."""
+    require_columns(curves, CURVE_COLUMNS, "curve")
+    metrics = [m for m in metrics if (curves["metric"] == m).any()]
+    if not metrics:
+        raise UserError("no training or validation losses to plot (metrics.jsonl has no loss lines)")
+    arms = list(dict.fromkeys(curves["arm"].astype(str)))
+    colours = dict(zip(arms, palette(len(arms)), strict=True))
+    with figure_style():
+        fig = new_figure(size, dpi)
+        axes = fig.subplots(1, len(metrics), squeeze=False).ravel()
+        for ax, metric in zip(axes, metrics, strict=True):
+            _panel(ax, curves[curves["metric"] == metric], metric, arms, colours)
+        seeds = int(curves["n_seeds"].max())
+        fig.suptitle(title or f"loss vs tokens seen, {len(arms)} arm(s); band: ± 1 std over up to "
+                     f"{seeds} seed(s)")
+    return fig
+
+
+def _panel(ax, rows: pd.DataFrame, metric: str, arms: list[str], colours: dict) -> None:
+    for arm in arms:
+        one = rows[rows["arm"].astype(str) == arm].sort_values("tokens")
+        if one.empty:
+            continue
+        xs, mean, std = (one[c].to_numpy(float) for c in ("tokens", "mean", "std"))
+        style = {"marker": "o", "markersize": 4} if metric.startswith("val") else {}
+        ax.plot(xs, mean, color=colours[arm], label=legend_label(arm), linewidth=1.6, **style)
+        if np.isfinite(std).any() and (one["n_seeds"] > 1).any():
+            std = np.nan_to_num(std)
+            ax.fill_between(xs, mean - std, mean + std, color=colours[arm], alpha=0.2, linewidth=0)
+    ax.set_xlabel("tokens seen")
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_ylabel(stat_label(metric))
+    ax.set_title(metric, fontsize="small")
+    ax.legend(title="arm", fontsize="small", title_fontsize="small", loc="best")

@@ -1,0 +1,163 @@
+"""Turn folders on disk into the tables the figures draw from. All arithmetic behind a figure lives here.
+
+Three kinds of input (contracts in /work/shared/DESIGN.md and the interfaces note):
+- a probe result folder or file (`results.csv|parquet`, optional `matrices.*`, `provenance.json`),
+- a comparison folder from `tlm compare` (`compare.json`, `results.csv`, `summary.csv`, `paired.csv`,
+  `runs/<arm>-s<seed>/metrics.jsonl`),
+- a single run folder from `tlm train` (`config.json` + `metrics.jsonl`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from tlm_probe.errors import UserError
+from tlm_probe.schedules import make_schedule, parse_schedule
+
+RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
+LOSS_KEYS = ("train_loss", "val_loss")
+COMPARE_TABLES = ("results", "summary", "paired")
+
+
+def _is_probe(p: Path) -> bool:
+    if p.is_file():
+        return p.suffix in (".csv", ".parquet") and not (p.parent / "compare.json").is_file()
+    return (p / "results.parquet").is_file() or ((p / "results.csv").is_file() and
+                                                   (p / "provenance.json").is_file())
+
+
+def _is_compare(p: Path) -> bool:
+    return p.is_dir() and ((p / "compare.json").is_file() or (p / "runs").is_dir())
+
+
+def _is_run(p: Path) -> bool:
+    return p.is_dir() and (p / "metrics.jsonl").is_file()
+
+
+# order matters: a comparison folder also holds results.csv, so it is recognised before a probe folder
+KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
+    ("compare", _is_compare),
+    ("run", _is_run),
+    ("probe", _is_probe),
+)
+
+
+def input_kind(path: str | Path) -> str:
+    """'probe' | 'compare' | 'run' for a path, or a UserError that says what was expected."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"input not found: {p}")
+    for kind, test in KINDS:
+        if test(p):
+            return kind
+    raise UserError(f"{p} is not a probe result (results.csv + provenance.json), a comparison folder "
+                    "(compare.json) or a run folder (metrics.jsonl)")
+
+
+@dataclass
+class ProbeResult:
+    path: Path
+    results: pd.DataFrame
+    matrices: pd.DataFrame | None
+    provenance: dict
+
+
+@dataclass
+class Comparison:
+    path: Path
+    tables: dict[str, pd.DataFrame]
+    curves: pd.DataFrame
+    info: dict = field(default_factory=dict)
+
+
+def load_probe(path: str | Path) -> ProbeResult:
+    from tlm_probe.report import read_results  # the probe engineer's reader is the one source of truth
+
+    df, matrices, provenance = read_results(path)
+    return ProbeResult(Path(path), df, matrices, provenance or {})
+
+
+def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """One result table (and matrix table) over several inputs; a model name seen in an earlier input
+    gets ' [k]' appended, so two probes of the same model stay two lines."""
+    seen: set[str] = set()
+    results, matrices = [], []
+    for k, pr in enumerate(probes, start=1):
+        rename = {m: (f"{m} [{k}]" if m in seen else m) for m in pr.results["model"].astype(str).unique()}
+        seen.update(rename.values())
+        results.append(pr.results.assign(model=pr.results["model"].astype(str).map(rename)))
+        if pr.matrices is not None and not pr.matrices.empty:
+            mat = pr.matrices.assign(model=pr.matrices["model"].astype(str))
+            matrices.append(mat.assign(model=mat["model"].map(lambda m, r=rename: r.get(m, m))))
+    return pd.concat(results, ignore_index=True), (pd.concat(matrices, ignore_index=True) if matrices
+                                                   else None)
+
+
+def read_metrics(run_dir: str | Path) -> pd.DataFrame:
+    """metrics.jsonl as a table (one row per line); a corrupt line is a UserError naming it."""
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{number} is not JSON ({e.msg})") from e
+    return pd.DataFrame(rows)
+
+
+def loss_table(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Long table `arm, seed, step, tokens, metric, value` of the losses of several run folders."""
+    frames = []
+    for run in map(Path, run_dirs):
+        metrics = read_metrics(run)
+        match = RUN_NAME.match(run.name)
+        arm, seed = (match["arm"], int(match["seed"])) if match else (run.name, 0)
+        for key in LOSS_KEYS:
+            if key in metrics.columns and {"step", "tokens"} <= set(metrics.columns):
+                rows = metrics.loc[metrics[key].notna(), ["step", "tokens", key]]
+                frames.append(rows.rename(columns={key: "value"}).assign(arm=arm, seed=seed, metric=key))
+    if not frames:
+        return pd.DataFrame(columns=["arm", "seed", "step", "tokens", "metric", "value"])
+    return pd.concat(frames, ignore_index=True)[["arm", "seed", "step", "tokens", "metric", "value"]]
+
+
+def curve_summary(losses: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std (ddof 1; 0 for one seed) over seeds at each step of each arm and metric.
+
+    Grouping is by step, not tokens, because seeds log at the same steps; x is the mean token count."""
+    groups = losses.groupby(["arm", "metric", "step"], sort=False)
+    out = groups.agg(tokens=("tokens", "mean"), mean=("value", "mean"), std=("value", "std"),
+                     n_seeds=("seed", "nunique")).reset_index()
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+def load_comparison(path: str | Path) -> Comparison:
+    p = Path(path)
+    tables = {n: pd.read_csv(p / f"{n}.csv") for n in COMPARE_TABLES if (p / f"{n}.csv").is_file()}
+    info = json.loads((p / "compare.json").read_text()) if (p / "compare.json").is_file() else {}
+    runs = sorted(r for r in (p / "runs").glob("*") if _is_run(r)) if (p / "runs").is_dir() else []
+    return Comparison(p, tables, curve_summary(loss_table(runs)), info)
+
+
+def load_run(path: str | Path) -> Comparison:
+    """A single run folder, shaped like a one-arm comparison with one seed."""
+    p = Path(path)
+    return Comparison(p, {}, curve_summary(loss_table([p])), {})
+
+
+def schedule_table(names: Sequence[str], n_layers: int, d_ff: int, multiple_of: int = 64) -> pd.DataFrame:
+    """Tidy `schedule, layer, width` for schedule specs such as 'cosine:1.5:0.5' or 'wider-early'."""
+    rows = []
+    for name in names:
+        sched = make_schedule(parse_schedule(name, multiple_of), n_layers, d_ff)
+        rows += [{"schedule": name, "layer": l, "width": w} for l, w in enumerate(sched.widths)]
+    return pd.DataFrame(rows, columns=["schedule", "layer", "width"])
