@@ -1,0 +1,161 @@
+"""Each figure kind: the right lines/cells/bars/labels, drawn from the table's own numbers; saved files
+decode as images of the requested size; the style does not leak into the caller's matplotlib."""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PathCollection, PolyCollection
+from plotting_tables import MODELS, matrix_table, pdf_size_pt, png_size, result_table, svg_size_pt
+
+from tlm_probe.errors import UserError
+from tlm_probe.plotting import (
+    plot_curves,
+    plot_depth,
+    plot_heatmaps,
+    plot_importance,
+    plot_schedules,
+    save_figure,
+)
+from tlm_probe.plotting.inputs import curve_summary, schedule_table
+
+SMALL = (400, 300)
+
+
+def _rows(df, model, stat):
+    return df[(df.model == model) & (df.statistic == stat)].sort_values("layer")
+
+
+def test_depth_one_line_per_model_with_band_and_width_markers():
+    df = result_table()
+    fig = plot_depth(df, "align_mlp_mid", size=SMALL, dpi=50)
+    ax = fig.axes[0]
+    assert [l.get_label() for l in ax.lines] == list(MODELS)
+    for line, model in zip(ax.lines, MODELS, strict=True):
+        rows = _rows(df, model, "align_mlp_mid")
+        np.testing.assert_allclose(line.get_xdata(), [l / (len(MODELS[model]) - 1) for l in rows.layer])
+        np.testing.assert_allclose(line.get_ydata(), rows.value)
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 2
+    # the band of the first model spans its CI: lowest vertex = min ci_low, highest = max ci_high
+    ys = bands[0].get_paths()[0].vertices[:, 1]
+    rows = _rows(df, "uniform-6", "align_mlp_mid")
+    assert ys.min() == pytest.approx(rows.ci_low.min()) and ys.max() == pytest.approx(rows.ci_high.max())
+    uniform, tapered = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert np.ptp(uniform.get_sizes()) == 0  # uniform widths: all markers alike
+    widths = np.array(MODELS["tapered-4"], float)
+    np.testing.assert_allclose(tapered.get_sizes() / tapered.get_sizes()[0], widths / widths[0])
+    assert "4,096 tokens" in ax.get_title() and "tapered-4" in ax.get_title()
+    assert ax.get_xlabel().startswith("normalised depth") and "cos(MLP out, resid_mid)" in ax.get_ylabel()
+    assert "MLP width" in ax.get_legend().get_title().get_text()
+
+
+def test_depth_layer_axis_and_errors():
+    df = result_table()
+    ax = plot_depth(df, "block_influence", x="layer", size=SMALL, dpi=50).axes[0]
+    np.testing.assert_allclose(ax.lines[1].get_xdata(), [0, 1, 2, 3])
+    assert ax.get_xlabel() == "layer index l"
+    with pytest.raises(UserError, match="'nope'.*available: align_mlp_mid, block_influence"):
+        plot_depth(df, "nope")
+    with pytest.raises(UserError, match="x axis"):
+        plot_depth(df, "align_mlp_mid", x="tokens")
+    with pytest.raises(UserError, match="lacks column"):
+        plot_depth(df.drop(columns="ci_low"), "align_mlp_mid")
+
+
+def test_schedules_widths_against_uniform_and_budget():
+    table = schedule_table(["uniform", "cosine:1.5:0.5", "wider-early"], 24, 2816)
+    ax = plot_schedules(table, 2816, size=SMALL, dpi=50).axes[0]
+    labels = [l.get_label() for l in ax.lines]
+    assert labels == ["uniform d_ff = 2,816", "uniform", "cosine:1.5:0.5", "wider-early"]
+    assert set(ax.lines[0].get_ydata()) == {2816}
+    cosine = ax.lines[2].get_ydata()
+    # the README's closed form: cosine 1.5 -> 0.5 of 2816 gives 4224 at the first layer, 1408 at the last
+    assert (cosine[0], cosine[-1]) == (4224, 1408) and sum(cosine) == 24 * 2816
+    assert "67,584" in ax.get_title() and "exactly" in ax.get_title()
+    assert ax.get_ylabel() == "MLP width d_l (hidden units)"
+
+
+def test_heatmap_cells_match_the_matrix_table():
+    mats = matrix_table()
+    fig = plot_heatmaps(mats, "cka", size=(600, 300), dpi=50, tokens={"uniform-6": 512})
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2
+    grid = panels[0].images[0].get_array()
+    assert grid.shape == (6, 6)
+    one = mats[mats.model == "uniform-6"]
+    expected = one.pivot(index="layer_i", columns="layer_j", values="value").to_numpy()
+    np.testing.assert_allclose(np.asarray(grid), expected)
+    assert panels[1].images[0].get_array().shape == (4, 4)
+    assert len(panels[0].texts) == 36  # every cell annotated at this size
+    assert panels[0].get_title() == "uniform-6 (512 tokens)"
+    assert any("cka" in ax.get_ylabel() for ax in fig.axes if not ax.images)  # the colour bar
+
+
+def test_importance_bars_side_by_side():
+    df = result_table()
+    stats = ["block_influence", "mlp_influence"]
+    fig = plot_importance(df, stats, size=(600, 300), dpi=50)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == stats
+    for ax, stat in zip(panels, stats, strict=True):
+        heights = [p.get_height() for p in ax.patches]
+        expected = np.concatenate([_rows(df, m, stat).value for m in MODELS])
+        assert len(heights) == 6 + 4
+        np.testing.assert_allclose(heights, expected)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(MODELS)
+
+
+def _losses():
+    rows = []
+    for arm, offset in (("uniform", 0.0), ("cosine", -0.2)):
+        for seed in range(3):
+            for step in range(1, 5):
+                rows.append(dict(arm=arm, seed=seed, step=step, tokens=step * 1000, metric="val_loss",
+                                 value=5.0 - 0.3 * step + offset + 0.05 * seed * step))
+    return pd.DataFrame(rows)
+
+
+def test_curves_mean_and_std_over_seeds():
+    losses = _losses()
+    summary = curve_summary(losses)
+    # independent check: numpy over the three seeds of one point
+    vals = losses[(losses.arm == "cosine") & (losses.step == 3)].value.to_numpy()
+    row = summary[(summary.arm == "cosine") & (summary.step == 3)].iloc[0]
+    assert row["mean"] == pytest.approx(vals.mean()) and row["std"] == pytest.approx(vals.std(ddof=1))
+    assert row["n_seeds"] == 3 and row["tokens"] == 3000
+    fig = plot_curves(summary, size=SMALL, dpi=50)
+    ax = fig.axes[0]  # no train_loss rows: one panel
+    assert len(fig.axes) == 1 and ax.get_title() == "val_loss"
+    assert [l.get_label() for l in ax.lines] == ["uniform", "cosine"]
+    np.testing.assert_allclose(ax.lines[1].get_xdata(), [1000, 2000, 3000, 4000])
+    assert len(ax.collections) == 2 and ax.get_xlabel() == "tokens seen"
+    with pytest.raises(UserError, match="no training or validation losses"):
+        plot_curves(summary, metrics=["train_loss"])
+
+
+@pytest.mark.parametrize(("fmt", "size"), [("png", (640, 480)), ("png", (333, 211)), ("svg", (500, 400)),
+                                           ("pdf", (800, 600))])
+def test_saved_file_decodes_at_the_requested_size(tmp_path, fmt, size):
+    fig = plot_depth(result_table(), "align_mlp_mid", size=size, dpi=100)
+    path = save_figure(fig, tmp_path / f"fig.{fmt}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"fig.{fmt}"]  # no temporary file left behind
+    if fmt == "png":
+        assert png_size(path) == size
+    else:  # vector formats: points, 72 per inch
+        got = svg_size_pt(path) if fmt == "svg" else pdf_size_pt(path)
+        assert got == pytest.approx((size[0] * 72 / 100, size[1] * 72 / 100))
+
+
+def test_bad_outputs_and_style_does_not_leak(tmp_path):
+    before = dict(mpl.rcParams)
+    fig = plot_depth(result_table(), "align_mlp_mid", size=SMALL, dpi=50)
+    assert dict(mpl.rcParams) == before
+    with pytest.raises(UserError, match="must end in one of .png, .pdf, .svg"):
+        save_figure(fig, tmp_path / "fig.jpg")
+    with pytest.raises(UserError, match="output folder does not exist"):
+        save_figure(fig, tmp_path / "missing" / "fig.png")
+    with pytest.raises(UserError, match="out of range"):
+        plot_depth(result_table(), "align_mlp_mid", size=(10, 10))

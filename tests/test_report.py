@@ -1,0 +1,125 @@
+"""The report: self-contained, escaped HTML and Markdown, written all-or-nothing; it renders in headless
+Chromium to a non-blank page in which a model name holding <script> is text, not markup."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from plotting_tables import matrix_table, result_table
+
+from tlm_probe.errors import UserError
+from tlm_probe.html_report import Document, Section, Table, render_figures, write_report
+from tlm_probe.plotting.inputs import ProbeResult
+from tlm_probe.plotting.sections import probe_sections, wide_table
+
+EVIL = '<script>alert("x")</script> & $x$'
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _document(tmp_path: Path, size=(500, 350)) -> Document:
+    models = {EVIL: (128,) * 4, "tapered": (192, 160, 96, 64)}
+    pr = ProbeResult(tmp_path / "probe", result_table(models), matrix_table(models),
+                     {"model": EVIL, "data": {"source": "builtin:pydoc", "tokens": 4096}})
+    doc = Document("report <b>title</b>", probe_sections([pr], size, 60), [f"inputs: {EVIL}"])
+    render_figures(doc)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    summary = write_report(_document(tmp), tmp / "out")
+    return tmp / "out", summary
+
+
+def test_html_is_escaped_and_self_contained(report_dir):
+    out, summary = report_dir
+    page = (out / "report.html").read_text()
+    assert "<script" not in page.lower()  # the page has no script of its own, and data cannot add one
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; $x$" in page
+    assert "&lt;b&gt;title&lt;/b&gt;" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", page)  # nothing fetched
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == len(summary["figures"]) == 5  # 3 depth + importance + heatmap
+    with Image.open(io.BytesIO(base64.b64decode(images[0]))) as im:
+        assert im.size == (500, 350)
+    for section in ("Probe results", "Statistics vs depth", "Layer importance", "Layer × layer", "Tables"):
+        assert f"<h2>{section}</h2>" in page
+
+
+def test_markdown_escapes_and_links_figures(report_dir):
+    out, summary = report_dir
+    md = (out / "report.md").read_text()
+    assert "<script" not in md and "&lt;script&gt;" in md
+    links = re.findall(r"\]\((figures/[^)]+\.png)\)", md)
+    assert links and all((out / link).is_file() for link in links)
+    assert sorted(str(out / link) for link in links) == sorted(summary["figures"])
+
+
+def test_wide_table_matches_the_tidy_rows():
+    df = result_table()
+    wide = wide_table(df, "tapered-4")
+    assert list(wide.columns[:3]) == ["layer", "depth", "d_ff"]
+    row = df[(df.model == "tapered-4") & (df.layer == 2) & (df.statistic == "mlp_influence")].iloc[0]
+    assert wide.loc[wide.layer == 2, "mlp_influence"].item() == row.value
+    assert wide.d_ff.tolist() == [384, 320, 192, 128]
+
+
+def test_write_is_all_or_nothing(tmp_path):
+    doc = Document("t", [Section("s", [Table("c", result_table().head(3))])])
+    out = tmp_path / "rep"
+    write_report(doc, out)
+    first = (out / "report.html").read_text()
+    write_report(Document("second", doc.sections), out)  # an earlier report is replaced as a whole
+    assert (out / "report.html").read_text() != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no temporary folders left
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="non-empty folder"):
+        write_report(doc, other)
+    assert (other / "keep.txt").read_text() == "mine"
+
+
+def _chromium_or_skip() -> None:
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (apt-get install -y chromium)")
+        pytest.skip("/usr/bin/chromium is absent (apt-get install -y chromium); CI installs it")
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess:
+    profile = tempfile.mkdtemp(prefix="tlm-chromium-")
+    try:
+        cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+               "--no-first-run", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", f"--user-data-dir={profile}", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_report_renders_in_headless_chromium(report_dir, tmp_path):
+    _chromium_or_skip()
+    out, _ = report_dir
+    url = (out / "report.html").resolve().as_uri()
+    shot = tmp_path / "shot.png"
+    run = _chromium(f"--screenshot={shot}", "--window-size=1000,1400", "--hide-scrollbars", url)
+    assert shot.is_file(), run.stderr[-2000:]
+    with Image.open(shot) as im:
+        assert im.size == (1000, 1400)
+        pixels = np.asarray(im.convert("L"), dtype=float)
+    assert pixels.std() > 20 and (pixels < 200).mean() > 0.02  # text and figures, not a blank page
+    dom = _chromium("--dump-dom", url).stdout
+    assert "<script" not in dom.lower() and "&lt;script&gt;" in dom  # the name is text in the DOM
+    assert dom.count("<img") == 5
