@@ -1,0 +1,74 @@
+"""`tlm plot` end to end: figure files of the requested size, --json, exit codes 1 (bad input, one line,
+no traceback) and 2 (usage); training curves from run folders in the trainer's contract layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from plotting_tables import png_size, svg_size_pt
+from typer.testing import CliRunner
+
+from cli import app
+
+runner = CliRunner()
+
+
+def test_schedules_figure_json_and_size(tmp_path):
+    out = tmp_path / "widths.png"
+    r = runner.invoke(app, ["plot", "--kind", "schedules", "--layers", "12", "--d-ff", "1024",
+                            "--schedule", "uniform", "--schedule", "cosine:1.5:0.5", "--size", "640x400",
+                            "--dpi", "80", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    meta = json.loads(r.stdout)
+    assert meta["out"] == str(out) and meta["kind"] == "schedules" and "12,288" in meta["title"]
+    assert png_size(out) == (640, 400)
+
+
+def _write_run(folder, losses):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    lines = []
+    for step, (train, val) in enumerate(losses, start=1):
+        lines.append({"kind": "train", "step": step, "tokens": step * 512, "train_loss": train, "lr": 1e-3,
+                      "tokens_per_s": 1000.0})
+        lines.append({"kind": "eval", "step": step, "tokens": step * 512, "val_loss": val, "val_ppl": 1.0,
+                      "val_bpb": 1.0})
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_curves_from_a_comparison_folder(tmp_path):
+    comp = tmp_path / "compare"
+    _write_run(comp / "runs" / "uniform-s0", [(5.0, 5.1), (4.0, 4.2)])
+    _write_run(comp / "runs" / "uniform-s1", [(5.2, 5.3), (4.2, 4.4)])
+    _write_run(comp / "runs" / "cosine-s0", [(4.9, 5.0), (3.9, 4.0)])
+    (comp / "compare.json").write_text("{}")
+    out = tmp_path / "curves.svg"
+    r = runner.invoke(app, ["plot", str(comp), "--kind", "curves", "--size", "500x300", "--dpi", "100",
+                            "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    assert svg_size_pt(out) == pytest.approx((360, 216))
+    assert "2 arm(s)" in json.loads(r.stdout)["title"] and "2 seed(s)" in json.loads(r.stdout)["title"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kind", "schedules", "--out", "{tmp}/f.jpg"], "must end in one of .png, .pdf, .svg"),
+    (["--kind", "bars", "--out", "{tmp}/f.png"], "unknown figure kind 'bars'"),
+    (["{tmp}/missing", "--out", "{tmp}/f.png"], "input not found"),
+    (["{tmp}", "--out", "{tmp}/f.png"], "is not a probe result"),
+    (["--kind", "schedules", "--size", "big", "--out", "{tmp}/f.png"], "--size must look like"),
+    (["--kind", "schedules", "--schedule", "cosine:x", "--out", "{tmp}/f.png"], "must be numbers"),
+    (["--kind", "schedules", "--out", "{tmp}/no/f.png"], "output folder does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_1(tmp_path, args, message):
+    r = runner.invoke(app, ["plot", *[a.format(tmp=tmp_path) for a in args]])
+    assert r.exit_code == 1, r.output
+    assert message in r.stderr and "Traceback" not in r.output
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob(".*"))  # nothing half-written
+
+
+def test_usage_error_exit_2_and_help_has_example(tmp_path):
+    assert runner.invoke(app, ["plot", "--kind", "schedules"]).exit_code == 2  # --out missing
+    r = runner.invoke(app, ["plot", "--help"])
+    assert r.exit_code == 0 and "Example: tlm plot" in r.stdout
