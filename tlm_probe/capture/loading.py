@@ -24,6 +24,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+GENERIC_NAMES = ("model", "models", "checkpoint", "final", "hf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
 
 
@@ -155,7 +156,8 @@ def load_probe_model(
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)
-        name = folder.name
+        # a folder called "model" says nothing: name it after its parent
+        name = folder.resolve().parent.name if folder.name in GENERIC_NAMES else folder.name
         if raw.get("model_type") == "tlm":
             model = load_tlm(folder, device=device, allow_pickle=allow_pickle).to(DTYPES[dtype])
             return wrap_model(model, _load_tokenizer(folder), name, folder)

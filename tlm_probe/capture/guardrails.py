@@ -1,0 +1,84 @@
+"""Checks that make a wrong adapter fail loudly instead of producing plausible nonsense.
+
+Per block kind: which captured pieces must add up (before any LayerNorm), and which pieces are derived.
+The sums are compared in float64 on counted tokens with a tolerance of a few units in the last place of
+the model dtype, relative to the magnitudes of the terms: exact for a right adapter, far off for a wrong one.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import torch
+
+from tlm_probe.capture.adapters import PARALLEL, POST_LN, SEQUENTIAL
+from tlm_probe.errors import UserError
+
+
+class GuardrailError(UserError):
+    """The captured activations contradict the adapter (a hook never fired, pieces do not add up)."""
+
+
+class NonFiniteError(UserError):
+    """The model produced inf/NaN activations; the message names the first layer and piece."""
+
+
+# kind -> [(piece, terms that must sum to it)]
+ADDITIVITY = {
+    SEQUENTIAL: [("resid_mid", ("resid_pre", "attn_out")), ("resid_post", ("resid_mid", "mlp_out"))],
+    PARALLEL: [("resid_post", ("resid_pre", "attn_out", "mlp_out"))],
+    POST_LN: [("attn_sum", ("resid_pre", "attn_out")), ("resid_post_prenorm", ("resid_mid", "mlp_out"))],
+}
+# kind -> {derived piece: terms}: parallel blocks add the MLP output to resid_pre + attn_out
+DERIVED = {PARALLEL: {"resid_mid": ("resid_pre", "attn_out")}}
+ULP_FACTOR = 8.0
+
+
+def guardrail_pieces(kind: str) -> set[str]:
+    return {p for lhs, terms in ADDITIVITY[kind] for p in (lhs, *terms)} - set(DERIVED.get(kind, {}))
+
+
+def capture_set(kind: str, needs: set[str]) -> set[str]:
+    """Pieces to capture: what the statistics need (derived ones replaced by their terms) + guardrails."""
+    derived = DERIVED.get(kind, {})
+    direct = {p for p in needs if p not in derived}
+    for p in needs & set(derived):
+        direct |= set(derived[p])
+    return direct | guardrail_pieces(kind)
+
+
+def add_derived(kind: str, raw: dict[str, torch.Tensor]) -> None:
+    for name, terms in DERIVED.get(kind, {}).items():
+        raw[name] = functools.reduce(operator.add, (raw[t] for t in terms))
+
+
+def check_layer(
+    kind: str, layer: int, raw: dict[str, torch.Tensor], counted: torch.Tensor, taps: dict
+) -> None:
+    """Raise GuardrailError if pieces are missing or do not add up; NonFiniteError on inf/NaN."""
+    for name, x in raw.items():
+        if not torch.isfinite(x[counted]).all():
+            raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
+    for lhs, terms in ADDITIVITY[kind]:
+        _check_sum(layer, lhs, terms, raw, counted, taps)
+
+
+def _check_sum(layer: int, lhs: str, terms: tuple[str, ...], raw: dict, counted: torch.Tensor, taps: dict):
+    try:
+        parts = [raw[t][counted].to(torch.float64) for t in terms]
+        total = raw[lhs][counted].to(torch.float64)
+        err = (total - sum(parts)).abs()
+    except RuntimeError as e:  # shapes that cannot be added: a tap points at the wrong module
+        raise GuardrailError(
+            f"layer {layer}: {lhs} != {' + '.join(terms)} ({e}); taps {taps} are wrong"
+        ) from e
+    eps = torch.finfo(raw[lhs].dtype).eps
+    tol = ULP_FACTOR * eps * sum(p.abs() for p in parts) + 1e-30
+    bad = err > tol
+    if bad.any():
+        worst = float(err.max())
+        raise GuardrailError(
+            f"layer {layer}: captured {lhs} is not {' + '.join(terms)} (max error {worst:.3g} on "
+            f"{int(bad.sum())} values); the adapter's taps {taps} do not match this model"
+        )

@@ -1,0 +1,69 @@
+"""The default backend: PyTorch forward hooks that hand each layer's pieces to the sink and keep nothing.
+
+A layer's pieces are held only until its last tap (resid_post, the layer output) fires; then the sink
+updates the accumulators and the references are dropped, so memory does not grow with the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from tlm_probe.capture.adapters import split_tap
+from tlm_probe.capture.sink import StatSink
+
+
+def first_tensor(value) -> torch.Tensor | None:
+    """A module's output or input may be a tensor, a tuple/list, or a ModelOutput: take the first tensor."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return None
+
+
+def tap_input(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """First positional tensor, else the first tensor keyword argument (hidden_states=...)."""
+    return first_tensor(args) if args else first_tensor(kwargs)
+
+
+class NativeBackend:
+    name = "native"
+
+    def __init__(self, sink: StatSink):
+        self.sink = sink
+        self.pm = sink.pm
+        self._current: dict[int, dict[str, torch.Tensor]] = {}
+
+    def _store(self, layer: int, piece: str, tensor: torch.Tensor | None) -> None:
+        if tensor is None:
+            return
+        self._current.setdefault(layer, {})[piece] = tensor.detach()
+        if piece == "resid_post":  # the layer output fires last: the layer is complete
+            self.sink.on_layer(layer, self._current.pop(layer))
+
+    def _hooks(self, stack: contextlib.ExitStack) -> None:
+        for layer in range(self.pm.n_layers):
+            for piece, tap in self.sink.taps.items():
+                path, where = split_tap(tap)
+                module = self.pm.layer_module(layer, path)
+                if where == "in":
+                    fn = (lambda l, p: lambda m, a, k: self._store(l, p, tap_input(a, k)))(layer, piece)
+                    handle = module.register_forward_pre_hook(fn, with_kwargs=True)
+                else:
+                    fn = (lambda l, p: lambda m, a, o: self._store(l, p, first_tensor(o)))(layer, piece)
+                    handle = module.register_forward_hook(fn)
+                stack.callback(handle.remove)
+
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, full_output: bool = False):
+        """One forward pass with hooks; returns the model output (logits when full_output)."""
+        self._current = {}
+        with contextlib.ExitStack() as stack:
+            self._hooks(stack)
+            fwd = self.pm.forward if full_output else self.pm.forward_base
+            out = fwd(input_ids, attention_mask)
+        self._current = {}
+        return out

@@ -1,0 +1,163 @@
+"""Data -> sequences of token ids -> padded batches with attention masks.
+
+Text is tokenised document by document with the model's tokenizer and each document is cut into chunks of
+seq_len tokens (document-aligned; the last chunk of a document is shorter and padded in its batch). Special
+tokens ([CLS]/[SEP], BOS) are added to every chunk the way the tokenizer adds them to a sentence.
+Token-id data (.npy, .pt, our .tok shards, prepared folders) is cut into consecutive chunks of seq_len.
+Batches are right-padded, so real tokens keep positions 0..n-1 (the default position ids are correct) and
+position 0 is each sequence's first token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tlm_probe.capture.loading import ProbeModel
+from tlm_probe.errors import UserError
+
+TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")
+
+
+def is_token_source(data) -> bool:
+    if isinstance(data, (np.ndarray, torch.Tensor)):
+        return True
+    if not isinstance(data, (str, Path)):
+        return False
+    p = Path(data)
+    return (p.is_file() and p.suffix in TOKEN_SUFFIXES) or (
+        p.is_dir() and ((p / "meta.json").is_file() or any(p.glob("*.tok")))
+    )
+
+
+def max_positions(pm: ProbeModel) -> int | None:
+    cfg = getattr(pm.model, "config", None) or pm.model.cfg
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int):
+            # RoBERTa-style position ids start after the padding index
+            return value - 2 if pm.model_type in ("roberta", "xlm-roberta", "camembert") else value
+    return None
+
+
+def check_seq_len(pm: ProbeModel, seq_len: int) -> None:
+    limit = max_positions(pm)
+    if seq_len < 2:
+        raise UserError(f"--seq-len must be >= 2, got {seq_len}")
+    if limit is not None and seq_len > limit:
+        raise UserError(f"--seq-len {seq_len} exceeds the model's maximum of {limit} positions")
+
+
+def token_sequences(pm: ProbeModel, data, seq_len: int, split: str = "all") -> Iterator[list[int]]:
+    """Sequences (lists of ids, length <= seq_len) from a source string, a token array, or texts."""
+    if is_token_source(data):
+        return _id_chunks(_load_ids(data, split), seq_len, pm.vocab_size, str(data)[:80])
+    if pm.tokenizer is None:
+        raise UserError(
+            f"{pm.name} has no tokenizer: give token ids (.npy, .pt, .tok shards) instead of text "
+            f"data {str(data)[:80]!r}"
+        )
+    if isinstance(data, (str, Path)):
+        from tlm_probe.data import iter_documents
+
+        docs: Iterable[str] = iter_documents(str(data), split)
+    else:
+        docs = data
+    return _text_chunks(pm, docs, seq_len)
+
+
+def _load_ids(data, split: str) -> np.ndarray:
+    if isinstance(data, torch.Tensor):
+        return data.reshape(-1).cpu().numpy()
+    if isinstance(data, np.ndarray):
+        return data.reshape(-1)
+    from tlm_probe.data import load_token_ids
+
+    return load_token_ids(data, split)
+
+
+def _id_chunks(ids: np.ndarray, seq_len: int, vocab: int, where: str) -> Iterator[list[int]]:
+    if ids.size == 0:
+        raise UserError(f"no tokens in {where}")
+    top = int(ids.max())
+    if top >= vocab or int(ids.min()) < 0:
+        raise UserError(f"token id {top} in {where} is out of range for the model's vocabulary of {vocab}")
+    for i in range(0, ids.size, seq_len):
+        yield ids[i : i + seq_len].astype(np.int64).tolist()
+
+
+def _text_chunks(pm: ProbeModel, docs: Iterable[str], seq_len: int) -> Iterator[list[int]]:
+    tok = pm.tokenizer
+    prefix, suffix = special_affixes(tok)
+    body = seq_len - len(prefix) - len(suffix)
+    if body < 1:
+        raise UserError(f"--seq-len {seq_len} leaves no room for text next to the special tokens")
+    for doc in docs:
+        ids = tok(doc, add_special_tokens=False, verbose=False)["input_ids"]
+        for i in range(0, len(ids), body):
+            yield prefix + ids[i : i + body] + suffix
+
+
+def special_affixes(tok) -> tuple[list[int], list[int]]:
+    """The ids a tokenizer puts before and after a text ([CLS] ... [SEP], <s> ..., nothing for GPT-2)."""
+    plain = tok("a", add_special_tokens=False)["input_ids"]
+    full = tok("a", add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return full[:start], full[start + len(plain) :]
+    return [], []
+
+
+def limit_tokens(seqs: Iterable[list[int]], max_tokens: int | None) -> Iterator[list[int]]:
+    """Stop after exactly max_tokens tokens (the last sequence is cut short)."""
+    left = max_tokens if max_tokens is not None else float("inf")
+    for s in seqs:
+        if left <= 0:
+            return
+        s = s[: int(min(len(s), left))]
+        left -= len(s)
+        yield s
+
+
+def shard(seqs: Iterable[list[int]], rank: int, world: int) -> Iterator[list[int]]:
+    """Data-parallel split: sequence i goes to rank i % world."""
+    for i, s in enumerate(seqs):
+        if i % world == rank:
+            yield s
+
+
+def pad_id(pm: ProbeModel) -> int:
+    tok = pm.tokenizer
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tok, attr, None) if tok is not None else None
+        if isinstance(value, int):
+            return value
+    return 0  # any id works: padded positions are masked and never counted
+
+
+def batches(seqs: Iterable[list[int]], batch_size: int, pad: int, device: str = "cpu"):
+    """Yield (input_ids, attention_mask), each (B, T_max), right-padded."""
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {batch_size}")
+    buf: list[list[int]] = []
+    for s in seqs:
+        if s:
+            buf.append(s)
+        if len(buf) == batch_size:
+            yield _pad(buf, pad, device)
+            buf = []
+    if buf:
+        yield _pad(buf, pad, device)
+
+
+def _pad(buf: list[list[int]], pad: int, device: str):
+    T = max(len(s) for s in buf)
+    ids = torch.full((len(buf), T), pad, dtype=torch.long)
+    mask = torch.zeros((len(buf), T), dtype=torch.long)
+    for i, s in enumerate(buf):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids.to(device), mask.to(device)

@@ -1,0 +1,60 @@
+"""Where every backend delivers each layer's captured pieces: guardrails, then every accumulator."""
+
+from __future__ import annotations
+
+import torch
+
+from tlm_probe.capture.guardrails import GuardrailError, add_derived, capture_set, check_layer
+from tlm_probe.capture.loading import ProbeModel
+from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
+
+
+class StatSink:
+    """Feeds accumulators layer by layer; knows which pieces to capture for a model's block kind."""
+
+    def __init__(self, pm: ProbeModel, accumulators: list[Accumulator], guardrails: bool = True):
+        self.pm, self.accumulators, self.guardrails = pm, accumulators, guardrails
+        needs = set().union(*(a.needs for a in accumulators)) if accumulators else set()
+        taps = pm.taps()
+        missing = capture_set(pm.block_kind, needs) - set(taps)
+        if missing:
+            raise GuardrailError(f"the {pm.family} adapter has no tap for {', '.join(sorted(missing))}")
+        self.pieces = sorted(capture_set(pm.block_kind, needs))
+        self.taps = {p: taps[p] for p in self.pieces}
+        self.index: TokenIndex | None = None
+        self.layers_seen: list[int] = []
+
+    def start_batch(self, index: TokenIndex) -> None:
+        self.index, self.layers_seen = index, []
+
+    def on_layer(self, layer: int, raw: dict[str, torch.Tensor]) -> None:
+        missing = [p for p in self.pieces if p not in raw]
+        if missing:
+            where = ", ".join(f"{p} ({self.taps[p]})" for p in missing)
+            raise GuardrailError(
+                f"layer {layer}: hook(s) never fired: {where}; the {self.pm.family} adapter "
+                "does not match this model"
+            )
+        B, T = self.index.counted.shape
+        raw = {k: _as_btd(v, B, T) for k, v in raw.items()}
+        if self.guardrails:
+            check_layer(self.pm.block_kind, layer, raw, self.index.counted, self.taps)
+        add_derived(self.pm.block_kind, raw)
+        pieces = LayerPieces(layer, raw, self.index)
+        for acc in self.accumulators:
+            acc.update(layer, pieces)
+        self.layers_seen.append(layer)
+
+    def end_batch(self) -> None:
+        if self.layers_seen != list(range(self.pm.n_layers)):
+            raise GuardrailError(
+                f"layers completed in this batch: {self.layers_seen}, expected 0..{self.pm.n_layers - 1}"
+                f"; the {self.pm.family} adapter does not match this model"
+            )
+
+
+def _as_btd(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    """Some models (OPT) flatten tokens to (B*T, d) inside a layer; restore (B, T, d)."""
+    if x.ndim == 2 and x.shape[0] == B * T:
+        return x.view(B, T, -1)
+    return x

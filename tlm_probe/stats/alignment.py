@@ -1,0 +1,58 @@
+"""The alignment statistics of DESIGN.md, one per-token formula each, streamed per layer in float64.
+
+For parallel blocks resid_mid is resid_pre + attn_out (the stream the MLP output is added to); for post-LN
+blocks it is the normalised stream after attention. The capture layer provides it either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from tlm_probe.stats.accumulator import Accumulator, register_accumulator
+from tlm_probe.stats.moments import SequenceMoments
+from tlm_probe.stats.pieces import LayerPieces
+
+# name -> (pieces it reads, per-token value)
+STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tensor]]] = {
+    "align_mlp_mid": (("mlp_out", "resid_mid"), lambda p: p.cos("mlp_out", "resid_mid")),
+    "align_mlp_pre": (("mlp_out", "resid_pre"), lambda p: p.cos("mlp_out", "resid_pre")),
+    "align_attn_pre": (("attn_out", "resid_pre"), lambda p: p.cos("attn_out", "resid_pre")),
+    "norm_ratio_mlp": (("mlp_out", "resid_mid"), lambda p: p.ratio("mlp_out", "resid_mid")),
+    "block_influence": (("resid_pre", "resid_post"), lambda p: 1 - p.cos("resid_pre", "resid_post")),
+    "mlp_influence": (("resid_mid", "resid_post"), lambda p: 1 - p.cos("resid_mid", "resid_post")),
+    "attn_influence": (("resid_pre", "resid_mid"), lambda p: 1 - p.cos("resid_pre", "resid_mid")),
+    "resid_norm_growth": (("resid_pre", "resid_post"), lambda p: p.ratio("resid_post", "resid_pre")),
+}
+
+
+class AlignmentAccumulator(Accumulator):
+    """Streaming mean / std / CI over sequences of each selected statistic at every layer."""
+
+    def __init__(self, n_layers: int, d_ff: tuple[int, ...], statistics: tuple[str, ...] = tuple(STATISTICS)):
+        super().__init__(n_layers, d_ff)
+        self.statistics = tuple(statistics)
+        self.needs = frozenset(p for s in self.statistics for p in STATISTICS[s][0])
+        self.moments = SequenceMoments(len(self.statistics) * n_layers)
+        self.state = self.moments.state  # shared storage: merging the base state merges the moments
+
+    def _slot(self, i: int, layer: int) -> int:
+        return i * self.n_layers + layer
+
+    def update(self, layer: int, pieces: LayerPieces) -> None:
+        idx = pieces.index
+        for i, name in enumerate(self.statistics):
+            values = STATISTICS[name][1](pieces)
+            self.moments.add(self._slot(i, layer), values, idx.seq, idx.n_seq)
+
+    def rows(self) -> list[dict]:
+        out = []
+        for i, name in enumerate(self.statistics):
+            for layer in range(self.n_layers):
+                s = self.moments.summary(self._slot(i, layer))
+                out.append({"layer": layer, "statistic": name, **s})
+        return out
+
+
+register_accumulator("alignment", AlignmentAccumulator, tuple(STATISTICS))

@@ -1,0 +1,73 @@
+"""Streaming per-sequence moments of a per-token quantity: mean, token std and a 95% CI over sequences.
+
+Everything kept is a plain sum, so merging two accumulators (batches, processes) is addition and an
+all-reduce is one SUM. The interval treats sequences as clusters (tokens of one sequence are correlated):
+the ratio estimator mean = sum(x_s) / sum(n_s) has variance S/(S-1) * sum((x_s - mean n_s)^2) / N^2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from scipy import stats as sps
+
+# columns of the state: sequences, tokens, sum x, sum x^2 (tokens), sum x_s^2, sum x_s n_s, sum n_s^2
+S, N, X, X2, XX, XN, NN = range(7)
+WIDTH = 7
+
+
+class SequenceMoments:
+    """Moments for `slots` independent quantities (e.g. statistic x layer), in float64."""
+
+    def __init__(self, slots: int):
+        self.state = torch.zeros(slots, WIDTH, dtype=torch.float64)
+
+    def add(self, slot: int, values: torch.Tensor, seq: torch.Tensor, n_seq: int) -> None:
+        """values (n,) float64 for the counted tokens; seq (n,) the sequence index of each, in [0, n_seq)."""
+        n_s = torch.bincount(seq, minlength=n_seq).to(torch.float64)  # (n_seq,)
+        x_s = torch.zeros(n_seq, dtype=torch.float64, device=values.device).index_add_(0, seq, values)
+        row = torch.stack(
+            [
+                (n_s > 0).sum().to(torch.float64),
+                n_s.sum(),
+                x_s.sum(),
+                values.square().sum(),
+                x_s.square().sum(),
+                (x_s * n_s).sum(),
+                n_s.square().sum(),
+            ]
+        )
+        self.state[slot] += row.cpu()
+
+    def merge(self, other: SequenceMoments) -> None:
+        self.state += other.state
+
+    def summary(self, slot: int) -> dict:
+        """value, std (over tokens), ci_low, ci_high (95%, over sequences), n_tokens, n_sequences."""
+        s, n, x, x2, xx, xn, nn = self.state[slot].tolist()
+        if n == 0:
+            return {
+                "value": math.nan,
+                "std": math.nan,
+                "ci_low": math.nan,
+                "ci_high": math.nan,
+                "n_tokens": 0,
+                "n_sequences": int(s),
+            }
+        mean = x / n
+        var_tok = max(x2 - x * x / n, 0.0) / (n - 1) if n > 1 else math.nan
+        lo = hi = math.nan
+        if s > 1:
+            resid = max(xx - 2 * mean * xn + mean * mean * nn, 0.0)
+            se = math.sqrt(s / (s - 1) * resid) / n
+            half = float(sps.t.ppf(0.975, s - 1)) * se
+            lo, hi = mean - half, mean + half
+        return {
+            "value": mean,
+            "std": math.sqrt(var_tok) if n > 1 else math.nan,
+            "ci_low": lo,
+            "ci_high": hi,
+            "n_tokens": int(n),
+            "n_sequences": int(s),
+        }
