@@ -26,8 +26,18 @@ SOURCE_HELP = (
     "a text file, folder or glob | file.jsonl[:field] | hf:NAME[:split] | a datasets.save_to_disk folder"
 )
 # stdlib folders that are tests, vendored copies or data rather than library code
-_STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo",
-                "__pycache__", "ensurepip", "config-3"}
+_STDLIB_SKIP = {
+    "test",
+    "tests",
+    "idlelib",
+    "site-packages",
+    "dist-packages",
+    "lib2to3",
+    "turtledemo",
+    "__pycache__",
+    "ensurepip",
+    "config-3",
+}
 
 
 def split_of(text: str) -> str:
@@ -55,11 +65,12 @@ def iter_documents(source: str = "builtin:pydoc", split: str = "all") -> Iterato
 def _raw_documents(source: str) -> Iterable[str]:
     for prefix, reader in _PREFIXES.items():
         if source.startswith(prefix):
-            return reader(source[len(prefix):])
+            return reader(source[len(prefix) :])
     return _path_documents(source)
 
 
 # ---- embedded corpora -------------------------------------------------------------------------------
+
 
 def _stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
@@ -109,6 +120,7 @@ def _builtin(name: str) -> Iterable[str]:
 
 # ---- files ------------------------------------------------------------------------------------------
 
+
 def _paragraphs(text: str) -> Iterator[str]:
     # a text file is split at blank lines so that even a single file gets a validation split
     block: list[str] = []
@@ -151,9 +163,11 @@ def _split_jsonl(source: str) -> tuple[Path, str] | None:
 
 
 def _is_hf_disk(path: Path) -> bool:
-    return (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file() or (
-        path / "state.json"
-    ).is_file()
+    return (
+        (path / "dataset_info.json").is_file()
+        or (path / "dataset_dict.json").is_file()
+        or (path / "state.json").is_file()
+    )
 
 
 def _path_documents(source: str) -> Iterator[str]:
@@ -191,6 +205,7 @@ def _expand_files(source: str) -> list[Path]:
 
 
 # ---- Hugging Face datasets --------------------------------------------------------------------------
+
 
 def _text_column(ds, where: str) -> str:
     names = list(ds.column_names)

@@ -31,8 +31,13 @@ def write_shard(
     ids = np.ascontiguousarray(ids, dtype=DTYPE)
     if ids.size and int(ids.max()) >= vocab_size:
         raise UserError(f"token id {int(ids.max())} is outside the vocabulary of size {vocab_size}")
-    header = {"dtype": "uint32", "vocab_size": int(vocab_size), "tokenizer_hash": tokenizer_hash,
-              "n_tokens": int(ids.size), "n_bytes": int(n_bytes)}
+    header = {
+        "dtype": "uint32",
+        "vocab_size": int(vocab_size),
+        "tokenizer_hash": tokenizer_hash,
+        "n_tokens": int(ids.size),
+        "n_bytes": int(n_bytes),
+    }
     blob = json.dumps(header).encode()
     if len(blob) > HEADER_BYTES - len(MAGIC):
         raise UserError("shard header too long (tokenizer hash too long?)")
@@ -51,7 +56,7 @@ def read_shard_header(path: str | Path) -> dict:
     if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
         raise UserError(f"{path} is not a tlm token shard (bad magic or truncated header)")
     try:
-        header = json.loads(head[len(MAGIC):].decode())
+        header = json.loads(head[len(MAGIC) :].decode())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"{path} has a corrupt shard header") from None
     expected = HEADER_BYTES + header["n_tokens"] * DTYPE.itemsize

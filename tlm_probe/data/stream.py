@@ -1,0 +1,132 @@
+"""Token streams for training: the train and validation ids, the batch order and the fixed eval set.
+
+The batch order is a pure function of (train ids, seq_len, seed, step): epoch e visits the
+non-overlapping windows of the train stream in the order of a permutation drawn from
+numpy.random.default_rng([seed, e]). It never depends on the model, so every arm of a comparison sees the
+same tokens, and the data position of a run is just its step count (resume needs nothing else).
+Global sample k of step s is s·G + k (G = global batch); rank r of W, micro-step m takes samples
+[m·W·B + r·B, m·W·B + (r+1)·B), so 1 process with batch G and W processes with batch G/W see one batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tlm_probe.data.sources import iter_documents
+from tlm_probe.data.tokens import is_prepared, load_token_ids
+from tlm_probe.errors import UserError
+from tlm_probe.tokenizer import ByteTokenizer, load_saved_tokenizer, make_tokenizer
+
+TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")
+RAW_VAL_FRACTION = 0.05
+"""Tail of a bare token file held out for validation (it has no documents to hash)."""
+
+
+@dataclass
+class TokenData:
+    """Training and validation ids of one source under one tokenizer (None for bare token files)."""
+
+    train: np.ndarray
+    val: np.ndarray
+    tokenizer: object | None
+    source: str
+    vocab_size: int
+    info: dict = field(default_factory=dict)
+
+
+def tokenize_documents(docs, tokenizer) -> np.ndarray:
+    """Concatenate the documents' ids, each followed by the tokenizer's end-of-text id (when it has one)."""
+    docs = list(docs)
+    encode_batch = getattr(tokenizer, "encode_batch", None)
+    parts = encode_batch(docs) if encode_batch else [tokenizer.encode(d) for d in docs]
+    sep = np.array([tokenizer.eos_id] if tokenizer.eos_id is not None else [], dtype=np.uint32)
+    return np.concatenate([x for p in parts for x in (p, sep)]).astype(np.uint32)
+
+
+def load_token_data(source: str, tokenizer_spec: str = "byte") -> TokenData:
+    """Tokenize a text source (train and val split), or read a prepared folder or bare token file."""
+    if is_prepared(source):
+        return _prepared(source)
+    if Path(source).suffix in TOKEN_SUFFIXES and Path(source).is_file():
+        return _bare_tokens(source)
+    train_docs = list(iter_documents(source, "train"))
+    val_docs = list(iter_documents(source, "val"))
+    tok = make_tokenizer(tokenizer_spec, train_docs)
+    train, val = tokenize_documents(train_docs, tok), tokenize_documents(val_docs, tok)
+    info = {
+        "train_documents": len(train_docs),
+        "val_documents": len(val_docs),
+        "tokenizer": tok.name,
+        "tokenizer_hash": tok.hash,
+    }
+    return TokenData(train, val, tok, source, tok.vocab_size, info)
+
+
+def _prepared(source: str) -> TokenData:
+    import json
+
+    meta = json.loads((Path(source) / "meta.json").read_text())
+    tok = load_saved_tokenizer(Path(source) / "tokenizer")
+    train, val = load_token_ids(source, "train"), load_token_ids(source, "val")
+    return TokenData(train, val, tok, source, int(meta["vocab_size"]), meta)
+
+
+def _bare_tokens(source: str) -> TokenData:
+    ids = load_token_ids(source)
+    n_val = max(1, int(len(ids) * RAW_VAL_FRACTION))
+    if len(ids) - n_val < 2:
+        raise UserError(f"{source} holds only {len(ids)} tokens: too few to train on")
+    return TokenData(ids[:-n_val], ids[-n_val:], None, source, int(ids.max()) + 1, {"val_fraction": 0.05})
+
+
+class BatchOrder:
+    """Which train windows form each batch; see the module docstring."""
+
+    def __init__(self, ids: np.ndarray, seq_len: int, seed: int):
+        self.ids, self.seq_len, self.seed = ids, seq_len, seed
+        self.n_windows = (len(ids) - 1) // seq_len
+        if self.n_windows < 1:
+            raise UserError(f"the training split has {len(ids)} tokens, fewer than seq_len+1={seq_len + 1}")
+        self._epoch, self._perm = -1, np.zeros(0, dtype=np.int64)
+
+    def _window_start(self, k: int) -> int:
+        epoch, i = divmod(k, self.n_windows)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_windows)
+        return int(self._perm[i]) * self.seq_len
+
+    def samples(self, first: int, count: int) -> torch.Tensor:
+        """Global samples first..first+count-1 as a (count, seq_len + 1) int64 tensor."""
+        starts = [self._window_start(k) for k in range(first, first + count)]
+        rows = np.stack([np.asarray(self.ids[s : s + self.seq_len + 1], dtype=np.int64) for s in starts])
+        return torch.from_numpy(rows)
+
+    def micro_batch(self, step: int, micro: int, rank: int, batch: int, accum: int, world: int):
+        """Rank `rank`'s part of micro-step `micro` of optimizer step `step`: (batch, seq_len + 1)."""
+        first = step * batch * accum * world + (micro * world + rank) * batch
+        return self.samples(first, batch)
+
+
+def eval_windows(val: np.ndarray, seq_len: int, max_tokens: int) -> torch.Tensor:
+    """The fixed validation set: consecutive windows of seq_len + 1 ids that overlap by one, so every
+    validation id after the first is predicted exactly once; at most `max_tokens` predicted ids."""
+    n = min((len(val) - 1) // seq_len, max(1, max_tokens // seq_len))
+    if n < 1:
+        raise UserError(f"the validation split has {len(val)} tokens, fewer than seq_len+1={seq_len + 1}")
+    rows = [np.asarray(val[i * seq_len : i * seq_len + seq_len + 1], dtype=np.int64) for i in range(n)]
+    return torch.from_numpy(np.stack(rows))
+
+
+def target_bytes(windows: torch.Tensor, tokenizer) -> int | None:
+    """UTF-8 bytes of the predicted ids (for bits per byte); None without a tokenizer."""
+    if tokenizer is None:
+        return None
+    return int(sum(tokenizer.n_bytes(row[1:].numpy()) for row in windows))
+
+
+__all__ = ["TokenData", "BatchOrder", "load_token_data", "eval_windows", "target_bytes", "ByteTokenizer"]

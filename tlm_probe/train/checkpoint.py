@@ -1,0 +1,114 @@
+"""Resumable training state, written atomically and pruned to the last k.
+
+RUN/state/step_NNNNNNN/ holds model.safetensors (weights), trainer.pt (optimizer state and torch RNG
+states: tensors and plain containers only, so torch.load(weights_only=True) reads it) and state.json
+(step, tokens, Python and NumPy RNG states). Each folder is written under a temporary name and renamed
+into place, so a crash mid-write leaves the previous checkpoint intact; the newest complete folder wins.
+The data position needs no saving: the batch order is a function of the step (data.stream.BatchOrder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from tlm_probe.errors import UserError
+
+STATE_DIR = "state"
+PREFIX = "step_"
+
+
+@dataclass
+class Restored:
+    step: int
+    tokens: int
+    folder: Path
+
+
+def step_folders(run: Path) -> list[Path]:
+    root = run / STATE_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+
+
+def rng_state() -> tuple[dict, dict]:
+    """(tensors for trainer.pt, JSON-able states for state.json) of every RNG the run touches."""
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        tensors["torch_cuda"] = torch.cuda.get_rng_state_all()
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    py = random.getstate()
+    plain = {"numpy": [kind, keys.tolist(), pos, has_gauss, gauss], "python": [py[0], list(py[1]), py[2]]}
+    return tensors, plain
+
+
+def set_rng_state(tensors: dict, plain: dict) -> None:
+    torch.set_rng_state(tensors["torch_cpu"])
+    if "torch_cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(tensors["torch_cuda"])
+    kind, keys, pos, has_gauss, gauss = plain["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    v, state, g = plain["python"]
+    random.setstate((v, tuple(state), g))
+
+
+def save_state(run: Path, model_sd: dict, optim_sd: dict, step: int, tokens: int, keep_last: int) -> Path:
+    """Write RUN/state/step_<step> atomically and keep only the newest `keep_last` folders."""
+    root = run / STATE_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{PREFIX}"))
+    tensors, plain = rng_state()
+    _save_weights(model_sd, tmp / "model.safetensors")
+    torch.save({"optimizer": optim_sd, "rng": tensors}, tmp / "trainer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "tokens": tokens, "rng": plain}) + "\n")
+    final = root / f"{PREFIX}{step:07d}"
+    if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a checkpoint): swap, then drop
+        old = root / f".old-{final.name}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    for stale in step_folders(run)[:-keep_last]:
+        shutil.rmtree(stale)
+    return final
+
+
+def _save_weights(sd: dict, path: Path) -> None:
+    # tied embeddings share storage; safetensors refuses shared tensors, and load_model re-ties them
+    seen: dict[int, str] = {}
+    out = {}
+    for k, v in sd.items():
+        ptr = v.untyped_storage().data_ptr()
+        if ptr in seen:
+            continue
+        seen[ptr] = k
+        out[k] = v.detach().contiguous().cpu()
+    save_file(out, str(path), metadata={"format": "pt"})
+
+
+def load_state(run: Path) -> tuple[dict, dict, Restored]:
+    """(model state dict, optimizer state dict, step info) of the newest checkpoint of `run`; the RNG
+    states are restored here, so call this last, right before the first resumed step."""
+    folders = step_folders(run)
+    if not folders:
+        raise UserError(f"{run} has no training checkpoint to resume from (no {STATE_DIR}/{PREFIX}*)")
+    folder = folders[-1]
+    try:
+        model_sd = load_file(str(folder / "model.safetensors"))
+        blob = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=True)
+        meta = json.loads((folder / "state.json").read_text())
+    except Exception as e:  # truncated or foreign files
+        raise UserError(f"cannot read checkpoint {folder}: {str(e).splitlines()[0]}") from None
+    set_rng_state(blob["rng"], meta["rng"])
+    return model_sd, blob["optimizer"], Restored(int(meta["step"]), int(meta["tokens"]), folder)

@@ -1,0 +1,199 @@
+"""The training configuration: one frozen dataclass, read from YAML/TOML and/or CLI flags, that fully
+determines a run (together with the data). It is stored as train_config.json in the run folder; a resume
+with a different value of any field outside RESUME_MAY_CHANGE is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from tlm_probe.errors import UserError
+from tlm_probe.models.config import TLMConfig, config_with_schedule
+from tlm_probe.presets import PRESETS, preset_config
+from tlm_probe.schedules import parse_schedule
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+FILE = "train_config.json"
+# fields that only change where/how fast a run executes or how often it reports, never what it computes
+RESUME_MAY_CHANGE = {
+    "device",
+    "compile",
+    "peak_flops",
+    "keep_last",
+    "ckpt_interval",
+    "progress",
+    "log_interval",
+}
+ARCH_DEFAULTS = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run. None model fields come from the preset (or the tlm-tiny-sized defaults)."""
+
+    data: str = "builtin:pydoc"
+    """Data source (see `tlm data --help`), a prepared folder or a token file."""
+    tokenizer: str = "byte"
+    """byte | bpe[:VOCAB] | a Hugging Face tokenizer folder or hub name."""
+    preset: str = ""
+    """Model preset (tlm-tiny, tlm-small, tlm-440m, tlm-760m, tlm-1.3b); empty = flags only."""
+    schedule: str = "uniform"
+    """MLP width schedule spec, as in `tlm schedule` (cosine:1.5:0.5, wider-early, ...)."""
+    d_model: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    d_ff: int | None = None
+    """Uniform (mean) MLP width; the schedule keeps n_layers·d_ff."""
+    vocab_size: int = 0
+    """Model vocabulary; 0 = the tokenizer's."""
+    mlp: str = "swiglu"
+    seq_len: int = 128
+    """Training context length (must not exceed the model's max_seq_len)."""
+    max_seq_len: int = 0
+    """Model context; 0 = seq_len (or the preset's)."""
+    batch_size: int = 16
+    """Sequences per micro-batch per process."""
+    grad_accum: int = 1
+    steps: int = 0
+    """Optimizer steps; 0 = derive from `tokens`."""
+    tokens: int = 0
+    """Token budget (used when steps is 0)."""
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    """Cosine decay ends at lr·min_lr_ratio."""
+    warmup: int = 50
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    log_interval: int = 10
+    """Write a training line to metrics.jsonl every N steps."""
+    eval_interval: int = 100
+    eval_tokens: int = 32768
+    """Predicted validation tokens in the fixed eval set."""
+    ckpt_interval: int = 0
+    """Save a resumable checkpoint every N steps (0 = only at the end)."""
+    keep_last: int = 2
+    seed: int = 0
+    device: str = "auto"
+    compile: bool = False
+    peak_flops: float = 0.0
+    """Peak FLOP/s for the MFU estimate; 0 = a table guess on known GPUs, none on CPU."""
+    dropout: float = 0.0
+    progress: bool = True
+
+    def __post_init__(self):
+        _check_positive(self)
+        parse_schedule(self.schedule)  # raises a UserError naming a bad spec
+        if self.preset and self.preset not in PRESETS:
+            raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+        if self.steps <= 0 and self.tokens <= 0:
+            raise UserError("give a number of steps (--steps) or a token budget (--tokens)")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Per process; times the world size for the global figure."""
+        return self.batch_size * self.grad_accum * self.seq_len
+
+    def total_steps(self, world: int = 1) -> int:
+        return self.steps if self.steps > 0 else math.ceil(self.tokens / (self.tokens_per_step * world))
+
+    def model_config(self, vocab_size: int) -> TLMConfig:
+        """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset."""
+        arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
+        extra = dict(mlp=self.mlp, dropout=self.dropout)
+        if self.max_seq_len:
+            extra["max_seq_len"] = self.max_seq_len
+        if self.vocab_size:
+            extra["vocab_size"] = self.vocab_size
+        if self.preset:
+            return preset_config(self.preset, self.schedule, **arch, **extra)
+        extra.setdefault("vocab_size", vocab_size)
+        extra.setdefault("max_seq_len", self.seq_len)
+        full = {**ARCH_DEFAULTS, **arch}
+        d_ff = full.pop("d_ff")
+        return config_with_schedule(self.schedule, d_ff, **full, **extra)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def replace(self, **changes) -> TrainConfig:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UserError(f"unknown training option(s): {', '.join(unknown)}")
+        return cls(**d)
+
+
+def _check_positive(c: TrainConfig) -> None:
+    for key in (
+        "seq_len",
+        "batch_size",
+        "grad_accum",
+        "eval_interval",
+        "log_interval",
+        "eval_tokens",
+        "keep_last",
+    ):
+        if getattr(c, key) < 1:
+            raise UserError(f"{key} must be >= 1, got {getattr(c, key)}")
+    for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len"):
+        if getattr(c, key) < 0:
+            raise UserError(f"{key} must be >= 0, got {getattr(c, key)}")
+    if not c.lr > 0:
+        raise UserError(f"lr must be > 0, got {c.lr}")
+
+
+def read_config_file(path: str | Path) -> dict:
+    """Options from a YAML (.yaml/.yml) or TOML (.toml) file; a [train] table/section is also accepted."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    readers = {".toml": _read_toml, ".yaml": _read_yaml, ".yml": _read_yaml, ".json": _read_json}
+    if path.suffix not in readers:
+        raise UserError(f"config file {path} must end in .yaml, .yml, .toml or .json")
+    data = readers[path.suffix](path)
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} does not hold a mapping of options")
+    return data.get("train", data)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config file {path} is not valid TOML: {e}") from None
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UserError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"config file {path} is not valid JSON: {e.msg}") from None
+
+
+def config_differences(old: dict, new: TrainConfig) -> list[str]:
+    """Fields (outside RESUME_MAY_CHANGE) whose value differs between a saved run and a new request."""
+    cur = new.to_dict()
+    keys = sorted((set(old) | set(cur)) - RESUME_MAY_CHANGE)
+    return [f"{k}: {old.get(k)!r} -> {cur.get(k)!r}" for k in keys if old.get(k) != cur.get(k)]

@@ -1,0 +1,248 @@
+"""The training loop: AdamW, warmup + cosine, clipping, accumulation, fixed-step evaluation, atomic
+checkpoints, exact resume, Ctrl-C -> checkpoint and clean exit, DDP/FSDP2 under torchrun."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+from tlm_probe.accounting import count_params, train_flops_per_token
+from tlm_probe.data.stream import BatchOrder, eval_windows, target_bytes
+from tlm_probe.models.io import atomic_write_text, save_tlm
+from tlm_probe.models.tlm import TaperedLM
+from tlm_probe.train import checkpoint
+from tlm_probe.train import distributed as dist
+from tlm_probe.train.metrics import MetricsLog
+from tlm_probe.train.optim import lr_at, make_optimizer, set_lr
+from tlm_probe.train.run import RunPlan, prepare_folder
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+LOAD = StateDictOptions(full_state_dict=True, strict=False)
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "4090": 165e12}
+"""Dense bf16 peak FLOP/s by GPU name fragment, for the MFU guess when --peak-flops is not given."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def peak_flops(given: float, device: torch.device) -> float | None:
+    if given > 0:
+        return given
+    if device.type != "cuda":
+        return None
+    gpu = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_FLOPS.items() if k in gpu), None)
+
+
+@dataclass
+class Progress:
+    """What the loop reports to its caller (the CLI draws the progress bar from it)."""
+
+    total: int
+    step: int = 0
+    last: dict = field(default_factory=dict)
+
+
+class Trainer:
+    def __init__(
+        self, plan: RunPlan, *, overwrite: bool = False, fsdp: bool = False, stop_at: int | None = None
+    ):
+        self.plan, self.tc, self.stop_at = plan, plan.tc, stop_at
+        device = resolve_device(self.tc.device)
+        self.device = dist.init(device.type) or device
+        self.world, self.rank = dist.world_size(), dist.rank()
+        if dist.is_main():
+            prepare_folder(plan, overwrite)
+        dist.barrier()
+        self.total = self.tc.total_steps(self.world)
+        self.order = BatchOrder(plan.data.train, self.tc.seq_len, self.tc.seed)
+        self.eval_set = eval_windows(plan.data.val, self.tc.seq_len, self.tc.eval_tokens)
+        self.eval_bytes = target_bytes(self.eval_set, plan.data.tokenizer)
+        self.flops_per_token = train_flops_per_token(plan.cfg, self.tc.seq_len)
+        self.peak = peak_flops(self.tc.peak_flops, self.device)
+        self.log = MetricsLog(plan.out, dist.is_main())
+        self._build(fsdp)
+        self.stop_requested = False
+
+    # ---- set-up -----------------------------------------------------------------------------------
+    def _build(self, fsdp: bool) -> None:
+        torch.manual_seed(self.tc.seed)  # same initial weights for the same seed and config
+        raw = TaperedLM(self.plan.cfg).to(self.device).train()
+        self.raw = dist.wrap_fsdp(raw) if fsdp and dist.active() else raw
+        self.opt = make_optimizer(self.raw, self.tc, self.device.type)
+        self.step, self.tokens = 0, 0
+        if self.plan.resume:
+            model_sd, optim_sd, restored = checkpoint.load_state(self.plan.out)
+            set_state_dict(
+                self.raw, self.opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=LOAD
+            )
+            self.step, self.tokens = restored.step, restored.tokens
+            self.log.truncate_after(self.step)
+        use_ddp = dist.active() and not fsdp
+        self.model = dist.wrap_ddp(self.raw, self.device) if use_ddp else self.raw
+        if self.tc.compile:
+            self.model = torch.compile(self.model)
+
+    def autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # ---- one optimizer step -----------------------------------------------------------------------
+    def train_step(self) -> tuple[float, float]:
+        """Forward/backward over grad_accum micro-batches, clip, update; (global mean loss, grad norm)."""
+        tc = self.tc
+        set_lr(self.opt, lr_at(self.step, tc, self.total))
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(tc.grad_accum):
+            batch = self.order.micro_batch(
+                self.step, micro, self.rank, tc.batch_size, tc.grad_accum, self.world
+            )
+            batch = batch.to(self.device, non_blocking=True)
+            last = micro == tc.grad_accum - 1
+            sync = (
+                contextlib.nullcontext()
+                if last or not hasattr(self.model, "no_sync")
+                else self.model.no_sync()
+            )
+            with sync, self.autocast():
+                loss = next_token_loss(self.model, batch) / tc.grad_accum
+            loss.backward()
+            loss_sum += loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), tc.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens += tc.tokens_per_step * self.world
+        return dist.mean_scalar(loss_sum), float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    # ---- evaluation and checkpoints ----------------------------------------------------------------
+    def evaluate(self) -> dict:
+        from tlm_probe.train.evaluate import evaluate
+
+        raw_eval = self.raw
+        out = evaluate(
+            raw_eval, self.eval_set, self.eval_bytes, self.tc.batch_size, self.device, self.autocast
+        )
+        record = {"kind": "eval", "step": self.step, "tokens": self.tokens, **out}
+        self.log.write(record)
+        return record
+
+    def save(self) -> None:
+        model_sd, optim_sd = get_state_dict(self.raw, self.opt, options=FULL)
+        if dist.is_main():
+            checkpoint.save_state(
+                self.plan.out, model_sd, optim_sd, self.step, self.tokens, self.tc.keep_last
+            )
+            cpu = TaperedLM(self.plan.cfg)
+            cpu.load_state_dict(model_sd)
+            save_tlm(cpu, self.plan.out)
+        dist.barrier()
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def run(self, report=None) -> dict:
+        """Train to the end (or to stop_at / Ctrl-C); returns the run summary. `report(Progress)` is
+        called after every step (the CLI's progress bar)."""
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if _main_thread() else None
+        try:
+            return self._loop(report)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.stop_requested:  # a second Ctrl-C: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self.stop_requested = True
+
+    def _loop(self, report) -> dict:
+        tc, progress = self.tc, Progress(self.total, self.step)
+        t_start, t_mark, tok_mark, last_eval = time.perf_counter(), time.perf_counter(), self.tokens, {}
+        if self.step == 0:
+            last_eval = self.evaluate()
+        else:  # resumed: the newest evaluation so far stands until the next one
+            from tlm_probe.train.metrics import read_metrics
+
+            last_eval = next((m for m in reversed(read_metrics(self.plan.out)) if m["kind"] == "eval"), {})
+        interrupted = False
+        while self.step < self.total:
+            loss, gnorm = self.train_step()
+            now = time.perf_counter()
+            tps = (self.tokens - tok_mark) / max(now - t_mark, 1e-9)
+            record = self._train_record(loss, gnorm, tps)
+            if self.step % tc.log_interval == 0 or self.step == self.total:
+                self.log.write(record)
+            if self.step % tc.eval_interval == 0 or self.step == self.total:
+                last_eval = self.evaluate()
+            if tc.ckpt_interval and self.step % tc.ckpt_interval == 0 and self.step != self.total:
+                self.save()
+            progress.step, progress.last = self.step, {**record, **last_eval}
+            if report:
+                report(progress)
+            t_mark, tok_mark = time.perf_counter(), self.tokens
+            if dist.broadcast_flag(self.stop_requested, self.device) or self.step == self.stop_at:
+                interrupted = self.step < self.total
+                break
+        self.save()
+        return self._summary(last_eval, time.perf_counter() - t_start, interrupted)
+
+    def _train_record(self, loss: float, gnorm: float, tps: float) -> dict:
+        rec = {
+            "kind": "train",
+            "step": self.step,
+            "tokens": self.tokens,
+            "train_loss": loss,
+            "lr": self.opt.param_groups[0]["lr"],
+            "grad_norm": gnorm,
+            "tokens_per_s": tps,
+        }
+        if self.peak:
+            rec["mfu"] = tps * self.flops_per_token / self.peak
+        return rec
+
+    def _summary(self, last_eval: dict, wall: float, interrupted: bool) -> dict:
+        from tlm_probe.train.metrics import read_metrics
+
+        rates = [m["tokens_per_s"] for m in read_metrics(self.plan.out) if m["kind"] == "train"]
+        rates = rates[1:] or rates  # the first step pays for warm-up (allocations, compilation)
+        summary = {
+            "out": str(self.plan.out),
+            "step": self.step,
+            "total_steps": self.total,
+            "tokens": self.tokens,
+            "interrupted": interrupted,
+            "wall_s": wall,
+            "world_size": self.world,
+            "params": count_params(self.plan.cfg).total,
+            "flops_per_token": self.flops_per_token,
+            "tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,
+            "d_ff": list(self.plan.cfg.d_ff),
+            "schedule": self.tc.schedule,
+            "seed": self.tc.seed,
+            **{k: last_eval.get(k) for k in ("val_loss", "val_ppl", "val_bpb")},
+        }
+        if dist.is_main() and not interrupted:
+            atomic_write_text(self.plan.out / "run.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+def next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
+    """Mean NLL of ids 1..T given 0..T-1 for a (B, T + 1) batch: T inputs and T targets per row."""
+    logits = model(batch[:, :-1])  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,42 @@
+"""metrics.jsonl: one JSON object per line, kind "train" or "eval"; appended and flushed line by line.
+On resume, lines beyond the restored step (written after the last checkpoint) are dropped first."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+FILE = "metrics.jsonl"
+
+
+class MetricsLog:
+    def __init__(self, run: Path, enabled: bool = True):
+        self.path = run / FILE
+        self.enabled = enabled
+
+    def truncate_after(self, step: int) -> None:
+        if not (self.enabled and self.path.is_file()):
+            return
+        keep = [
+            ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step
+        ]
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".metrics.")
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(ln + "\n" for ln in keep))
+        os.replace(tmp, self.path)
+
+    def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+
+def read_metrics(run: str | Path) -> list[dict]:
+    path = Path(run) / FILE
+    if not path.is_file():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
