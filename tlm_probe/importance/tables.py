@@ -1,0 +1,135 @@
+"""Turn the suite's accumulators into the contract's tidy rows (per layer, and layer x layer).
+
+Matrix indices r = 0..L: r = l is the residual stream entering block l (0 = embeddings), r = L the output
+of the last block. `drop_block_best[_last]` rows are (layer_i = l*, layer_j = l* + n, value = angular
+distance): for each block size n, the n consecutive blocks whose removal changes the stream least
+(Gromov et al. 2024; `_last` uses the last token only, as in the paper).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tlm_probe.importance.geometry import (
+    best_blocks_to_drop,
+    cka_matrix,
+    effective_rank,
+    participation_ratio,
+)
+from tlm_probe.importance.linear_probes import majority_baseline, probe_accuracy, top_k_filter
+from tlm_probe.importance.utilisation import stable_rank, weight_matrix
+
+MATRIX_INDEX = "r = l: residual stream entering block l (r = 0: embeddings); r = L: output of the last block"
+NAN = math.nan
+
+
+def _plain(value: float, n: int) -> dict:
+    return dict(value=float(value), ci_low=NAN, ci_high=NAN, std=NAN, n_tokens=int(n))
+
+
+def _geometry_rows(first) -> dict[str, list[dict]]:
+    reps, n = first.sample.reps or [], first.sample.n
+    layers = range(1, len(reps))  # layer l reads r = l + 1 (its output)
+    aniso = first.anisotropy.values() if first.anisotropy is not None else []
+    return {
+        "effective_rank": [_plain(effective_rank(reps[r]), n) for r in layers],
+        "participation_ratio": [_plain(participation_ratio(reps[r]), n) for r in layers],
+        "anisotropy": [_plain(aniso[r], first.anisotropy.count) for r in layers],
+    }
+
+
+def _probe_labels(first, opts) -> tuple[np.ndarray, str]:
+    y = first.sample.labels.numpy()
+    if opts.probe_labels is not None:
+        return y, "user labels"
+    k = opts.probe_top_k
+    return top_k_filter(y, first.label_counts.numpy(), k), f"next token among the top {k}"
+
+
+def _probe_rows(first, opts) -> tuple[list[dict], dict]:
+    y, how = _probe_labels(first, opts)
+    keep = y >= 0
+    reps = first.sample.reps or []
+    rows = [probe_accuracy(reps[r].numpy()[keep], y[keep], seed=opts.seed) for r in range(1, len(reps))]
+    info = dict(labels=how, n_labelled=int(keep.sum()), majority_baseline=majority_baseline(y[keep]))
+    return rows, info
+
+
+def _utilisation_rows(pm, first, opts) -> dict[str, list[dict]]:
+    return {
+        "dead_neuron_frac": [_plain(a.dead_fraction(opts.freq_threshold), a.count) for a in first.neurons],
+        "stable_rank_mlp_out": [
+            _plain(stable_rank(weight_matrix(pm.mlp_down(l))), 0) for l in range(pm.n_layers)
+        ],
+    }
+
+
+def _matrix_rows(model: str, name: str, m: np.ndarray) -> list[dict]:
+    R = m.shape[0]
+    return [
+        dict(model=model, layer_i=i, layer_j=j, statistic=name, value=float(m[i, j]))
+        for i in range(R)
+        for j in range(R)
+    ]
+
+
+def _matrices(pm, first) -> list[dict]:
+    out = []
+    reps = first.sample.reps or []
+    mats = {"angular_distance": first.angular.matrix(), "angular_distance_last": first.angular_last.matrix()}
+    if len(reps) > 1:
+        mats["cka_linear"] = cka_matrix(reps)
+    for name, m in mats.items():
+        out += _matrix_rows(pm.name, name, m)
+    for name, suffix in (("angular_distance", ""), ("angular_distance_last", "_last")):
+        for start, n, dist in best_blocks_to_drop(mats[name]):
+            out.append(
+                dict(
+                    model=pm.name,
+                    layer_i=start,
+                    layer_j=start + n,
+                    statistic=f"drop_block_best{suffix}",
+                    value=dist,
+                )
+            )
+    return out
+
+
+def _per_layer(pm, stats: dict[str, list[dict]]) -> list[dict]:
+    L = pm.n_layers
+    rows = []
+    for name, per_layer in stats.items():
+        for l, r in enumerate(per_layer):
+            depth = l / (L - 1) if L > 1 else 0.0
+            rows.append(dict(model=pm.name, layer=l, depth=depth, statistic=name, **r, d_ff=pm.d_ff[l]))
+    return rows
+
+
+def finish_tables(pm, opts, first, effects, grads, skipped: dict):
+    """(per-layer rows, matrix rows, info) from the three passes."""
+    stats: dict[str, list[dict]] = {}
+    if first.lens is not None:
+        stats.update(first.lens.rows())
+    stats.update(effects.rows())
+    if grads is not None:
+        stats.update(grads.rows())
+    stats.update(_geometry_rows(first))
+    stats.update(_utilisation_rows(pm, first, opts))
+    stats["probe_acc"], probe_info = _probe_rows(first, opts)
+    info = dict(
+        sample_tokens=first.sample.n,
+        sample_seen=first.sample.seen,
+        seed=opts.seed,
+        act_threshold=opts.act_threshold,
+        freq_threshold=opts.freq_threshold,
+        probe=probe_info,
+        ablation_metric=effects.metric_name,
+        ablations=list(opts.ablations),
+        resample_pool=opts.pool_size,
+        grad_sequences=int(grads.fisher.count[0]) if grads is not None and grads.layers else 0,
+        matrix_index=MATRIX_INDEX,
+        skipped=skipped,
+    )
+    return _per_layer(pm, stats), _matrices(pm, first), info
