@@ -94,11 +94,16 @@ class ProbeModel:
         """piece -> tap for this model's block kind."""
         return dict(self.adapter.taps[self.block_kind])
 
+    def base_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[tuple, dict]:
+        """(args, kwargs) for calling `self.base` on a batch."""
+        if self.family == "tlm":
+            return (input_ids,), {"attention_mask": attention_mask}
+        return (), {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+
     def forward_base(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """Run the blocks (no LM head: the probe statistics never need logits)."""
-        if self.family == "tlm":
-            return self.model(input_ids, attention_mask=attention_mask)
-        return self.base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        args, kwargs = self.base_inputs(input_ids, attention_mask)
+        return self.base(*args, **kwargs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """The full model (logits for decoders, hidden states for encoders)."""

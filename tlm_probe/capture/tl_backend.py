@@ -1,0 +1,103 @@
+"""TransformerLens backend: our models through their own HookPoints, HF models through TransformerBridge.
+
+Each batch runs `run_with_cache` with a names filter that caches only the pieces the statistics need,
+then hands each layer's pieces to the sink. The bridge's names follow TransformerLens conventions, which
+for post-LN blocks (BERT) differ from ours: its hook_attn_out is the *normalised* attention output (our
+resid_mid) and its hook_resid_mid is the sum before the second LayerNorm. The table below maps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+from tlm_probe.capture.adapters import PARALLEL, POST_LN, SEQUENTIAL
+from tlm_probe.capture.sink import StatSink
+from tlm_probe.errors import UserError
+
+_PRE_LN = {
+    "resid_pre": "hook_resid_pre",
+    "attn_out": "hook_attn_out",
+    "resid_mid": "hook_resid_mid",
+    "mlp_out": "hook_mlp_out",
+    "resid_post": "hook_resid_post",
+    "mlp_post": "mlp.hook_post",
+}
+# block kind -> piece -> hook name inside blocks.{l}
+TL_NAMES = {
+    SEQUENTIAL: _PRE_LN,
+    PARALLEL: {k: v for k, v in _PRE_LN.items() if k != "resid_mid"},
+    POST_LN: {
+        "resid_pre": "hook_resid_pre",
+        "attn_out": "attn.o.hook_out",
+        "attn_sum": "ln1.hook_in",
+        "resid_mid": "attn.hook_out",
+        "mlp_out": "hook_mlp_out",
+        "resid_post_prenorm": "ln2.hook_in",
+        "resid_post": "hook_resid_post",
+        "mlp_post": "mlp.hook_post",
+    },
+}
+# encoders load as bare models; the bridge wants the masked-LM class around them (its head is unused)
+_ENCODER_WRAPPERS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
+
+
+class TransformerLensBackend:
+    name = "transformer-lens"
+
+    def __init__(self, sink: StatSink):
+        self.sink, self.pm = sink, sink.pm
+        table = TL_NAMES[self.pm.block_kind]
+        self.names = {(l, p): f"blocks.{l}.{table[p]}" for l in range(self.pm.n_layers) for p in sink.pieces}
+        self.runner = self.pm.model if self.pm.family == "tlm" else _boot_bridge(self.pm)
+        unknown = [n for n in self.names.values() if n not in self.runner.hook_dict]
+        if unknown:
+            raise UserError(
+                f"the TransformerLens bridge for {self.pm.family} has no hook {unknown[0]}; "
+                "use --backend native"
+            )
+
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, full_output: bool = False):
+        wanted = set(self.names.values())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out, cache = self.runner.run_with_cache(
+                input_ids, attention_mask=attention_mask, names_filter=lambda n: n in wanted
+            )
+        for layer in range(self.pm.n_layers):
+            raw = {
+                p: cache[self.names[(layer, p)]] for p in self.sink.pieces if self.names[(layer, p)] in cache
+            }
+            self.sink.on_layer(layer, raw)
+        return out
+
+
+def _boot_bridge(pm):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    hf_model = pm.model
+    if pm.model_type in _ENCODER_WRAPPERS:
+        import transformers
+
+        hf_model = getattr(transformers, _ENCODER_WRAPPERS[pm.model_type])(pm.model.config)
+        setattr(hf_model, hf_model.base_model_prefix, pm.model)
+        hf_model = hf_model.to(next(pm.model.parameters()).device, next(pm.model.parameters()).dtype).eval()
+    level = logging.getLogger().level
+    logging.disable(logging.WARNING)  # the bridge logs several lines per boot about aliases and defaults
+    try:
+        return TransformerBridge.boot_transformers(
+            str(pm.path or pm.name),
+            hf_model=hf_model,
+            tokenizer=pm.tokenizer,
+            dtype=next(pm.model.parameters()).dtype,
+        )
+    except Exception as e:  # the bridge does not cover every family transformers does
+        raise UserError(
+            f"TransformerLens cannot wrap this {pm.family} model ({str(e).splitlines()[0][:200]}); "
+            "use --backend native"
+        ) from e
+    finally:
+        logging.disable(logging.NOTSET)
+        logging.getLogger().setLevel(level)
