@@ -7,6 +7,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def real_probe_dirs(tmp_path_factory):
+    """Probe result folders of tiny uniform/tapered tlm models, written by the real probe engine
+    (plotting and report tests draw from these; see tests/plotting_tables.py)."""
+    from plotting_tables import real_probe_results
+
+    return real_probe_results(tmp_path_factory.mktemp("real-probes"))

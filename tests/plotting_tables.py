@@ -53,3 +53,42 @@ def pdf_size_pt(path: Path) -> tuple[float, float]:
     assert data.startswith(b"%PDF")
     box = re.search(rb"/MediaBox\s*\[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", data)
     return float(box[1]), float(box[2])
+
+
+# --- real result folders: tiny tapered models probed by the real engine (tlm_probe.probe) ---
+
+REAL_MODELS = {  # name: (schedule, layers); mean width 64, so all have the same MLP budget per layer
+    "uniform-4": ("uniform", 4),
+    "cosine-4": ("cosine:1.5:0.5", 4),
+    "cosine-6": ("cosine:1.5:0.5", 6),
+}
+
+
+def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 512,
+                       models: dict = REAL_MODELS) -> dict[str, Path]:
+    """Build, save and probe each REAL_MODELS entry on the bytes of a standard-library text; returns the
+    result folders written by tlm_probe.report.write_results (the files `tlm probe --out` writes)."""
+    import pydoc_data.topics
+
+    import torch
+
+    from tlm_probe.models.config import config_with_schedule
+    from tlm_probe.models.io import save_tlm
+    from tlm_probe.models.tlm import TaperedLM
+    from tlm_probe.probe import ProbeOptions, run_probe
+    from tlm_probe.report import write_results
+    from tlm_probe.schedules import parse_schedule
+
+    text = pydoc_data.topics.topics["assert"].encode()
+    ids = root / "ids.npy"
+    np.save(ids, np.frombuffer(text, dtype=np.uint8).astype(np.uint32))
+    out = {}
+    for k, (name, (schedule, layers)) in enumerate(models.items()):
+        torch.manual_seed(k)
+        cfg = config_with_schedule(parse_schedule(schedule, 16), 64, d_model=32, n_layers=layers, n_heads=2,
+                                   vocab_size=256, max_seq_len=64)
+        save_tlm(TaperedLM(cfg), root / name)
+        res = run_probe(root / name, ProbeOptions(data=str(ids), stats=stats, seq_len=64,
+                                                  max_tokens=max_tokens, batch_size=8))
+        out[name] = write_results(root / f"probe-{name}", res.table, res.matrices, res.provenance)
+    return out

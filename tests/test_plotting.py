@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection, PolyCollection
-from plotting_tables import MODELS, matrix_table, pdf_size_pt, png_size, result_table, svg_size_pt
+from plotting_tables import REAL_MODELS, matrix_table, pdf_size_pt, png_size, result_table, svg_size_pt
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting import (
@@ -19,7 +19,8 @@ from tlm_probe.plotting import (
     plot_schedules,
     save_figure,
 )
-from tlm_probe.plotting.inputs import curve_summary, schedule_table
+from tlm_probe.plotting.inputs import curve_summary, load_probe, merge_probes, schedule_table
+from tlm_probe.schedules import make_schedule, parse_schedule
 
 SMALL = (400, 300)
 
@@ -28,26 +29,30 @@ def _rows(df, model, stat):
     return df[(df.model == model) & (df.statistic == stat)].sort_values("layer")
 
 
-def test_depth_one_line_per_model_with_band_and_width_markers():
-    df = result_table()
+def _real(dirs) -> pd.DataFrame:
+    return merge_probes([load_probe(p) for p in dirs.values()])[0]
+
+
+def test_depth_on_real_probe_results(real_probe_dirs):
+    df = _real(real_probe_dirs)
     fig = plot_depth(df, "align_mlp_mid", size=SMALL, dpi=50)
     ax = fig.axes[0]
-    assert [l.get_label() for l in ax.lines] == list(MODELS)
-    for line, model in zip(ax.lines, MODELS, strict=True):
+    assert [l.get_label() for l in ax.lines] == list(REAL_MODELS)
+    for line, (model, (_, layers)) in zip(ax.lines, REAL_MODELS.items(), strict=True):
         rows = _rows(df, model, "align_mlp_mid")
-        np.testing.assert_allclose(line.get_xdata(), [l / (len(MODELS[model]) - 1) for l in rows.layer])
+        np.testing.assert_allclose(line.get_xdata(), np.arange(layers) / (layers - 1))  # overlays depths
         np.testing.assert_allclose(line.get_ydata(), rows.value)
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(bands) == 2
+    assert len(bands) == 3
     # the band of the first model spans its CI: lowest vertex = min ci_low, highest = max ci_high
     ys = bands[0].get_paths()[0].vertices[:, 1]
-    rows = _rows(df, "uniform-6", "align_mlp_mid")
+    rows = _rows(df, "uniform-4", "align_mlp_mid")
     assert ys.min() == pytest.approx(rows.ci_low.min()) and ys.max() == pytest.approx(rows.ci_high.max())
-    uniform, tapered = [c for c in ax.collections if isinstance(c, PathCollection)]
+    uniform, tapered, _ = [c for c in ax.collections if isinstance(c, PathCollection)]
     assert np.ptp(uniform.get_sizes()) == 0  # uniform widths: all markers alike
-    widths = np.array(MODELS["tapered-4"], float)
+    widths = np.array(make_schedule(parse_schedule("cosine:1.5:0.5", 16), 4, 64).widths, float)
     np.testing.assert_allclose(tapered.get_sizes() / tapered.get_sizes()[0], widths / widths[0])
-    assert "4,096 tokens" in ax.get_title() and "tapered-4" in ax.get_title()
+    assert "512 tokens" in ax.get_title() and "cosine-6" in ax.get_title()
     assert ax.get_xlabel().startswith("normalised depth") and "cos(MLP out, resid_mid)" in ax.get_ylabel()
     assert "MLP width" in ax.get_legend().get_title().get_text()
 
@@ -94,18 +99,18 @@ def test_heatmap_cells_match_the_matrix_table():
     assert any("cka" in ax.get_ylabel() for ax in fig.axes if not ax.images)  # the colour bar
 
 
-def test_importance_bars_side_by_side():
-    df = result_table()
-    stats = ["block_influence", "mlp_influence"]
+def test_importance_bars_side_by_side(real_probe_dirs):
+    df = _real(real_probe_dirs)
+    stats = ["block_influence", "mlp_influence", "attn_influence"]
     fig = plot_importance(df, stats, size=(600, 300), dpi=50)
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == stats
     for ax, stat in zip(panels, stats, strict=True):
         heights = [p.get_height() for p in ax.patches]
-        expected = np.concatenate([_rows(df, m, stat).value for m in MODELS])
-        assert len(heights) == 6 + 4
+        expected = np.concatenate([_rows(df, m, stat).value for m in REAL_MODELS])
+        assert len(heights) == 4 + 4 + 6
         np.testing.assert_allclose(heights, expected)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(MODELS)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(REAL_MODELS)
 
 
 def _losses():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import re
 import shutil
@@ -15,46 +16,57 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from plotting_tables import matrix_table, result_table
+from plotting_tables import matrix_table, real_probe_results, result_table
+from typer.testing import CliRunner
 
+from cli import app
 from tlm_probe.errors import UserError
-from tlm_probe.html_report import Document, Section, Table, render_figures, write_report
+from tlm_probe.html_report import Document, Section, Table, write_report
 from tlm_probe.plotting.inputs import ProbeResult
 from tlm_probe.plotting.sections import probe_sections, wide_table
 
-EVIL = '<script>alert("x")</script> & $x$'
+EVIL = "tiny<script>alert('x')&$x$"  # a real model folder name: the model name comes from data
 CHROMIUM = Path("/usr/bin/chromium")
-
-
-def _document(tmp_path: Path, size=(500, 350)) -> Document:
-    models = {EVIL: (128,) * 4, "tapered": (192, 160, 96, 64)}
-    pr = ProbeResult(tmp_path / "probe", result_table(models), matrix_table(models),
-                     {"model": EVIL, "data": {"source": "builtin:pydoc", "tokens": 4096}})
-    doc = Document("report <b>title</b>", probe_sections([pr], size, 60), [f"inputs: {EVIL}"])
-    render_figures(doc)
-    return doc
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory):
+def report_dir(real_probe_dirs, tmp_path_factory):
+    """`tlm report` on real probe folders, one of them of a model whose folder name holds <script>."""
     tmp = tmp_path_factory.mktemp("report")
-    summary = write_report(_document(tmp), tmp / "out")
-    return tmp / "out", summary
+    evil = real_probe_results(tmp, models={EVIL: ("cosine:1.5:0.5", 4)})[EVIL]
+    inputs = [str(p) for p in real_probe_dirs.values()] + [str(evil)]
+    r = runner.invoke(app, ["report", *inputs, "--out", str(tmp / "out"), "--size", "500x350", "--dpi", "60",
+                            "--title", "report <b>title</b>", "--json"])
+    assert r.exit_code == 0, r.output
+    return tmp / "out", json.loads(r.stdout)
 
 
 def test_html_is_escaped_and_self_contained(report_dir):
     out, summary = report_dir
     page = (out / "report.html").read_text()
     assert "<script" not in page.lower()  # the page has no script of its own, and data cannot add one
-    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; $x$" in page
+    assert "tiny&lt;script&gt;alert(&#x27;x&#x27;)&amp;$x$" in page
     assert "&lt;b&gt;title&lt;/b&gt;" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", page)  # nothing fetched
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == len(summary["figures"]) == 5  # 3 depth + importance + heatmap
+    # one depth figure per alignment statistic (8) and one importance figure (the 3 influence proxies)
+    assert len(images) == len(summary["figures"]) == 9
     with Image.open(io.BytesIO(base64.b64decode(images[0]))) as im:
         assert im.size == (500, 350)
-    for section in ("Probe results", "Statistics vs depth", "Layer importance", "Layer × layer", "Tables"):
+    for section in ("Probe results", "Statistics vs depth", "Layer importance", "Tables"):
         assert f"<h2>{section}</h2>" in page
+    assert summary["sections"] == ["Probe results", "Statistics vs depth", "Layer importance", "Tables"]
+
+
+def test_matrices_section_from_a_matrix_table(tmp_path):
+    models = {"a": (64,) * 5, "b": (96, 64, 32)}
+    pr = ProbeResult(tmp_path, result_table(models), matrix_table(models, "cka"), {})
+    sections = probe_sections([pr], (400, 300), 50)
+    (matrix,) = [s for s in sections if s.title == "Layer × layer"]
+    (fig_block,) = matrix.blocks
+    fig = fig_block.make()
+    assert [ax.images[0].get_array().shape for ax in fig.axes if ax.images] == [(5, 5), (3, 3)]
 
 
 def test_markdown_escapes_and_links_figures(report_dir):
@@ -122,4 +134,4 @@ def test_report_renders_in_headless_chromium(report_dir, tmp_path):
     assert pixels.std() > 20 and (pixels < 200).mean() > 0.02  # text and figures, not a blank page
     dom = _chromium("--dump-dom", url).stdout
     assert "<script" not in dom.lower() and "&lt;script&gt;" in dom  # the name is text in the DOM
-    assert dom.count("<img") == 5
+    assert dom.count("<img") == 9
