@@ -70,6 +70,8 @@ class ProbeOptions:
     """train | val | all, for sources with a deterministic split."""
     guardrails: bool = True
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
+    importance: dict = field(default_factory=dict)
+    """Options of the importance set (tlm_probe.importance.suite.ImportanceOptions fields)."""
 
 
 @dataclass
@@ -119,6 +121,9 @@ def run_probe(
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
     backend = _backend(opts.backend)(sink)
     rank, world = _dist()
+    for acc in accs:  # sets that need the model itself (importance: ablations, gradients)
+        if hasattr(acc, "bind"):
+            acc.bind(pm, opts.exclude_bos, accs, opts.importance, progress and rank == 0)
     seqs = sq.limit_tokens(sq.token_sequences(pm, opts.data, opts.seq_len, opts.split), opts.max_tokens)
     n_tokens = _run_batches(pm, sink, backend, sq.shard(seqs, rank, world), opts, progress and rank == 0)
     n_tokens = _all_reduce(accs, n_tokens, world)
@@ -126,8 +131,11 @@ def run_probe(
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
     from tlm_probe.report import build_provenance
 
+    table, matrices = _table(pm, accs), _matrices(pm, accs)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
-    return ProbeResult(_table(pm, accs), _matrices(pm, accs), prov)
+    for acc in accs:
+        prov.update(getattr(acc, "provenance", dict)())
+    return ProbeResult(table, matrices, prov)
 
 
 def _run_batches(pm, sink, backend, seqs, opts: ProbeOptions, progress: bool) -> int:
@@ -186,8 +194,9 @@ def _table(pm: ProbeModel, accs) -> pd.DataFrame:
     rows = [r for acc in accs for r in acc.rows()]
     df = pd.DataFrame(rows)
     df["model"] = pm.name
-    df["depth"] = df["layer"] / max(pm.n_layers - 1, 1)
-    df["d_ff"] = [pm.d_ff[l] for l in df["layer"]]
+    per_layer = df["layer"] >= 0  # layer -1: per-model rows (importance proxy agreement)
+    df["depth"] = (df["layer"] / max(pm.n_layers - 1, 1)).where(per_layer)
+    df["d_ff"] = pd.array([pm.d_ff[l] if l >= 0 else None for l in df["layer"]], dtype="Int64")
     extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
     return df[RESULT_COLUMNS + extra]
 
@@ -217,6 +226,7 @@ def probe(
     progress: bool = False,
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
+    importance: dict | None = None,
 ) -> pd.DataFrame:
     """Probe a model; returns the tidy result table (matrices and provenance in df.attrs)."""
     opts = ProbeOptions(
@@ -230,6 +240,7 @@ def probe(
         device=device,
         dtype=dtype,
         split=split,
+        importance=dict(importance or {}),
     )
     res = run_probe(
         model, opts, progress=progress, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle

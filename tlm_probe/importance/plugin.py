@@ -57,6 +57,14 @@ def importance_options(overrides: dict | None) -> ImportanceOptions:
     return ImportanceOptions(**overrides)
 
 
+def _tracker(progress: bool):
+    if not progress:
+        return lambda it, description: it
+    from rich.progress import track
+
+    return lambda it, description: track(it, description=description, transient=True)
+
+
 def _wanted_ablations(wanted: tuple[str, ...]) -> tuple[str, ...]:
     kinds = [
         a for a in DEFAULT_ABLATIONS if any(w.endswith(f"_{a}") and w.startswith("ablation_") for w in wanted)
@@ -76,12 +84,13 @@ class ImportanceAccumulator(Accumulator):
         self.pm = None
         self.others: list[Accumulator] = []
         self.options = ImportanceOptions()
+        self.progress = False
         self._result = None
         self.agreement_target: str | None = None
 
-    def bind(self, pm, exclude_bos: bool = False, others=(), options: dict | None = None) -> None:
+    def bind(self, pm, exclude_bos=False, others=(), options: dict | None = None, progress=False) -> None:
         """The model to ablate and differentiate, the other accumulators of the run (for agreement)."""
-        self.pm, self.others = pm, [a for a in others if a is not self]
+        self.pm, self.others, self.progress = pm, [a for a in others if a is not self], progress
         grads = any(w in GRADIENT_STATS or w.startswith("spearman_") for w in self.wanted)
         base = importance_options({**(options or {}), "exclude_bos": exclude_bos})
         ablations = _wanted_ablations(self.wanted)
@@ -102,7 +111,7 @@ class ImportanceAccumulator(Accumulator):
             with torch.inference_mode(False):
                 # probe() streams under inference_mode; gradients need ordinary tensors
                 batches = [{k: v.clone() for k, v in b.items()} for b in self.batches]
-                self._result = run_importance(self.pm, batches, self.options)
+                self._result = run_importance(self.pm, batches, self.options, _tracker(self.progress))
         return self._result
 
     def rows(self) -> list[dict]:
@@ -135,6 +144,7 @@ class ImportanceAccumulator(Accumulator):
         return {
             "importance": {
                 **info,
+                "agreement_target": self.agreement_target,
                 "options": {k: v for k, v in self.options.__dict__.items() if k != "probe_labels"},
             }
         }

@@ -1,0 +1,62 @@
+"""probe(stats=...) with the importance set: rows, matrices, agreement, provenance, files on disk."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from models_zoo import build_model
+
+from tlm_probe.errors import UserError
+from tlm_probe.probe import ProbeOptions, probe, run_probe
+from tlm_probe.report import read_results, write_results
+
+KW = dict(seq_len=24, max_tokens=192, batch_size=4, importance={"sample_size": 64, "grad_sequences": 4})
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    return build_model("gpt2", tmp_path_factory.mktemp("gpt2"))
+
+
+def test_stats_all_has_alignment_importance_and_agreement(gpt2, tmp_path):
+    df = probe(gpt2, "builtin:pydoc", stats="all", **KW)
+    stats = set(df.statistic)
+    assert {"align_mlp_mid", "ablation_dnll_mlp_zero", "taylor_mlp", "logit_lens_kl", "probe_acc"} <= stats
+    agree = df[df.layer == -1].set_index("statistic")
+    assert {"spearman_align_mlp_mid", "spearman_taylor_mlp", "spearman_logit_lens_kl"} <= set(agree.index)
+    assert agree.d_ff.isna().all() and agree.depth.isna().all()
+    # independent path: pandas rank correlation over the table itself
+    wide = df[df.layer >= 0].pivot(index="layer", columns="statistic", values="value")
+    ref = wide["align_mlp_mid"].corr(wide["ablation_dnll_mlp_zero"], method="spearman")
+    assert agree.loc["spearman_align_mlp_mid", "value"] == pytest.approx(ref)
+    prov = df.attrs["provenance"]["importance"]
+    assert prov["agreement_target"] == "ablation_dnll_mlp_zero" and prov["sample_tokens"] == 64
+    mats = df.attrs["matrices"]
+    assert {"angular_distance", "cka_linear", "drop_block_best_last"} <= set(mats.statistic)
+
+
+def test_result_files_round_trip(gpt2, tmp_path):
+    opts = ProbeOptions(stats="importance", **KW)
+    res = run_probe(gpt2, opts)
+    out = write_results(tmp_path / "res", res.table, res.matrices, res.provenance)
+    back, back_m, back_p = read_results(out)
+    assert len(back) == len(res.table) and len(back_m) == len(res.matrices)
+    assert back_p["importance"]["options"]["sample_size"] == 64
+
+
+def test_single_statistics_and_options(gpt2):
+    df = probe(gpt2, "builtin:pydoc", stats="fisher_mlp,ablation_dnll_block_skip", **KW)
+    assert set(df.statistic) == {"fisher_mlp", "ablation_dnll_block_skip"}
+    assert df.attrs["provenance"]["importance"]["ablations"] == ["block_skip"]
+    with pytest.raises(UserError, match="bogus"):
+        probe(gpt2, "builtin:pydoc", stats="importance", **{**KW, "importance": {"bogus": 1}})
+
+
+def test_encoder_agreement_uses_hidden_shift(tmp_path):
+    folder = build_model("bert", tmp_path / "bert")
+    df = probe(folder, "builtin:pydoc", stats="all", **KW)
+    assert not df.statistic.str.startswith(("ablation_dnll", "logit_lens", "taylor")).any()
+    assert df.attrs["provenance"]["importance"]["agreement_target"] == "ablation_shift_mlp_zero"
+    rho = df[df.statistic == "spearman_align_mlp_mid"].value
+    assert len(rho) == 1 and (np.isnan(rho).all() or (rho.abs() <= 1).all())
+    assert isinstance(df.attrs["provenance"]["importance"]["skipped"], dict)
+    assert pd.api.types.is_integer_dtype(df.d_ff)
