@@ -1,0 +1,110 @@
+"""`tlm probe MODEL --data DATA --out DIR`: per-layer alignment statistics of any supported model.
+
+Under torchrun (WORLD_SIZE > 1) every rank probes its shard; rank 0 prints and writes the result.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.errors import UserError
+
+SUMMARY_STATS = (
+    "align_mlp_mid",
+    "align_mlp_pre",
+    "align_attn_pre",
+    "norm_ratio_mlp",
+    "block_influence",
+    "resid_norm_growth",
+)
+
+
+def register(app: typer.Typer) -> None:
+    @command(
+        app,
+        "probe",
+        "tlm probe runs/demo/cosine --data builtin:pydoc --out results/cosine --max-tokens 20000",
+    )
+    def probe(
+        model: str = typer.Argument(..., help="Checkpoint folder (ours or Hugging Face) or a hub name."),
+        data: str = typer.Option(
+            "builtin:pydoc",
+            help="builtin:pydoc | builtin:stdlib | text file/folder/glob | "
+            "file.jsonl[:field] | hf:NAME[:split] | token ids (.npy, .pt, .tok, folder).",
+        ),
+        out: Path = typer.Option(..., help="Result folder: results.csv/.parquet, provenance.json."),
+        backend: str = typer.Option("native", help="native | transformer-lens | nnsight"),
+        stats: str = typer.Option(
+            "alignment", help="Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."
+        ),
+        exclude_bos: bool = typer.Option(False, "--exclude-bos", help="Leave position 0 out of every mean."),
+        seq_len: int = typer.Option(256, help="Tokens per sequence."),
+        max_tokens: int = typer.Option(65_536, help="Stop after this many tokens (0: all the data)."),
+        batch_size: int = typer.Option(8, help="Sequences per forward pass."),
+        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
+        split: str = typer.Option("all", help="train | val | all (for sources with a split)."),
+        trust_remote_code: bool = typer.Option(
+            False, "--trust-remote-code", help="Run a hub model's own code."
+        ),
+        unsafe_pickle: bool = typer.Option(False, "--unsafe-pickle", help="Allow pickle (.bin/.pt) weights."),
+        json_out: bool = typer.Option(
+            False, "--json", help="Print the result rows as JSON instead of a table."
+        ),
+    ):
+        """Measure how each layer's MLP and attention outputs align with the residual stream."""
+        from tlm_probe.probe import ProbeOptions, run_probe
+        from tlm_probe.report import write_results
+
+        if max_tokens < 0:
+            raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
+        opts = ProbeOptions(
+            data=data,
+            stats=stats,
+            backend=backend,
+            seq_len=seq_len,
+            max_tokens=max_tokens or None,
+            batch_size=batch_size,
+            exclude_bos=exclude_bos,
+            device=device,
+            dtype=dtype,
+            split=split,
+        )
+        res = run_probe(
+            model,
+            opts,
+            progress=not json_out,
+            trust_remote_code=trust_remote_code,
+            allow_pickle=unsafe_pickle,
+        )
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
+        write_results(out, res.table, res.matrices, res.provenance)
+        if json_out:
+            print_json(
+                {"out": str(out), "provenance": res.provenance, "results": res.table.to_dict("records")}
+            )
+        else:
+            _print_summary(res.table, res.provenance, out)
+
+
+def _print_summary(table, prov: dict, out: Path) -> None:
+    wide = table.pivot_table(index=["layer", "d_ff"], columns="statistic", values="value").reset_index()
+    cols = [c for c in SUMMARY_STATS if c in wide.columns] or [
+        c for c in wide.columns if c not in ("layer", "d_ff")
+    ]
+    t = Table(
+        title=f"{prov['model']} ({prov['architecture']['family']}, {prov['architecture']['block_kind']}, "
+        f"{prov['data']['n_tokens']:,} tokens, backend {prov['backend']})"
+    )
+    for c in ("layer", "d_ff", *cols):
+        t.add_column(c, justify="right")
+    for _, row in wide.iterrows():
+        t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(f"{row[c]:+.4f}" for c in cols))
+    console.print(t)
+    console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
