@@ -1,0 +1,16 @@
+"""Layer importance beyond alignment (issue 5): what each layer does for the model, measured in one run.
+
+`tlm probe MODEL --stats importance` (or `--stats all`, with alignment) adds, per layer:
+  logit_lens_{kl,ce,entropy,top1}        logit_lens.py   causal LMs only (final norm + unembedding)
+  ablation_dnll_{mlp_zero,mlp_mean,mlp_resample,attn_zero,block_skip}
+                                         ablation*.py    NLL increase; encoders: ablation_shift_* instead
+  taylor_mlp, fisher_mlp, grad_norm_mlp  gradients.py    causal LMs only
+  effective_rank, participation_ratio, anisotropy        geometry.py
+  dead_neuron_frac, stable_rank_mlp_out  utilisation.py
+  probe_acc                              linear_probes.py
+per model (layer = -1): spearman_<proxy> against the MLP zero-ablation effect (agreement.py), and
+layer x layer (matrices table): angular_distance[_last], cka_linear, drop_block_best[_last] (tables.py).
+
+suite.py runs it all on a ProbeModel; plugin.py plugs it into probe(). Importing this package registers
+nothing: the stats registry imports plugin.py on first use.
+"""
