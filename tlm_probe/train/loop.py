@@ -221,6 +221,7 @@ class Trainer:
             "total_steps": self.total,
             "tokens": self.tokens,
             "interrupted": interrupted,
+            "stopped_by_signal": self.stop_requested,
             "wall_s": wall,
             "world_size": self.world,
             "params": count_params(self.plan.cfg).total,

@@ -1,0 +1,122 @@
+"""`tlm compare`: train several width schedules x seeds on identical data and budget; tidy tables out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.train import build_config, run_training
+from tlm_probe.data.sources import SOURCE_HELP
+
+PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
+
+
+def register(app: typer.Typer) -> None:
+    @command(app, "compare", f"tlm compare --schedules {PAPER_ARMS} --seeds 0,1,2 --steps 300 --out runs/cmp")
+    def compare_cmd(
+        out: Path = typer.Option(..., "--out", "-o", help="Comparison folder (runs/, results.csv, ...)."),
+        schedules: str = typer.Option(
+            PAPER_ARMS, help="Comma-separated schedule specs; uniform is the baseline."
+        ),
+        seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (initial weights and batch order)."),
+        config: Path = typer.Option(None, help="YAML or TOML file of training options (flags override it)."),
+        preset: str = typer.Option(None, help="Model preset (tlm-tiny, tlm-small, ...)."),
+        d_model: int = typer.Option(None, help="Residual width (default 128)."),
+        layers: int = typer.Option(None, help="Number of blocks (default 4)."),
+        heads: int = typer.Option(None, help="Attention heads (default 4)."),
+        d_ff: int = typer.Option(None, "--d-ff", help="Uniform (mean) MLP width (default 512)."),
+        seq_len: int = typer.Option(None, help="Training context length (default 128)."),
+        batch_size: int = typer.Option(None, help="Sequences per micro-batch (default 16)."),
+        grad_accum: int = typer.Option(None, help="Micro-batches per optimizer step (default 1)."),
+        steps: int = typer.Option(None, help="Optimizer steps per run (default 300)."),
+        tokens: int = typer.Option(None, help="Token budget per run (instead of --steps)."),
+        lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
+        warmup: int = typer.Option(None, help="Warmup steps (default 50)."),
+        eval_interval: int = typer.Option(None, help="Evaluate every N steps (default 100)."),
+        eval_tokens: int = typer.Option(None, help="Validation tokens (default 32768)."),
+        data: str = typer.Option(None, help=f"Data source: {SOURCE_HELP}."),
+        tokenizer: str = typer.Option(None, help="byte | bpe[:VOCAB] | Hugging Face tokenizer."),
+        device: str = typer.Option(None, help="auto | cpu | cuda."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
+        json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
+    ):
+        """Train each schedule with each seed on the same tokens; write results, summary and paired tests.
+
+        Re-running the same command continues an interrupted comparison where it stopped."""
+        from tlm_probe.train.compare import parse_list, parse_seeds
+
+        flags = {k: v for k, v in locals().items() if v is not None and k in _FLAGS}
+        base = build_config(config, flags)
+        arms, seed_list = parse_list(schedules, "schedules"), parse_seeds(seeds)
+        result = run_compare(base, arms, seed_list, out, overwrite)
+        if json_out:
+            print_json(result)
+        else:
+            print_summary(result)
+
+
+_FLAGS = {
+    "preset",
+    "d_model",
+    "layers",
+    "heads",
+    "d_ff",
+    "seq_len",
+    "batch_size",
+    "grad_accum",
+    "steps",
+    "tokens",
+    "lr",
+    "warmup",
+    "eval_interval",
+    "eval_tokens",
+    "data",
+    "tokenizer",
+    "device",
+}
+
+
+def run_compare(base, arms, seeds, out: Path, overwrite: bool) -> dict:
+    """compare() with progress bars; Ctrl-C saves the running arm and exits 130 (re-run to continue)."""
+    from tlm_probe.train.compare import compare
+
+    try:
+        return compare(base, arms, seeds, out, overwrite=overwrite, train_fn=run_training)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted; finished runs and checkpoints are in {out}; re-run to continue")
+        raise typer.Exit(130) from None
+
+
+def print_summary(result: dict) -> None:
+    table = Table(title=f"validation after training (baseline {result['baseline']})")
+    for col in ("arm", "seeds", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "p (paired t)"):
+        table.add_column(col, justify="right")
+    paired = {p["arm"]: p for p in result["paired"]}
+    for s in result["summary"]:
+        p = paired.get(s["arm"], {})
+        table.add_row(
+            s["arm"],
+            str(s["n_seeds"]),
+            _pm(s, "val_loss"),
+            _pm(s, "val_ppl"),
+            _pm(s, "val_bpb"),
+            _num(p.get("val_loss_diff_mean"), "+.4f"),
+            _num(p.get("val_loss_p"), ".3g"),
+        )
+    console.print(table)
+    b = next(iter(result["budget"].values()))
+    console.print(f"every arm: {b['params']:,} parameters, {b['flops_per_token']:,} training FLOPs per token")
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _pm(row: dict, key: str) -> str:
+    mean, std = row.get(f"{key}_mean"), row.get(f"{key}_std")
+    if mean is None:
+        return "-"
+    return f"{mean:.4f}" + (f" ± {std:.4f}" if std is not None else "")

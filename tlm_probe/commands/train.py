@@ -1,0 +1,165 @@
+"""`tlm train`: train one model from a YAML/TOML config and/or flags, or a preset, into a run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.data.sources import SOURCE_HELP
+from tlm_probe.train.config import TrainConfig, read_config_file
+
+# CLI flag name -> TrainConfig field, for the flags whose names differ
+FLAG_FIELDS = {"layers": "n_layers", "heads": "n_heads"}
+
+
+def progress_bar(total: int, description: str, enabled: bool = True) -> Progress:
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[tps]} tok/s"),
+        TimeRemainingColumn(),
+    ]
+    return Progress(*columns, console=err_console, disable=not enabled, transient=False)
+
+
+def run_training(
+    tc: TrainConfig,
+    out: Path,
+    *,
+    resume=False,
+    overwrite=False,
+    fsdp=False,
+    stop_at=None,
+    data=None,
+    description: str = "train",
+) -> dict:
+    """Plan, train and return the run summary, with a progress bar on rank 0 (shared by compare/demo)."""
+    from tlm_probe.train import distributed as dist
+    from tlm_probe.train.loop import Trainer
+    from tlm_probe.train.run import plan_run
+
+    plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
+    trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
+    with progress_bar(trainer.total, description, tc.progress and dist.is_main()) as bar:
+        task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
+
+        def report(p):
+            bar.update(
+                task,
+                completed=p.step,
+                loss=f"{p.last.get('train_loss', float('nan')):.3f}",
+                tps=f"{p.last.get('tokens_per_s', 0):,.0f}",
+            )
+
+        summary = trainer.run(report)
+    dist.shutdown()
+    return summary
+
+
+def register(app: typer.Typer) -> None:
+    @command(app, "train", "tlm train --schedule cosine:1.5:0.5 --steps 300 --out runs/cosine")
+    def train(
+        out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (checkpoint + metrics)."),
+        config: Path = typer.Option(None, help="YAML or TOML file of training options (flags override it)."),
+        preset: str = typer.Option(
+            None, help="Model preset: tlm-tiny, tlm-small, tlm-440m, tlm-760m, tlm-1.3b."
+        ),
+        schedule: str = typer.Option(
+            None, help="MLP width schedule, e.g. uniform, cosine:1.5:0.5, wider-early."
+        ),
+        d_model: int = typer.Option(None, help="Residual width (default 128)."),
+        layers: int = typer.Option(None, help="Number of blocks (default 4)."),
+        heads: int = typer.Option(None, help="Attention heads (default 4)."),
+        d_ff: int = typer.Option(None, "--d-ff", help="Uniform (mean) MLP width (default 512)."),
+        vocab_size: int = typer.Option(None, help="Model vocabulary (default: the tokenizer's)."),
+        seq_len: int = typer.Option(None, help="Training context length (default 128)."),
+        batch_size: int = typer.Option(None, help="Sequences per micro-batch per process (default 16)."),
+        grad_accum: int = typer.Option(None, help="Micro-batches per optimizer step (default 1)."),
+        steps: int = typer.Option(None, help="Optimizer steps."),
+        tokens: int = typer.Option(None, help="Token budget (used when --steps is not given)."),
+        lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
+        warmup: int = typer.Option(None, help="Linear warmup steps (default 50)."),
+        eval_interval: int = typer.Option(None, help="Evaluate every N steps (default 100)."),
+        eval_tokens: int = typer.Option(
+            None, help="Validation tokens in the fixed eval set (default 32768)."
+        ),
+        ckpt_interval: int = typer.Option(None, help="Checkpoint every N steps (default: only at the end)."),
+        keep_last: int = typer.Option(None, help="Resumable checkpoints to keep (default 2)."),
+        seed: int = typer.Option(None, help="Seed for initial weights and batch order (default 0)."),
+        data: str = typer.Option(None, help=f"Data source: {SOURCE_HELP}; or a `tlm data prepare` folder."),
+        tokenizer: str = typer.Option(None, help="byte | bpe[:VOCAB] | Hugging Face tokenizer folder/name."),
+        device: str = typer.Option(None, help="auto | cpu | cuda | cuda:N."),
+        compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model."),
+        peak_flops: float = typer.Option(None, help="Peak FLOP/s of the device, for the MFU estimate."),
+        fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
+        stop_at: int = typer.Option(None, help="Checkpoint and stop after this step (resume later)."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
+        json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+    ):
+        """Train one tapered (or uniform) model and write a checkpoint folder."""
+        flags = {k: v for k, v in locals().items() if v is not None and k in _FLAG_NAMES}
+        tc = build_config(config, flags)
+        summary = run_training(tc, out, resume=resume, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
+        _print_summary(summary, json_out)
+
+
+_FLAG_NAMES = {
+    "preset",
+    "schedule",
+    "d_model",
+    "layers",
+    "heads",
+    "d_ff",
+    "vocab_size",
+    "seq_len",
+    "batch_size",
+    "grad_accum",
+    "steps",
+    "tokens",
+    "lr",
+    "warmup",
+    "eval_interval",
+    "eval_tokens",
+    "ckpt_interval",
+    "keep_last",
+    "seed",
+    "data",
+    "tokenizer",
+    "device",
+    "compile",
+    "peak_flops",
+}
+
+
+def build_config(config_file: Path | None, flags: dict) -> TrainConfig:
+    """Defaults <- config file <- flags. Flags given alone with neither steps nor tokens get 300 steps."""
+    options = read_config_file(config_file) if config_file else {}
+    options.update({FLAG_FIELDS.get(k, k): v for k, v in flags.items()})
+    if not options.get("steps") and not options.get("tokens"):
+        options["steps"] = 300
+    return TrainConfig.from_dict(options)
+
+
+def _print_summary(s: dict, json_out: bool) -> None:
+    from tlm_probe.train import distributed as dist
+
+    if not dist.is_main():
+        return
+    if json_out:
+        print_json(s)
+    else:
+        bpb = f"{s['val_bpb']:.3f}" if s.get("val_bpb") is not None else "n/a"
+        console.print(
+            f"{s['out']}: step {s['step']}/{s['total_steps']}, val loss {s['val_loss']:.4f}, "
+            f"ppl {s['val_ppl']:.2f}, bpb {bpb}, {s['tokens_per_s']:,.0f} tok/s",
+            highlight=False,
+        )
+    if s["interrupted"]:
+        err_console.print(f"stopped at step {s['step']}; checkpoint saved; continue with --resume")
+        raise typer.Exit(130 if s.get("stopped_by_signal") else 0)

@@ -1,0 +1,114 @@
+"""`tlm data prepare`: tokenize a source into uint32 shards, train/ and val/ (the hash split), plus the
+tokenizer and meta.json. Written into a temporary sibling folder and renamed at the end, so an
+interrupted run leaves nothing half-written under the output name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from tlm_probe.data.sources import iter_documents
+from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
+from tlm_probe.errors import UserError
+from tlm_probe.tokenizer import make_tokenizer, parse_bpe
+
+
+class ShardWriter:
+    """Buffers ids and writes a shard every `shard_tokens` ids."""
+
+    def __init__(self, folder: Path, tokenizer, shard_tokens: int):
+        self.folder, self.tok, self.limit = folder, tokenizer, shard_tokens
+        folder.mkdir(parents=True)
+        self.parts: list[np.ndarray] = []
+        self.n_buffered = self.n_bytes = self.n_tokens = self.n_docs = self.n_shards = 0
+
+    def add(self, text: str) -> None:
+        ids = self.tok.encode(text)
+        eos = [] if self.tok.eos_id is None else [self.tok.eos_id]
+        self.parts.append(np.concatenate([ids, np.array(eos, dtype=np.uint32)]))
+        self.n_buffered += len(self.parts[-1])
+        self.n_bytes += len(text.encode("utf-8"))
+        self.n_docs += 1
+        if self.n_buffered >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        ids = np.concatenate(self.parts)
+        path = self.folder / f"shard_{self.n_shards:05d}{SHARD_SUFFIX}"
+        write_shard(path, ids, self.tok.vocab_size, self.tok.hash, self.n_bytes_in_buffer(ids))
+        self.n_tokens += len(ids)
+        self.n_shards += 1
+        self.parts, self.n_buffered = [], 0
+
+    def n_bytes_in_buffer(self, ids: np.ndarray) -> int:
+        return self.tok.n_bytes(ids)
+
+    def summary(self) -> dict:
+        return {
+            "documents": self.n_docs,
+            "tokens": self.n_tokens,
+            "bytes": self.n_bytes,
+            "shards": self.n_shards,
+        }
+
+
+def prepare(
+    source: str,
+    out: Path,
+    tokenizer_spec: str = "byte",
+    shard_tokens: int = 100_000_000,
+    overwrite: bool = False,
+    on_doc: Callable[[], None] | None = None,
+) -> dict:
+    """Tokenize `source` into OUT/{train,val}/shard_*.tok + OUT/tokenizer/ + OUT/meta.json."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it")
+    if shard_tokens < 1:
+        raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
+    train_docs = iter_documents(source, "train")
+    if parse_bpe(tokenizer_spec) is not None:  # the BPE learns from the training split only
+        train_docs = list(train_docs)
+    tok = make_tokenizer(tokenizer_spec, train_docs if isinstance(train_docs, list) else None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        meta = _write_splits(source, tmp, tok, train_docs, shard_tokens, on_doc)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.chmod(0o755)
+    tmp.rename(out)
+    return meta
+
+
+def _write_splits(source, tmp: Path, tok, train_docs: Iterable[str], shard_tokens: int, on_doc) -> dict:
+    meta = {
+        "source": source,
+        "tokenizer": tok.name,
+        "tokenizer_hash": tok.hash,
+        "vocab_size": tok.vocab_size,
+        "dtype": "uint32",
+        "eos_id": tok.eos_id,
+    }
+    for split, docs in (("train", train_docs), ("val", iter_documents(source, "val"))):
+        writer = ShardWriter(tmp / split, tok, shard_tokens)
+        for doc in docs:
+            writer.add(doc)
+            if on_doc:
+                on_doc()
+        writer.flush()
+        meta[split] = writer.summary()
+    (tmp / "tokenizer").mkdir()
+    tok.save(tmp / "tokenizer")
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
