@@ -132,6 +132,8 @@ def run_importance(pm, batches: list[dict], opts: ImportanceOptions | None = Non
     (sample sizes, seeds, what was skipped and why).
     """
     opts = opts or ImportanceOptions()
+    device = next(pm.model.parameters()).device
+    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
     first, calib = _first_pass(pm, batches, opts, track)
     effects = _ablation_pass(pm, batches, opts, calib, track)
     causal = pm.is_causal and pm.lm_head() is not None
