@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.models.io import atomic_write_text
+from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
 
 SETTINGS = "compare_settings.json"
@@ -213,8 +215,6 @@ def compare(
     check_settings(out, settings, overwrite)
     baseline = "uniform" if "uniform" in arms else arms[0]
     if overwrite and out.exists():
-        import shutil
-
         shutil.rmtree(out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
@@ -232,6 +232,8 @@ def _run_arm(base: TrainConfig, arm: str, seed: int, out: Path, data: TokenData,
     done = run / "run.json"
     if done.is_file():  # finished in an earlier invocation
         return json.loads(done.read_text())
+    if run.is_dir() and not step_folders(run):  # died before its first checkpoint: start it again
+        shutil.rmtree(run)
     tc = base.replace(schedule=arm, seed=seed)
     summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=run_name(arm, seed))
     if summary.get("interrupted"):
@@ -239,8 +241,9 @@ def _run_arm(base: TrainConfig, arm: str, seed: int, out: Path, data: TokenData,
     return summary
 
 
-def train_quietly(tc: TrainConfig, run: Path, *, data: TokenData, resume: bool,
-                  description: str = "") -> dict:
+def train_quietly(
+    tc: TrainConfig, run: Path, *, data: TokenData, resume: bool, description: str = ""
+) -> dict:
     """Library default for compare(): train without a progress bar (the CLI passes one that draws it)."""
     from tlm_probe.train.loop import Trainer
     from tlm_probe.train.run import plan_run

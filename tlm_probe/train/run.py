@@ -4,8 +4,8 @@ leaves nothing behind: data and tokenizer, model config, vocabulary and context 
 from __future__ import annotations
 
 import json
-import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,8 @@ def plan_run(
     cfg = tc.model_config(data.vocab_size)
     check_compatible(tc, cfg, data)
     has_state = resume and bool(checkpoint.step_folders(out))
+    if resume and not has_state and _has_files(out):
+        raise UserError(f"{out} has no checkpoint to resume from; pass --overwrite to start it over")
     if has_state:
         check_resume(out, tc, cfg)
     else:
@@ -71,9 +73,20 @@ def check_output(out: Path, overwrite: bool) -> None:
         raise UserError(f"output {out} exists and is not a folder")
     if _has_files(out) and not overwrite:
         raise UserError(f"output folder {out} already exists; pass --overwrite to replace it or --resume")
+    ensure_writable(out)
+
+
+def ensure_writable(out: Path) -> None:
+    """Raise a UserError unless `out` could be created: probe the nearest existing ancestor by actually
+    making (and removing) a folder there, since permission bits say nothing when running as root."""
     parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"output folder {out} cannot be written (no write permission on {parent})")
+    if not parent.is_dir():
+        raise UserError(f"output folder {out} cannot be created: {parent} is a file")
+    try:
+        probe = Path(tempfile.mkdtemp(dir=parent, prefix=".tlm-write-test-"))
+        probe.rmdir()
+    except OSError as e:
+        raise UserError(f"output folder {out} cannot be written ({e.strerror}: {parent})") from None
 
 
 def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
