@@ -85,6 +85,7 @@ def register(app: typer.Typer) -> None:
         lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
         warmup: int = typer.Option(None, help="Linear warmup steps (default 50)."),
         eval_interval: int = typer.Option(None, help="Evaluate every N steps (default 100)."),
+        log_interval: int = typer.Option(None, help="Write a training line every N steps (default 10)."),
         eval_tokens: int = typer.Option(
             None, help="Validation tokens in the fixed eval set (default 32768)."
         ),
@@ -125,6 +126,7 @@ _FLAG_NAMES = {
     "lr",
     "warmup",
     "eval_interval",
+    "log_interval",
     "eval_tokens",
     "ckpt_interval",
     "keep_last",
