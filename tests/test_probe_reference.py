@@ -88,10 +88,16 @@ REFERENCES = {"gpt2": _gpt2, "llama": _llama, "gpt_neox": _neox_parallel, "bert"
 def _stats(pre, attn, mid, mlp, post) -> dict[str, torch.Tensor]:
     cos = lambda a, b: F.cosine_similarity(a.double(), b.double(), dim=-1)  # noqa: E731
     n = lambda a: a.double().norm(dim=-1)  # noqa: E731
-    return {"align_mlp_mid": cos(mlp, mid), "align_mlp_pre": cos(mlp, pre), "align_attn_pre": cos(attn, pre),
-            "norm_ratio_mlp": n(mlp) / n(mid), "block_influence": 1 - cos(pre, post),
-            "mlp_influence": 1 - cos(mid, post), "attn_influence": 1 - cos(pre, mid),
-            "resid_norm_growth": n(post) / n(pre)}
+    return {
+        "align_mlp_mid": cos(mlp, mid),
+        "align_mlp_pre": cos(mlp, pre),
+        "align_attn_pre": cos(attn, pre),
+        "norm_ratio_mlp": n(mlp) / n(mid),
+        "block_influence": 1 - cos(pre, post),
+        "mlp_influence": 1 - cos(mid, post),
+        "attn_influence": 1 - cos(pre, mid),
+        "resid_norm_growth": n(post) / n(pre),
+    }
 
 
 def reference_table(pm, seqs, kind: str, exclude_bos: bool = False) -> dict[tuple[int, str], np.ndarray]:
@@ -103,7 +109,7 @@ def reference_table(pm, seqs, kind: str, exclude_bos: bool = False) -> dict[tupl
                 if l + 1 < len(layers) or kind == "bert":  # the last hidden state is final-normed in decoders
                     assert torch.allclose(pieces[4], hs[l + 1], atol=1e-5), f"reference broken at layer {l}"
                 for name, v in _stats(*pieces).items():
-                    values.setdefault((l, name), []).append(v[0, int(exclude_bos):].numpy())
+                    values.setdefault((l, name), []).append(v[0, int(exclude_bos) :].numpy())
     return {k: np.concatenate(v) for k, v in values.items()}
 
 

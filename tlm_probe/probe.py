@@ -13,7 +13,7 @@ import importlib
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +31,7 @@ BACKENDS = {
     "transformer-lens": "tlm_probe.capture.tl_backend:TransformerLensBackend",
     "nnsight": "tlm_probe.capture.nnsight_backend:NNsightBackend",
 }
+DEFAULT_SEQ_LEN = 256
 RESULT_COLUMNS = [
     "model",
     "layer",
@@ -56,8 +57,8 @@ class ProbeOptions:
     """Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."""
     backend: str = "native"
     """native | transformer-lens | nnsight"""
-    seq_len: int = 256
-    """Tokens per sequence."""
+    seq_len: int | None = None
+    """Tokens per sequence (None: 256, or the model's context if shorter)."""
     max_tokens: int | None = 65_536
     """Stop after this many tokens (None: all the data)."""
     batch_size: int = 8
@@ -115,6 +116,9 @@ def run_probe(
         else load_probe_model(
             model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
         )
+    )
+    opts = replace(
+        opts, seq_len=opts.seq_len or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
     )
     sq.check_seq_len(pm, opts.seq_len)
     accs = build_accumulators(opts.stats, pm.n_layers, pm.d_ff)
@@ -216,7 +220,7 @@ def probe(
     *,
     stats: str = "alignment",
     backend: str = "native",
-    seq_len: int = 256,
+    seq_len: int | None = None,
     max_tokens: int | None = 65_536,
     batch_size: int = 8,
     exclude_bos: bool = False,

@@ -210,6 +210,9 @@ def _load_hf(
     folder: Path | None,
 ) -> ProbeModel:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a progress bar per load would bury the probe's own output
 
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)

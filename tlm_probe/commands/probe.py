@@ -43,7 +43,9 @@ def register(app: typer.Typer) -> None:
             "alignment", help="Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."
         ),
         exclude_bos: bool = typer.Option(False, "--exclude-bos", help="Leave position 0 out of every mean."),
-        seq_len: int = typer.Option(256, help="Tokens per sequence."),
+        seq_len: int = typer.Option(
+            0, help="Tokens per sequence (0: 256, or the model's context if shorter)."
+        ),
         max_tokens: int = typer.Option(65_536, help="Stop after this many tokens (0: all the data)."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),
         device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
             data=data,
             stats=stats,
             backend=backend,
-            seq_len=seq_len,
+            seq_len=seq_len or None,
             max_tokens=max_tokens or None,
             batch_size=batch_size,
             exclude_bos=exclude_bos,
