@@ -64,6 +64,10 @@ REAL_MODELS = {  # name: (schedule, layers); mean width 64, so all have the same
 }
 
 
+# small samples keep the importance suite (gradients, CKA, probes) to seconds on tiny models
+FAST_IMPORTANCE = {"grad_sequences": 4, "sample_size": 256, "pool_size": 128, "ablations": ("mlp_zero",)}
+
+
 def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 512,
                        models: dict = REAL_MODELS) -> dict[str, Path]:
     """Build, save and probe each REAL_MODELS entry on the bytes of a standard-library text; returns the
@@ -88,7 +92,8 @@ def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 5
         cfg = config_with_schedule(parse_schedule(schedule, 16), 64, d_model=32, n_layers=layers, n_heads=2,
                                    vocab_size=256, max_seq_len=64)
         save_tlm(TaperedLM(cfg), root / name)
-        res = run_probe(root / name, ProbeOptions(data=str(ids), stats=stats, seq_len=64,
-                                                  max_tokens=max_tokens, batch_size=8))
+        opts = ProbeOptions(data=str(ids), stats=stats, seq_len=64, max_tokens=max_tokens, batch_size=8,
+                            importance=dict(FAST_IMPORTANCE))
+        res = run_probe(root / name, opts)
         out[name] = write_results(root / f"probe-{name}", res.table, res.matrices, res.provenance)
     return out

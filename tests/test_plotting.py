@@ -19,6 +19,7 @@ from tlm_probe.plotting import (
     plot_schedules,
     save_figure,
 )
+from tlm_probe.plotting.importance import default_proxies
 from tlm_probe.plotting.inputs import curve_summary, load_probe, merge_probes, schedule_table
 from tlm_probe.schedules import make_schedule, parse_schedule
 
@@ -101,7 +102,9 @@ def test_heatmap_cells_match_the_matrix_table():
 
 def test_importance_bars_side_by_side(real_probe_dirs):
     df = _real(real_probe_dirs)
-    stats = ["block_influence", "mlp_influence", "attn_influence"]
+    stats = ["block_influence", "logit_lens_kl", "ablation_dnll_mlp_zero", "taylor_mlp"]
+    assert default_proxies(df)[:4] == ["block_influence", "mlp_influence", "logit_lens_kl",
+                                       "ablation_dnll_mlp_zero"]
     fig = plot_importance(df, stats, size=(600, 300), dpi=50)
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == stats
@@ -110,7 +113,23 @@ def test_importance_bars_side_by_side(real_probe_dirs):
         expected = np.concatenate([_rows(df, m, stat).value for m in REAL_MODELS])
         assert len(heights) == 4 + 4 + 6
         np.testing.assert_allclose(heights, expected)
+    assert "nats" in panels[2].get_ylabel()
     assert [t.get_text() for t in fig.legends[0].get_texts()] == list(REAL_MODELS)
+    with pytest.raises(UserError, match="one value per model"):
+        plot_importance(df, ["spearman_taylor_mlp"])
+
+
+def test_heatmap_on_real_matrices(real_probe_dirs):
+    matrices = merge_probes([load_probe(p) for p in real_probe_dirs.values()])[1]
+    fig = plot_heatmaps(matrices, "angular_distance", size=(900, 300), dpi=50)
+    panels = [ax for ax in fig.axes if ax.images]
+    # L + 1 residual streams per model (embeddings ... final output)
+    assert [ax.images[0].get_array().shape for ax in panels] == [(5, 5), (5, 5), (7, 7)]
+    grid = np.asarray(panels[2].images[0].get_array())
+    one = matrices[(matrices.model == "cosine-6") & (matrices.statistic == "angular_distance")]
+    assert grid[one.layer_i.iloc[3], one.layer_j.iloc[3]] == one.value.iloc[3]
+    np.testing.assert_allclose(np.diag(grid), 0.0)
+    np.testing.assert_allclose(grid, grid.T)  # a distance is symmetric
 
 
 def _losses():

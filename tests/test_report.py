@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from plotting_tables import matrix_table, real_probe_results, result_table
@@ -42,7 +43,7 @@ def report_dir(real_probe_dirs, tmp_path_factory):
     return tmp / "out", json.loads(r.stdout)
 
 
-def test_html_is_escaped_and_self_contained(report_dir):
+def test_html_is_escaped_and_self_contained(report_dir, real_probe_dirs):
     out, summary = report_dir
     page = (out / "report.html").read_text()
     assert "<script" not in page.lower()  # the page has no script of its own, and data cannot add one
@@ -50,13 +51,27 @@ def test_html_is_escaped_and_self_contained(report_dir):
     assert "&lt;b&gt;title&lt;/b&gt;" in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", page)  # nothing fetched
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    # one depth figure per alignment statistic (8) and one importance figure (the 3 influence proxies)
-    assert len(images) == len(summary["figures"]) == 9
+    assert len(images) == len(summary["figures"]) == _expected_figures(real_probe_dirs)
     with Image.open(io.BytesIO(base64.b64decode(images[0]))) as im:
         assert im.size == (500, 350)
-    for section in ("Probe results", "Statistics vs depth", "Layer importance", "Tables"):
-        assert f"<h2>{section}</h2>" in page
-    assert summary["sections"] == ["Probe results", "Statistics vs depth", "Layer importance", "Tables"]
+    sections = ["Probe results", "Statistics vs depth", "Layer importance", "Layer × layer", "Tables"]
+    assert summary["sections"] == sections and all(f"<h2>{s}</h2>" in page for s in sections)
+    # the per-model Spearman rows are a table, not a figure
+    assert "per-model statistics" in page and "spearman_taylor_mlp" in page
+
+
+def _expected_figures(dirs) -> int:
+    """Counted from the result files with pandas: one depth figure per statistic that has per-layer rows
+    (at most 16), one importance figure, one heatmap per matrix statistic with all n x n cells."""
+    results = pd.concat(pd.read_csv(d / "results.csv") for d in dirs.values())
+    per_layer = results.loc[results.layer >= 0, "statistic"].nunique()
+    mats = pd.concat(pd.read_csv(d / "matrices.csv") for d in dirs.values())
+    counts = mats.groupby(["statistic", "model"]).size().reset_index(name="cells")
+    counts["n"] = [mats[(mats.statistic == s) & (mats.model == m)][["layer_i", "layer_j"]].max().max() + 1
+                   for s, m in zip(counts.statistic, counts.model, strict=True)]
+    full = (counts.cells == counts.n**2).groupby(counts.statistic).all().sum()
+    assert full == 3  # angular_distance, angular_distance_last, cka_linear; drop_block_best is sparse
+    return min(per_layer, 16) + 1 + full
 
 
 def test_matrices_section_from_a_matrix_table(tmp_path):
@@ -123,7 +138,7 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
 
 def test_report_renders_in_headless_chromium(report_dir, tmp_path):
     _chromium_or_skip()
-    out, _ = report_dir
+    out, summary = report_dir
     url = (out / "report.html").resolve().as_uri()
     shot = tmp_path / "shot.png"
     run = _chromium(f"--screenshot={shot}", "--window-size=1000,1400", "--hide-scrollbars", url)
@@ -134,4 +149,4 @@ def test_report_renders_in_headless_chromium(report_dir, tmp_path):
     assert pixels.std() > 20 and (pixels < 200).mean() > 0.02  # text and figures, not a blank page
     dom = _chromium("--dump-dom", url).stdout
     assert "<script" not in dom.lower() and "&lt;script&gt;" in dom  # the name is text in the DOM
-    assert dom.count("<img") == 9
+    assert dom.count("<img") == len(summary["figures"])

@@ -29,6 +29,17 @@ def select_statistic(df: pd.DataFrame, statistic: str, what: str = "result") -> 
     return rows
 
 
+def per_layer(rows: pd.DataFrame, statistic: str) -> pd.DataFrame:
+    """Rows with a layer index (>= 0); per-model rows (layer -1, e.g. Spearman agreement) have no depth."""
+    layered = rows[rows["layer"] >= 0]
+    if layered.empty:
+        raise UserError(
+            f"statistic {statistic!r} has one value per model, not per layer: nothing to draw "
+            "against depth (it is in the report's per-model table)"
+        )
+    return layered
+
+
 def models_in_order(df: pd.DataFrame) -> list[str]:
     """Models in order of first appearance, so legends follow the order the user gave the inputs."""
     return list(dict.fromkeys(df["model"].astype(str)))

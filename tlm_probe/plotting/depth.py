@@ -9,7 +9,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.plotting.checks import RESULT_COLUMNS, models_in_order, require_columns, select_statistic
+from tlm_probe.plotting.checks import (
+    RESULT_COLUMNS,
+    models_in_order,
+    per_layer,
+    require_columns,
+    select_statistic,
+)
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
     DEFAULT_SIZE,
@@ -42,7 +48,7 @@ def plot_depth(
     require_columns(results, RESULT_COLUMNS, "result")
     if x not in X_AXES:
         raise UserError(f"x axis must be one of {', '.join(X_AXES)}, got {x!r}")
-    rows = select_statistic(results, statistic)
+    rows = per_layer(select_statistic(results, statistic), statistic)
     models = models_in_order(rows)
     with figure_style():
         fig = new_figure(size, dpi)

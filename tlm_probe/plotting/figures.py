@@ -14,7 +14,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
-from tlm_probe.plotting.importance import plot_importance
+from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
     input_kind,
     load_comparison,
@@ -83,7 +83,9 @@ def _heatmap(paths, req: FigureRequest) -> Figure:
 
 def _importance(paths, req: FigureRequest) -> Figure:
     results, _, _ = _probe_tables(paths)
-    stats = list(req.statistics) or ["block_influence", "mlp_influence", "attn_influence"]
+    stats = list(req.statistics) or default_proxies(results)
+    if not stats:
+        raise UserError("no importance proxies in these results; name them with --statistic")
     return plot_importance(results, stats, size=req.size, dpi=req.dpi, title=req.title)
 
 

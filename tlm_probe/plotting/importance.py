@@ -13,7 +13,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tlm_probe.plotting.checks import RESULT_COLUMNS, models_in_order, require_columns, select_statistic
+from tlm_probe.plotting.checks import (
+    RESULT_COLUMNS,
+    models_in_order,
+    per_layer,
+    require_columns,
+    select_statistic,
+)
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
     DEFAULT_SIZE,
@@ -26,6 +32,23 @@ from tlm_probe.plotting.style import (
 )
 
 BAR_SPAN = 0.8  # fraction of a layer slot taken by its group of bars
+MAX_PANELS = 6
+# proxies drawn by default when present (one ablation target per model kind: LM or encoder)
+DEFAULT_PROXIES = (
+    "block_influence",
+    "mlp_influence",
+    "logit_lens_kl",
+    "ablation_dnll_mlp_zero",
+    "ablation_shift_mlp_zero",
+    "taylor_mlp",
+    "fisher_mlp",
+)
+
+
+def default_proxies(results: pd.DataFrame) -> list[str]:
+    """The DEFAULT_PROXIES that the table has per layer, at most MAX_PANELS."""
+    present = set(results.loc[results["layer"] >= 0, "statistic"].astype(str))
+    return [s for s in DEFAULT_PROXIES if s in present][:MAX_PANELS]
 
 
 def plot_importance(
@@ -40,7 +63,7 @@ def plot_importance(
 
     Error bars show [ci_low, ci_high] where the table has them."""
     require_columns(results, RESULT_COLUMNS, "result")
-    frames = [select_statistic(results, s) for s in statistics]
+    frames = [per_layer(select_statistic(results, s), s) for s in statistics]
     models = models_in_order(pd.concat(frames))
     colours = dict(zip(models, palette(len(models)), strict=True))
     cols = min(len(frames), 3)

@@ -14,7 +14,7 @@ from tlm_probe.html_report import Document, FigureBlock, Section, Table, Text
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
-from tlm_probe.plotting.importance import plot_importance
+from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
     Comparison,
     ProbeResult,
@@ -26,11 +26,17 @@ from tlm_probe.plotting.inputs import (
 )
 
 # depth figures come in this order; statistics not listed follow in the order the table has them
-DEPTH_FIRST = ("align_mlp_mid", "align_mlp_pre", "align_attn_pre", "norm_ratio_mlp", "resid_norm_growth",
-               "block_influence", "mlp_influence", "attn_influence")
-NOT_IMPORTANCE = ("align_", "norm_ratio", "resid_norm")  # prefixes of descriptive, not importance, stats
+DEPTH_FIRST = (
+    "align_mlp_mid",
+    "align_mlp_pre",
+    "align_attn_pre",
+    "norm_ratio_mlp",
+    "resid_norm_growth",
+    "block_influence",
+    "mlp_influence",
+    "attn_influence",
+)
 MAX_DEPTH_FIGURES = 16
-MAX_IMPORTANCE_PANELS = 6
 SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -49,7 +55,8 @@ def build_document(paths: Sequence[str | Path], *, title: str, size: tuple[int, 
 
 
 def _ordered_stats(results: pd.DataFrame) -> list[str]:
-    present = list(dict.fromkeys(results["statistic"].astype(str)))
+    """Statistics with per-layer rows, contract ones first."""
+    present = list(dict.fromkeys(results.loc[results["layer"] >= 0, "statistic"].astype(str)))
     return [s for s in DEPTH_FIRST if s in present] + [s for s in present if s not in DEPTH_FIRST]
 
 
@@ -60,58 +67,114 @@ def _name(prefix: str, k: int, stat: str) -> str:
 def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
     results, matrices = merge_probes(probes)
     stats = _ordered_stats(results)
-    overview = Section("Probe results", [Table(f"provenance of {pr.path}", provenance_table(pr.provenance))
-                                         for pr in probes])
-    depth = Section("Statistics vs depth", [
-        FigureBlock(_name("depth", k, s), f"{s} against normalised depth, one line per model",
-                    lambda s=s: plot_depth(results, s, size=size, dpi=dpi))
-        for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])])
+    overview = Section(
+        "Probe results", [Table(f"provenance of {pr.path}", provenance_table(pr.provenance)) for pr in probes]
+    )
+    depth = Section(
+        "Statistics vs depth",
+        [
+            FigureBlock(
+                _name("depth", k, s),
+                f"{s} against normalised depth, one line per model",
+                lambda s=s: plot_depth(results, s, size=size, dpi=dpi),
+            )
+            for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])
+        ],
+    )
     if len(stats) > MAX_DEPTH_FIGURES:
         depth.blocks.append(Text(f"{len(stats) - MAX_DEPTH_FIGURES} more statistics are in the tables below"))
     sections = [overview, depth]
-    importance = [s for s in stats if not s.startswith(NOT_IMPORTANCE)][:MAX_IMPORTANCE_PANELS]
+    importance = default_proxies(results)
     if importance:
-        sections.append(Section("Layer importance", [FigureBlock(
-            "importance", f"importance proxies per layer: {', '.join(importance)}",
-            lambda: plot_importance(results, importance, size=size, dpi=dpi))]))
+        sections.append(
+            Section(
+                "Layer importance",
+                [
+                    FigureBlock(
+                        "importance",
+                        f"importance proxies per layer: {', '.join(importance)}",
+                        lambda: plot_importance(results, importance, size=size, dpi=dpi),
+                    )
+                ],
+            )
+        )
     if matrices is not None:
         sections.append(matrix_section(matrices, results, size, dpi))
-    sections.append(Section("Tables", [Table(f"{m}: value per layer and statistic", wide_table(results, m))
-                                       for m in dict.fromkeys(results["model"])]))
-    return sections
+    tables = Section(
+        "Tables",
+        [
+            Table(f"{m}: value per layer and statistic", wide_table(results, m))
+            for m in dict.fromkeys(results["model"])
+        ],
+    )
+    per_model = results[results["layer"] < 0]
+    if not per_model.empty:
+        columns = ["model", "statistic", "value", "ci_low", "ci_high", "n_tokens"]
+        tables.blocks.insert(0, Table("per-model statistics (one value per model)", per_model[columns]))
+    return [*sections, tables]
+
+
+def is_full_matrix(rows: pd.DataFrame) -> bool:
+    """Every model has all n×n cells (a heatmap); sparse tables such as drop_block_best are shown as rows."""
+    for _, one in rows.groupby("model"):
+        n = int(max(one["layer_i"].max(), one["layer_j"].max())) + 1
+        if len(one) != n * n:
+            return False
+    return True
 
 
 def matrix_section(matrices: pd.DataFrame, results: pd.DataFrame, size, dpi) -> Section:
     tokens = results.groupby("model")["n_tokens"].max().to_dict()
-    blocks = [FigureBlock(_name("matrix", k, s), f"{s} between every pair of layers",
-                          lambda s=s: plot_heatmaps(matrices, s, size=size, dpi=dpi, tokens=tokens))
-              for k, s in enumerate(dict.fromkeys(matrices["statistic"].astype(str)))]
+    blocks = []
+    for k, stat in enumerate(dict.fromkeys(matrices["statistic"].astype(str))):
+        rows = matrices[matrices["statistic"] == stat]
+        if is_full_matrix(rows):
+            blocks.append(
+                FigureBlock(
+                    _name("matrix", k, stat),
+                    f"{stat} between every pair of layers",
+                    lambda s=stat: plot_heatmaps(matrices, s, size=size, dpi=dpi, tokens=tokens),
+                )
+            )
+        else:
+            blocks.append(Table(f"{stat} (rows: layer_i, layer_j, value)", rows.reset_index(drop=True)))
     return Section("Layer × layer", blocks)
 
 
 def wide_table(results: pd.DataFrame, model: str) -> pd.DataFrame:
     """layer, depth, d_ff, then one column per statistic (its value) for one model."""
-    one = results[results["model"] == model]
-    wide = one.pivot_table(index=["layer", "depth", "d_ff"], columns="statistic", values="value",
-                           aggfunc="first", sort=False)
+    one = results[(results["model"] == model) & (results["layer"] >= 0)]
+    wide = one.pivot_table(
+        index=["layer", "depth", "d_ff"], columns="statistic", values="value", aggfunc="first", sort=False
+    )
     return wide[[s for s in _ordered_stats(one) if s in wide.columns]].reset_index()
 
 
 def provenance_table(provenance: dict) -> pd.DataFrame:
     """key/value rows; nested values shown as compact JSON (cut at 300 characters)."""
-    rows = [(k, v if isinstance(v, (str, int, float, bool)) or v is None
-             else json.dumps(v, default=str)[:300]) for k, v in provenance.items()]
+    rows = [
+        (k, v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, default=str)[:300])
+        for k, v in provenance.items()
+    ]
     return pd.DataFrame(rows or [("provenance", "none recorded")], columns=["field", "value"])
 
 
 def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
     label = {"compare": "Comparison", "run": "Training run"}[kind]
     section = Section(f"{label}: {comp.path.name}", [Text(f"folder: {comp.path}")])
-    captions = {"summary": "per arm: mean and std over seeds", "paired": "each arm against uniform, paired "
-                "over seeds", "results": "per arm and seed"}
+    captions = {
+        "summary": "per arm: mean and std over seeds",
+        "paired": "each arm against uniform, paired over seeds",
+        "results": "per arm and seed",
+    }
     section.blocks += [Table(captions[name], frame) for name, frame in comp.tables.items()]
     if not comp.curves.empty:
         caption = "loss against tokens seen (band: ± 1 std over seeds)"
-        section.blocks.append(FigureBlock(_name("curves", n, comp.path.name), caption,
-                                          lambda: plot_curves(comp.curves, size=size, dpi=dpi)))
+        section.blocks.append(
+            FigureBlock(
+                _name("curves", n, comp.path.name),
+                caption,
+                lambda: plot_curves(comp.curves, size=size, dpi=dpi),
+            )
+        )
     return section
