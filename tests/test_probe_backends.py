@@ -20,8 +20,10 @@ BACKENDS = ("native", "transformer-lens", "nnsight")
 
 def _all(folder, data, **kw):
     # a fresh load per backend: the TransformerLens bridge switches the model to eager attention
-    return {b: probe(load_probe_model(folder), data, backend=b, max_tokens=None, batch_size=3, **kw)
-            for b in BACKENDS}
+    return {
+        b: probe(load_probe_model(folder), data, backend=b, max_tokens=None, batch_size=3, **kw)
+        for b in BACKENDS
+    }
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "gpt_neox", "bert"])

@@ -89,16 +89,22 @@ def _backend(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def _dist() -> tuple[int, int]:
-    """(rank, world) from torchrun's environment; initialises a gloo group when world > 1."""
+def _dist() -> tuple[int, int, bool]:
+    """(rank, world, created) from torchrun's environment; makes a gloo group if world > 1 and none exists."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return 0, 1
+        return 0, 1, False
     import torch.distributed as dist
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-    return dist.get_rank(), world
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo")  # the reduced states are small CPU tensors: gloo everywhere
+    return dist.get_rank(), world, created
+
+
+def _rank_device(device: str, world: int) -> str:
+    """Under torchrun, plain "cuda" means this rank's GPU."""
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" and world > 1 else device
 
 
 def run_probe(
@@ -110,6 +116,8 @@ def run_probe(
 ) -> ProbeResult:
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
+    rank, world, created = _dist()
+    opts = replace(opts, device=_rank_device(opts.device, world))
     pm = (
         model
         if isinstance(model, ProbeModel)
@@ -124,13 +132,14 @@ def run_probe(
     accs = build_accumulators(opts.stats, pm.n_layers, pm.d_ff)
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
     backend = _backend(opts.backend)(sink)
-    rank, world = _dist()
     for acc in accs:  # sets that need the model itself (importance: ablations, gradients)
         if hasattr(acc, "bind"):
             acc.bind(pm, opts.exclude_bos, accs, opts.importance, progress and rank == 0)
     seqs = sq.limit_tokens(sq.token_sequences(pm, opts.data, opts.seq_len, opts.split), opts.max_tokens)
     n_tokens = _run_batches(pm, sink, backend, sq.shard(seqs, rank, world), opts, progress and rank == 0)
     n_tokens = _all_reduce(accs, n_tokens, world)
+    if created:
+        torch.distributed.destroy_process_group()
     if n_tokens == 0:
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
     from tlm_probe.report import build_provenance
