@@ -1,0 +1,64 @@
+"""`tlm demo`: the main job for a new user; no input, no network, a few minutes on 2 CPU cores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tlm_probe.commands.common import command, console, err_console, print_json
+
+
+def register(app: typer.Typer) -> None:
+    @command(app, "demo", "tlm demo --out demo")
+    def demo_cmd(
+        out: Path = typer.Option(
+            Path("tlm-demo"), "--out", "-o", help="Folder to write (a comparison folder)."
+        ),
+        steps: int = typer.Option(None, help="Training steps per model (default 300; 20 with --quick)."),
+        quick: bool = typer.Option(False, "--quick", help="A tiny model and 20 steps: seconds, for testing."),
+        seeds: str = typer.Option("0", help="Comma-separated seeds (more seeds give a paired test)."),
+        device: str = typer.Option("auto", help="auto | cpu | cuda."),
+        no_probe: bool = typer.Option(False, "--no-probe", help="Skip probing and the alignment figure."),
+        overwrite: bool = typer.Option(
+            False, "--overwrite", help="Replace a different earlier demo in --out."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print demo.json to stdout."),
+    ):
+        """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
+        and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
+        from tlm_probe.commands.train import run_training
+        from tlm_probe.train.compare import parse_seeds
+        from tlm_probe.train.demo import run_demo
+
+        try:
+            doc = run_demo(
+                out,
+                quick=quick,
+                steps=steps,
+                seeds=parse_seeds(seeds),
+                overwrite=overwrite,
+                device=device,
+                train_fn=run_training,
+                probe=not no_probe,
+            )
+        except KeyboardInterrupt:
+            err_console.print(f"interrupted; re-run the same command to continue in {out}")
+            raise typer.Exit(130) from None
+        if json_out:
+            print_json(doc)
+            return
+        for row in doc["summary"]:
+            console.print(
+                f"{row['arm']:>16}: val loss {row['val_loss_mean']:.4f}, ppl {row['val_ppl_mean']:.2f}, "
+                f"bpb {row['val_bpb_mean']:.3f}  ({row['params']:,} params)",
+                highlight=False,
+            )
+        for p in doc["paired"]:
+            console.print(
+                f"{p['arm']} - {p['baseline']}: Δ val loss {p['val_loss_diff_mean']:+.4f}", highlight=False
+            )
+        figure = doc.get("figures_alignment") or "(not drawn)"
+        console.print(
+            f"wrote {out} in {doc['wall_seconds']:.0f} s; alignment vs depth: {figure}", highlight=False
+        )

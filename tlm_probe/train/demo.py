@@ -1,0 +1,139 @@
+"""`tlm demo`: the embedded-default main job. With no input and no network it trains a small uniform and a
+cosine-tapered model of equal budget on the embedded corpus (builtin:pydoc, byte-level), writes their
+comparison, then probes both on the validation split and draws alignment against depth.
+
+OUT/ is a comparison folder (runs/, results.csv, summary.csv, paired.csv, compare.json) plus
+OUT/probe/<arm>-s<seed>/ (probe result folders), OUT/alignment_vs_depth.png, OUT/loss_curves.png and
+OUT/demo.json (what was done, where, how long).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tlm_probe.data.stream import load_token_data
+from tlm_probe.models.io import atomic_write_text
+from tlm_probe.train.compare import compare, run_name
+from tlm_probe.train.config import TrainConfig
+
+ARMS = ["uniform", "cosine:1.5:0.5"]
+# ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
+FULL = dict(
+    d_model=128,
+    n_layers=4,
+    n_heads=4,
+    d_ff=512,
+    seq_len=128,
+    batch_size=16,
+    steps=300,
+    lr=3e-3,
+    warmup=30,
+    eval_interval=50,
+    eval_tokens=16384,
+    log_interval=5,
+)
+# seconds: for tests and notebooks that only need the plumbing
+QUICK = dict(
+    d_model=64,
+    n_layers=4,
+    n_heads=2,
+    d_ff=256,
+    seq_len=64,
+    batch_size=8,
+    steps=20,
+    lr=3e-3,
+    warmup=5,
+    eval_interval=10,
+    eval_tokens=1024,
+    log_interval=2,
+)
+PROBE_TOKENS = {"full": 16384, "quick": 1024}
+
+
+def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto") -> TrainConfig:
+    opts = dict(QUICK if quick else FULL)
+    if steps:
+        opts["steps"] = steps
+        opts["eval_interval"] = min(opts["eval_interval"], steps)
+    return TrainConfig(data="builtin:pydoc", tokenizer="byte", device=device, **opts)
+
+
+def run_demo(
+    out: str | Path,
+    *,
+    quick: bool = False,
+    steps: int | None = None,
+    seeds: list[int] | None = None,
+    overwrite: bool = False,
+    device: str = "auto",
+    train_fn: Callable | None = None,
+    probe: bool = True,
+) -> dict:
+    started = time.perf_counter()
+    out, seeds = Path(out), seeds or [0]
+    base = demo_config(quick, steps, device)
+    data = load_token_data(base.data, base.tokenizer)
+    result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
+    trained = time.perf_counter() - started
+    doc = {
+        "out": str(out),
+        "arms": ARMS,
+        "seeds": seeds,
+        "config": base.to_dict(),
+        "summary": result["summary"],
+        "paired": result["paired"],
+        "train_seconds": trained,
+    }
+    doc["figures"] = {"loss_curves": _curves(out)}
+    if probe:
+        doc.update(_probe_and_plot(out, data.val, base, seeds, "quick" if quick else "full"))
+    doc["wall_seconds"] = time.perf_counter() - started
+    atomic_write_text(out / "demo.json", json.dumps(doc, indent=2, default=str) + "\n")
+    return doc
+
+
+def _curves(out: Path) -> str | None:
+    try:
+        from tlm_probe.plotting import plot_curves, save_figure
+        from tlm_probe.plotting.inputs import load_comparison
+    except ImportError:  # plotting is optional for the comparison itself
+        return None
+    path = out / "loss_curves.png"
+    save_figure(plot_curves(load_comparison(out).curves), path)
+    return str(path)
+
+
+def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, seeds: list[int], size: str) -> dict:
+    """Probe every trained model on the same validation ids; one figure of alignment against depth."""
+    import pandas as pd
+
+    from tlm_probe.plotting import plot_depth, save_figure
+    from tlm_probe.probe import probe
+    from tlm_probe.report import write_results
+
+    tables, folders = [], {}
+    ids = np.asarray(val, dtype=np.int64)  # byte-level runs carry no HF tokenizer: probe from ids
+    for seed in seeds:
+        for arm in ARMS:
+            name = run_name(arm, seed)
+            df = probe(
+                out / "runs" / name,
+                ids,
+                seq_len=base.seq_len,
+                max_tokens=PROBE_TOKENS[size],
+                batch_size=base.batch_size,
+            )
+            folders[name] = str(
+                write_results(
+                    out / "probe" / name, df, df.attrs.get("matrices"), df.attrs.get("provenance", {})
+                )
+            )
+            tables.append(df)
+    figure = out / "alignment_vs_depth.png"
+    save_figure(plot_depth(pd.concat(tables, ignore_index=True), "align_mlp_mid"), figure)
+    return {"probe": folders, "figures_alignment": str(figure)}
