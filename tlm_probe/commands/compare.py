@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         layers: int = typer.Option(None, help="Number of blocks (default 4)."),
         heads: int = typer.Option(None, help="Attention heads (default 4)."),
         d_ff: int = typer.Option(None, "--d-ff", help="Uniform (mean) MLP width (default 512)."),
+        multiple_of: int = typer.Option(None, help="Round MLP widths to a multiple of this (default 64)."),
         seq_len: int = typer.Option(None, help="Training context length (default 128)."),
         batch_size: int = typer.Option(None, help="Sequences per micro-batch (default 16)."),
         grad_accum: int = typer.Option(None, help="Micro-batches per optimizer step (default 1)."),
@@ -59,6 +60,7 @@ def register(app: typer.Typer) -> None:
 
 
 _FLAGS = {
+    "multiple_of",
     "preset",
     "d_model",
     "layers",

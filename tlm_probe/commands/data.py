@@ -31,8 +31,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print meta.json to stdout."),
     ):
         """Tokenize a source into uint32 memory-mapped shards with a header (dtype, vocab, tokenizer hash)."""
-        from tlm_probe.data.prepare import prepare
+        from tlm_probe.data.prepare import check_inputs, prepare
 
+        check_inputs(source, out, tokenizer, shard_tokens, overwrite)
         columns = [
             SpinnerColumn(),
             TextColumn("tokenizing {task.completed:,} documents"),

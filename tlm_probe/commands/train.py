@@ -76,6 +76,7 @@ def register(app: typer.Typer) -> None:
         layers: int = typer.Option(None, help="Number of blocks (default 4)."),
         heads: int = typer.Option(None, help="Attention heads (default 4)."),
         d_ff: int = typer.Option(None, "--d-ff", help="Uniform (mean) MLP width (default 512)."),
+        multiple_of: int = typer.Option(None, help="Round MLP widths to a multiple of this (default 64)."),
         vocab_size: int = typer.Option(None, help="Model vocabulary (default: the tokenizer's)."),
         seq_len: int = typer.Option(None, help="Training context length (default 128)."),
         batch_size: int = typer.Option(None, help="Sequences per micro-batch per process (default 16)."),
@@ -117,6 +118,7 @@ _FLAG_NAMES = {
     "layers",
     "heads",
     "d_ff",
+    "multiple_of",
     "vocab_size",
     "seq_len",
     "batch_size",
@@ -156,12 +158,18 @@ def _print_summary(s: dict, json_out: bool) -> None:
     if json_out:
         print_json(s)
     else:
-        bpb = f"{s['val_bpb']:.3f}" if s.get("val_bpb") is not None else "n/a"
-        console.print(
-            f"{s['out']}: step {s['step']}/{s['total_steps']}, val loss {s['val_loss']:.4f}, "
-            f"ppl {s['val_ppl']:.2f}, bpb {bpb}, {s['tokens_per_s']:,.0f} tok/s",
-            highlight=False,
-        )
+        parts = [
+            f"step {s['step']}/{s['total_steps']}",
+            _fmt("val loss", s.get("val_loss"), ".4f"),
+            _fmt("ppl", s.get("val_ppl"), ".2f"),
+            _fmt("bpb", s.get("val_bpb"), ".3f"),
+            _fmt("tok/s", s.get("tokens_per_s"), ",.0f"),
+        ]
+        console.print(f"{s['out']}: " + ", ".join(parts), highlight=False)
     if s["interrupted"]:
         err_console.print(f"stopped at step {s['step']}; checkpoint saved; continue with --resume")
         raise typer.Exit(130 if s.get("stopped_by_signal") else 0)
+
+
+def _fmt(label: str, value, spec: str) -> str:
+    return f"{label} {'n/a' if value is None else format(value, spec)}"

@@ -69,10 +69,7 @@ def prepare(
 ) -> dict:
     """Tokenize `source` into OUT/{train,val}/shard_*.tok + OUT/tokenizer/ + OUT/meta.json."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it")
-    if shard_tokens < 1:
-        raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
+    check_inputs(source, out, tokenizer_spec, shard_tokens, overwrite)
     train_docs = iter_documents(source, "train")
     if parse_bpe(tokenizer_spec) is not None:  # the BPE learns from the training split only
         train_docs = list(train_docs)
@@ -89,6 +86,17 @@ def prepare(
     tmp.chmod(0o755)
     tmp.rename(out)
     return meta
+
+
+def check_inputs(source: str, out: Path, tokenizer_spec: str, shard_tokens: int, overwrite: bool) -> None:
+    """Fail fast (before any progress bar or file) on a bad output, shard size, tokenizer spec or source."""
+    if out.exists() and not overwrite:
+        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it")
+    if shard_tokens < 1:
+        raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
+    parse_bpe(tokenizer_spec)
+    for split in ("train", "val"):
+        next(iter(iter_documents(source, split)))  # a UserError when the split is empty
 
 
 def _write_splits(source, tmp: Path, tok, train_docs: Iterable[str], shard_tokens: int, on_doc) -> dict:

@@ -203,6 +203,8 @@ def compare(
 ) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json."""
     out = Path(out)
+    for arm in arms:  # cheap checks before the corpus is tokenized
+        base.replace(schedule=arm)
     data = data if data is not None else load_token_data(base.data, base.tokenizer)
     settings = {
         "arms": arms,

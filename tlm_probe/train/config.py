@@ -46,6 +46,8 @@ class TrainConfig:
     """Model preset (tlm-tiny, tlm-small, tlm-440m, tlm-760m, tlm-1.3b); empty = flags only."""
     schedule: str = "uniform"
     """MLP width schedule spec, as in `tlm schedule` (cosine:1.5:0.5, wider-early, ...)."""
+    multiple_of: int = 64
+    """Round every MLP width to a multiple of this (lower it for tiny models)."""
     d_model: int | None = None
     n_layers: int | None = None
     n_heads: int | None = None
@@ -91,7 +93,7 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_positive(self)
-        parse_schedule(self.schedule)  # raises a UserError naming a bad spec
+        parse_schedule(self.schedule, self.multiple_of)  # raises a UserError naming a bad spec
         if self.preset and self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         if self.steps <= 0 and self.tokens <= 0:
@@ -113,13 +115,14 @@ class TrainConfig:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
             extra["vocab_size"] = self.vocab_size
+        spec = parse_schedule(self.schedule, self.multiple_of)
         if self.preset:
-            return preset_config(self.preset, self.schedule, **arch, **extra)
+            return preset_config(self.preset, spec, **arch, **extra)
         extra.setdefault("vocab_size", vocab_size)
         extra.setdefault("max_seq_len", self.seq_len)
         full = {**ARCH_DEFAULTS, **arch}
         d_ff = full.pop("d_ff")
-        return config_with_schedule(self.schedule, d_ff, **full, **extra)
+        return config_with_schedule(spec, d_ff, **full, **extra)
 
     def to_dict(self) -> dict:
         return asdict(self)

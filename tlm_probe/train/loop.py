@@ -73,6 +73,7 @@ class Trainer:
         self.log = MetricsLog(plan.out, dist.is_main())
         self._build(fsdp)
         self.stop_requested = False
+        self.rates: list[float] = []
 
     # ---- set-up -----------------------------------------------------------------------------------
     def _build(self, fsdp: bool) -> None:
@@ -179,6 +180,7 @@ class Trainer:
             loss, gnorm = self.train_step()
             now = time.perf_counter()
             tps = (self.tokens - tok_mark) / max(now - t_mark, 1e-9)
+            self.rates.append(tps)
             record = self._train_record(loss, gnorm, tps)
             if self.step % tc.log_interval == 0 or self.step == self.total:
                 self.log.write(record)
@@ -211,10 +213,7 @@ class Trainer:
         return rec
 
     def _summary(self, last_eval: dict, wall: float, interrupted: bool) -> dict:
-        from tlm_probe.train.metrics import read_metrics
-
-        rates = [m["tokens_per_s"] for m in read_metrics(self.plan.out) if m["kind"] == "train"]
-        rates = rates[1:] or rates  # the first step pays for warm-up (allocations, compilation)
+        rates = self.rates[1:] or self.rates  # the first step pays for warm-up (allocation, compiling)
         summary = {
             "out": str(self.plan.out),
             "step": self.step,
