@@ -74,6 +74,8 @@ class Comparison:
     tables: dict[str, pd.DataFrame]
     curves: pd.DataFrame
     info: dict = field(default_factory=dict)
+    probes: list[Path] = field(default_factory=list)
+    """Probe result folders inside the comparison (`tlm demo` writes OUT/probe/<arm>-s<seed>/)."""
 
 
 def load_probe(path: str | Path) -> ProbeResult:
@@ -140,12 +142,26 @@ def curve_summary(losses: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _run_order(runs: list[Path], results: pd.DataFrame | None) -> list[Path]:
+    """Arms in the comparison's own order (baseline first), then by seed; unknown arms last."""
+    arms = list(dict.fromkeys(results["arm"].astype(str))) if results is not None else []
+
+    def key(run: Path):
+        m = RUN_NAME.match(run.name)
+        arm, seed = (m["arm"], int(m["seed"])) if m else (run.name, 0)
+        return (arms.index(arm) if arm in arms else len(arms), arm, seed)
+
+    return sorted(runs, key=key)
+
+
 def load_comparison(path: str | Path) -> Comparison:
     p = Path(path)
     tables = {n: pd.read_csv(p / f"{n}.csv") for n in COMPARE_TABLES if (p / f"{n}.csv").is_file()}
     info = json.loads((p / "compare.json").read_text()) if (p / "compare.json").is_file() else {}
-    runs = sorted(r for r in (p / "runs").glob("*") if _is_run(r)) if (p / "runs").is_dir() else []
-    return Comparison(p, tables, curve_summary(loss_table(runs)), info)
+    runs = [r for r in (p / "runs").glob("*") if _is_run(r)] if (p / "runs").is_dir() else []
+    runs = _run_order(runs, tables.get("results"))
+    probes = sorted(d for d in (p / "probe").glob("*") if _is_probe(d)) if (p / "probe").is_dir() else []
+    return Comparison(p, tables, curve_summary(loss_table(runs)), info, probes)
 
 
 def load_run(path: str | Path) -> Comparison:

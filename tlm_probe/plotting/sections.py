@@ -42,14 +42,14 @@ SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 def build_document(paths: Sequence[str | Path], *, title: str, size: tuple[int, int], dpi: int) -> Document:
     kinds = [(Path(p), input_kind(p)) for p in paths]
-    sections: list[Section] = []
-    probes = [load_probe(p) for p, k in kinds if k == "probe"]
-    if probes:
-        sections += probe_sections(probes, size, dpi)
     loaders = {"compare": load_comparison, "run": load_run}
-    for n, (p, k) in enumerate(kinds):
-        if k in loaders:
-            sections.append(training_section(loaders[k](p), k, n, size, dpi))
+    trained = [(n, k, loaders[k](p)) for n, (p, k) in enumerate(kinds) if k in loaders]
+    # probe folders inside a comparison (tlm demo) join the probes given directly
+    probe_paths = [p for p, k in kinds if k == "probe"] + [q for _, _, c in trained for q in c.probes]
+    sections: list[Section] = []
+    if probe_paths:
+        sections += probe_sections([load_probe(p) for p in dict.fromkeys(probe_paths)], size, dpi)
+    sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
     notes = [f"inputs: {', '.join(str(p) for p, _ in kinds)}"]
     return Document(title, sections, notes)
 
