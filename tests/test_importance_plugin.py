@@ -60,3 +60,23 @@ def test_encoder_agreement_uses_hidden_shift(tmp_path):
     assert len(rho) == 1 and (np.isnan(rho).all() or (rho.abs() <= 1).all())
     assert isinstance(df.attrs["provenance"]["importance"]["skipped"], dict)
     assert pd.api.types.is_integer_dtype(df.d_ff)
+
+
+def test_option_pairs_are_typed_and_validated():
+    from tlm_probe.importance.options import ImportanceOptions, parse_pairs
+
+    got = parse_pairs(
+        ["sample-size=100", "freq_threshold=0.001", "exclude_bos=yes", "ablations=mlp_zero,block_skip"]
+    )
+    assert got == dict(
+        sample_size=100, freq_threshold=0.001, exclude_bos=True, ablations=("mlp_zero", "block_skip")
+    )
+    for bad, match in [(["nope=1"], "nope"), (["sample_size=x"], "sample_size"), (["seed"], "seed")]:
+        with pytest.raises(UserError, match=match):
+            parse_pairs(bad)
+    for kw, match in [
+        ({"freq_threshold": 2.0}, "freq_threshold"),
+        ({"ablations": ("mlp_halve",)}, "mlp_halve"),
+    ]:
+        with pytest.raises(UserError, match=match):
+            ImportanceOptions(**kw)

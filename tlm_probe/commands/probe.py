@@ -22,6 +22,16 @@ SUMMARY_STATS = (
     "block_influence",
     "resid_norm_growth",
 )
+# shown when no alignment statistic was asked for (--stats importance)
+IMPORTANCE_SUMMARY = (
+    "ablation_dnll_mlp_zero",
+    "ablation_shift_mlp_zero",
+    "ablation_dnll_block_skip",
+    "logit_lens_kl",
+    "taylor_mlp",
+    "dead_neuron_frac",
+    "probe_acc",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,8 +68,14 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(
             False, "--json", help="Print the result rows as JSON instead of a table."
         ),
+        importance_option: list[str] = typer.Option(
+            [],
+            "--importance-option",
+            help="Importance setting KEY=VALUE, repeatable (e.g. freq_threshold=0.001, sample_size=4096).",
+        ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
+        from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
         from tlm_probe.report import write_results
 
@@ -76,6 +92,7 @@ def register(app: typer.Typer) -> None:
             device=device,
             dtype=dtype,
             split=split,
+            importance=parse_pairs(importance_option),
         )
         res = run_probe(
             model,
@@ -97,9 +114,11 @@ def register(app: typer.Typer) -> None:
 
 def _print_summary(table, prov: dict, out: Path) -> None:
     wide = table.pivot_table(index=["layer", "d_ff"], columns="statistic", values="value").reset_index()
-    cols = [c for c in SUMMARY_STATS if c in wide.columns] or [
-        c for c in wide.columns if c not in ("layer", "d_ff")
-    ]
+    cols = (
+        [c for c in SUMMARY_STATS if c in wide.columns]
+        or [c for c in IMPORTANCE_SUMMARY if c in wide.columns]
+        or [c for c in wide.columns if c not in ("layer", "d_ff")]
+    )
     t = Table(
         title=f"{prov['model']} ({prov['architecture']['family']}, {prov['architecture']['block_kind']}, "
         f"{prov['data']['n_tokens']:,} tokens, backend {prov['backend']})"

@@ -9,15 +9,15 @@ ablation effect. probe() hands it the model with `bind` (see tlm_probe/probe.py)
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import pandas as pd
 import torch
 
-from tlm_probe.errors import UserError
 from tlm_probe.importance.agreement import PROXIES, TARGETS, spearman_rows
 from tlm_probe.importance.logit_lens import LENS_STATS
-from tlm_probe.importance.suite import DEFAULT_ABLATIONS, ImportanceOptions, run_importance
+from tlm_probe.importance.options import DEFAULT_ABLATIONS, ImportanceOptions, options_from
+from tlm_probe.importance.suite import run_importance
 from tlm_probe.stats.accumulator import Accumulator, register_accumulator
 
 PER_LAYER = (
@@ -43,18 +43,6 @@ MATRICES = (
 AGREEMENT = tuple(f"spearman_{p}" for p in PROXIES)
 STATISTICS = PER_LAYER + MATRICES + AGREEMENT
 GRADIENT_STATS = ("taylor_mlp", "fisher_mlp", "grad_norm_mlp")
-
-
-def importance_options(overrides: dict | None) -> ImportanceOptions:
-    """ImportanceOptions from a plain dict (probe options / CLI); unknown keys are a UserError."""
-    overrides = dict(overrides or {})
-    known = {f.name for f in fields(ImportanceOptions)}
-    bad = sorted(set(overrides) - known)
-    if bad:
-        raise UserError(
-            f"unknown importance option(s) {', '.join(bad)}; choose from {', '.join(sorted(known))}"
-        )
-    return ImportanceOptions(**overrides)
 
 
 def _tracker(progress: bool):
@@ -92,7 +80,7 @@ class ImportanceAccumulator(Accumulator):
         """The model to ablate and differentiate, the other accumulators of the run (for agreement)."""
         self.pm, self.others, self.progress = pm, [a for a in others if a is not self], progress
         grads = any(w in GRADIENT_STATS or w.startswith("spearman_") for w in self.wanted)
-        base = importance_options({**(options or {}), "exclude_bos": exclude_bos})
+        base = options_from({**(options or {}), "exclude_bos": exclude_bos})
         ablations = _wanted_ablations(self.wanted)
         self.options = replace(base, ablations=ablations, grad_sequences=base.grad_sequences if grads else 0)
 

@@ -11,7 +11,6 @@ statistics (stable rank). Returns tidy rows; probe() adds them to its tables.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import torch
 
@@ -19,36 +18,11 @@ from tlm_probe.importance.ablation import Calibration, calibrating
 from tlm_probe.importance.ablation_run import AblationEffects, token_nll
 from tlm_probe.importance.first_pass import FirstPass
 from tlm_probe.importance.gradients import GradientImportance
+from tlm_probe.importance.options import DEFAULT_ABLATIONS, ImportanceOptions  # noqa: F401 (re-export)
 from tlm_probe.importance.tables import finish_tables
 from tlm_probe.importance.taps import ablation_plan, capturing, output_tensor
 
-DEFAULT_ABLATIONS = ("mlp_zero", "mlp_mean", "mlp_resample", "attn_zero", "block_skip")
 NO_LM = "encoder without a causal LM head: no next-token distribution or loss"
-
-
-@dataclass(frozen=True)
-class ImportanceOptions:
-    sample_size: int = 2048
-    """Tokens kept (uniform, seeded) for CKA, effective rank, participation ratio and linear probes."""
-    seed: int = 0
-    """Seed of the token sample, the resample-ablation pool and the probes' train/test split."""
-    act_threshold: float = 0.1
-    """A neuron is active when |activation| > act_threshold x the layer's RMS activation on that token."""
-    freq_threshold: float = 0.01
-    """A neuron is rarely active (counted in dead_neuron_frac) below this activation frequency."""
-    probe_top_k: int = 16
-    """Default probe label: the next token, among the k most frequent next tokens."""
-    grad_sequences: int = 32
-    """Sequences used for gradient importance (one backward pass each)."""
-    ablation_rows: int = 16
-    """Rows per ablation forward pass: ablations are batched max(1, rows // batch) at a time."""
-    pool_size: int = 1024
-    """Vectors kept per module for resample ablation."""
-    exclude_bos: bool = False
-    """Leave position 0 out of every token mean and sample."""
-    ablations: tuple[str, ...] = DEFAULT_ABLATIONS
-    probe_labels: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, compare=False)
-    """Optional user labels: input_ids (B, T) -> labels (B, T), -1 where a token has no label."""
 
 
 def token_mask(batch: dict, exclude_bos: bool) -> torch.Tensor:
