@@ -64,6 +64,15 @@ def check_layer(
         _check_sum(layer, lhs, terms, raw, counted, taps)
 
 
+def check_finite(layer: int, pieces) -> None:
+    """Cheap per-batch check: a piece with inf/NaN has a non-finite squared norm (float64 cannot overflow)."""
+    if pieces.all_finite():
+        return
+    for name, sq in pieces.sq_norms().items():
+        if not torch.isfinite(sq).all():
+            raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
+
+
 def _check_sum(layer: int, lhs: str, terms: tuple[str, ...], raw: dict, counted: torch.Tensor, taps: dict):
     try:
         parts = [raw[t][counted].to(torch.float64) for t in terms]

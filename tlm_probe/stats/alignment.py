@@ -42,9 +42,9 @@ class AlignmentAccumulator(Accumulator):
 
     def update(self, layer: int, pieces: LayerPieces) -> None:
         idx = pieces.index
-        for i, name in enumerate(self.statistics):
-            values = STATISTICS[name][1](pieces)
-            self.moments.add(self._slot(i, layer), values, idx.seq, idx.n_seq)
+        values = torch.stack([STATISTICS[name][1](pieces) for name in self.statistics], dim=1)  # (n, k)
+        slots = torch.arange(len(self.statistics)) * self.n_layers + layer
+        self.moments.add_many(slots, values, idx.seq, idx.n_seq, idx.seq_counts)
 
     def rows(self) -> list[dict]:
         out = []

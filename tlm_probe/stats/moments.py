@@ -25,20 +25,35 @@ class SequenceMoments:
 
     def add(self, slot: int, values: torch.Tensor, seq: torch.Tensor, n_seq: int) -> None:
         """values (n,) float64 for the counted tokens; seq (n,) the sequence index of each, in [0, n_seq)."""
-        n_s = torch.bincount(seq, minlength=n_seq).to(torch.float64)  # (n_seq,)
-        x_s = torch.zeros(n_seq, dtype=torch.float64, device=values.device).index_add_(0, seq, values)
-        row = torch.stack(
+        self.add_many(torch.tensor([slot]), values[:, None], seq, n_seq)
+
+    def add_many(
+        self,
+        slots: torch.Tensor,
+        values: torch.Tensor,
+        seq: torch.Tensor,
+        n_seq: int,
+        n_s: torch.Tensor | None = None,
+    ) -> None:
+        """values (n, k) float64: column j goes to slots[j]. n_s: tokens per sequence, if known."""
+        if n_s is None:
+            n_s = torch.bincount(seq, minlength=n_seq).to(torch.float64)
+        k = values.shape[1]
+        x_s = torch.zeros(n_seq, k, dtype=torch.float64, device=values.device).index_add_(0, seq, values)
+        n_col = n_s[:, None]  # (n_seq, 1)
+        rows = torch.stack(
             [
-                (n_s > 0).sum().to(torch.float64),
-                n_s.sum(),
-                x_s.sum(),
-                values.square().sum(),
-                x_s.square().sum(),
-                (x_s * n_s).sum(),
-                n_s.square().sum(),
-            ]
-        )
-        self.state[slot] += row.cpu()
+                (n_s > 0).sum().to(torch.float64).expand(k),
+                n_s.sum().expand(k),
+                x_s.sum(0),
+                values.square().sum(0),
+                x_s.square().sum(0),
+                (x_s * n_col).sum(0),
+                n_s.square().sum().expand(k),
+            ],
+            dim=1,
+        )  # (k, WIDTH)
+        self.state.index_add_(0, slots, rows.to(self.state.device))
 
     def merge(self, other: SequenceMoments) -> None:
         self.state += other.state

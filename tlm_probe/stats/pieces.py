@@ -1,7 +1,12 @@
 """The per-layer input of every statistic: the captured pieces of one layer for one batch.
 
-Only counted tokens are kept (padding removed, position 0 removed with exclude_bos), flattened to
-(n, d) and cast to float64 once; norms and dot products are cached because several statistics share them.
+Only counted tokens are used (padding removed, position 0 removed with exclude_bos). All the dot products
+between pieces come from one Gram matrix per token, computed with a single batched matmul: the eight
+alignment statistics need eleven dot products of five pieces, and one (n, k, d) @ (n, d, k) product is far
+cheaper than eleven separate passes (this keeps the probe within a few percent of a plain forward pass).
+The products are taken in float32 (float64 for float64 models; bf16/fp16 pieces are upcast first): a
+per-token relative error of ~1e-7, far below the spread of the statistics. Every value is then
+converted to float64 before anything is summed.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ class TokenIndex:
         if exclude_bos:
             counted[:, 0] = False  # right padding: position 0 is each sequence's first token
         self.counted = counted  # (B, T)
+        self.all = bool(counted.all())  # no padding, nothing excluded: selection is a reshape
         self.flat = counted.reshape(-1).nonzero().squeeze(1)  # (n,)
         self.seq = self.flat // counted.shape[1]  # (n,) row of each counted token
         self.n_seq = counted.shape[0]
+        self.seq_counts = counted.sum(1).to(torch.float64)  # (B,) tokens counted per sequence
 
     def select(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (n, ...) for the counted tokens."""
-        return x.reshape(-1, *x.shape[2:])[self.flat]
+        flat = x.reshape(-1, *x.shape[2:])
+        return flat if self.all else flat[self.flat]
 
 
 class LayerPieces:
@@ -34,7 +42,8 @@ class LayerPieces:
         self.raw = raw  # name -> (B, T, d) as captured, model dtype
         self.index = index
         self._vec: dict[str, torch.Tensor] = {}
-        self._dot: dict[tuple[str, str], torch.Tensor] = {}
+        self._gram: torch.Tensor | None = None
+        self._slot: dict[str, int] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.raw
@@ -45,11 +54,30 @@ class LayerPieces:
             self._vec[name] = self.index.select(self.raw[name]).to(torch.float64)
         return self._vec[name]
 
+    def gram(self) -> torch.Tensor:
+        """(n, k, k) float64 dot products between the residual-width pieces, for every counted token."""
+        if self._gram is None:
+            width = next(iter(self.raw.values())).shape[-1]
+            names = [k for k, v in self.raw.items() if v.shape[-1] == width]
+            self._slot = {k: i for i, k in enumerate(names)}
+            x = self.index.select(torch.stack([self.raw[k] for k in names], dim=-2))  # (n, k, d)
+            x = x if x.dtype == torch.float64 else x.to(torch.float32)
+            self._gram = (x @ x.transpose(-1, -2)).to(torch.float64)  # (n, k, k)
+        return self._gram
+
     def dot(self, a: str, b: str) -> torch.Tensor:
-        key = (a, b) if a <= b else (b, a)
-        if key not in self._dot:
-            self._dot[key] = (self.vec(a) * self.vec(b)).sum(-1)  # (n,)
-        return self._dot[key]
+        g = self.gram()
+        if a in self._slot and b in self._slot:
+            return g[:, self._slot[a], self._slot[b]]
+        return (self.vec(a) * self.vec(b)).sum(-1)  # pieces of another width (mlp_post)
+
+    def all_finite(self) -> bool:
+        return bool(torch.isfinite(self.gram().diagonal(dim1=1, dim2=2)).all())
+
+    def sq_norms(self) -> dict[str, torch.Tensor]:
+        """Squared norm of every residual-width piece, (n,) each: inf/NaN here means inf/NaN in the piece."""
+        diag = self.gram().diagonal(dim1=1, dim2=2)  # (n, k)
+        return {k: diag[:, i] for k, i in self._slot.items()}
 
     def norm(self, name: str) -> torch.Tensor:
         return self.dot(name, name).sqrt()
