@@ -23,35 +23,11 @@ from tlm_probe.train.config import TrainConfig
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
 # ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
-FULL = dict(
-    d_model=128,
-    n_layers=4,
-    n_heads=4,
-    d_ff=512,
-    seq_len=128,
-    batch_size=16,
-    steps=300,
-    lr=3e-3,
-    warmup=30,
-    eval_interval=50,
-    eval_tokens=16384,
-    log_interval=5,
-)
+FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_size=16, steps=300, lr=3e-3,
+            warmup=30, eval_interval=50, eval_tokens=16384, log_interval=5, ckpt_interval=100)
 # seconds: for tests and notebooks that only need the plumbing
-QUICK = dict(
-    d_model=64,
-    n_layers=4,
-    n_heads=2,
-    d_ff=256,
-    seq_len=64,
-    batch_size=8,
-    steps=20,
-    lr=3e-3,
-    warmup=5,
-    eval_interval=10,
-    eval_tokens=1024,
-    log_interval=2,
-)
+QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
+             warmup=5, eval_interval=10, eval_tokens=1024, log_interval=2)
 PROBE_TOKENS = {"full": 16384, "quick": 1024}
 
 

@@ -154,12 +154,14 @@ class Trainer:
     def run(self, report=None) -> dict:
         """Train to the end (or to stop_at / Ctrl-C); returns the run summary. `report(Progress)` is
         called after every step (the CLI's progress bar)."""
-        previous = signal.signal(signal.SIGINT, self._on_sigint) if _main_thread() else None
+        # Ctrl-C (SIGINT) and a scheduler's preemption notice (SIGTERM) both mean: checkpoint, then stop
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {s: signal.signal(s, self._on_sigint) for s in stops} if _main_thread() else {}
         try:
             return self._loop(report)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _on_sigint(self, signum, frame) -> None:
         if self.stop_requested:  # a second Ctrl-C: stop now, without a checkpoint
