@@ -3,6 +3,9 @@ decode as images of the requested size; the style does not leak into the caller'
 
 from __future__ import annotations
 
+import json
+import statistics
+
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
@@ -20,7 +23,7 @@ from tlm_probe.plotting import (
     save_figure,
 )
 from tlm_probe.plotting.importance import default_proxies
-from tlm_probe.plotting.inputs import curve_summary, load_probe, merge_probes, schedule_table
+from tlm_probe.plotting.inputs import load_comparison, load_probe, merge_probes, schedule_table
 from tlm_probe.schedules import make_schedule, parse_schedule
 
 SMALL = (400, 300)
@@ -132,32 +135,32 @@ def test_heatmap_on_real_matrices(real_probe_dirs):
     np.testing.assert_allclose(grid, grid.T)  # a distance is symmetric
 
 
-def _losses():
-    rows = []
-    for arm, offset in (("uniform", 0.0), ("cosine", -0.2)):
-        for seed in range(3):
-            for step in range(1, 5):
-                rows.append(dict(arm=arm, seed=seed, step=step, tokens=step * 1000, metric="val_loss",
-                                 value=5.0 - 0.3 * step + offset + 0.05 * seed * step))
-    return pd.DataFrame(rows)
+def _metric(run_dir, key: str) -> dict[int, tuple[int, float]]:
+    """step -> (tokens, value) straight from metrics.jsonl (independent of plotting.inputs)."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return {d["step"]: (d["tokens"], d[key]) for d in lines if key in d}
 
 
-def test_curves_mean_and_std_over_seeds():
-    losses = _losses()
-    summary = curve_summary(losses)
-    # independent check: numpy over the three seeds of one point
-    vals = losses[(losses.arm == "cosine") & (losses.step == 3)].value.to_numpy()
-    row = summary[(summary.arm == "cosine") & (summary.step == 3)].iloc[0]
-    assert row["mean"] == pytest.approx(vals.mean()) and row["std"] == pytest.approx(vals.std(ddof=1))
-    assert row["n_seeds"] == 3 and row["tokens"] == 3000
-    fig = plot_curves(summary, size=SMALL, dpi=50)
-    ax = fig.axes[0]  # no train_loss rows: one panel
-    assert len(fig.axes) == 1 and ax.get_title() == "val_loss"
-    assert [l.get_label() for l in ax.lines] == ["uniform", "cosine"]
-    np.testing.assert_allclose(ax.lines[1].get_xdata(), [1000, 2000, 3000, 4000])
-    assert len(ax.collections) == 2 and ax.get_xlabel() == "tokens seen"
+def test_curves_on_a_real_comparison(real_demo_dir):
+    comp = load_comparison(real_demo_dir)
+    runs = real_demo_dir / "runs"
+    seeds = [_metric(runs / f"uniform-s{s}", "val_loss") for s in (0, 1)]
+    last = max(seeds[0])
+    values = [seed[last][1] for seed in seeds]
+    row = comp.curves[(comp.curves.arm == "uniform") & (comp.curves.metric == "val_loss")
+                      & (comp.curves.step == last)].iloc[0]
+    assert row["mean"] == pytest.approx(statistics.mean(values))
+    assert row["std"] == pytest.approx(statistics.stdev(values)) and row["n_seeds"] == 2
+    fig = plot_curves(comp.curves, size=(800, 400), dpi=50)
+    train_ax, val_ax = fig.axes
+    assert (train_ax.get_title(), val_ax.get_title()) == ("train_loss", "val_loss")
+    assert [l.get_label() for l in val_ax.lines] == ["uniform", "cosine:1.5:0.5"]  # baseline first
+    np.testing.assert_allclose(val_ax.lines[0].get_xdata(), [seeds[0][k][0] for k in sorted(seeds[0])])
+    np.testing.assert_allclose(val_ax.lines[0].get_ydata()[-1], statistics.mean(values))
+    assert len(val_ax.collections) == 2 and val_ax.get_xlabel() == "tokens seen"
+    assert "2 seed(s)" in fig.get_suptitle()
     with pytest.raises(UserError, match="no training or validation losses"):
-        plot_curves(summary, metrics=["train_loss"])
+        plot_curves(comp.curves, metrics=["val_bpb"])
 
 
 @pytest.mark.parametrize(("fmt", "size"), [("png", (640, 480)), ("png", (333, 211)), ("svg", (500, 400)),

@@ -25,30 +25,21 @@ def test_schedules_figure_json_and_size(tmp_path):
     assert png_size(out) == (640, 400)
 
 
-def _write_run(folder, losses):
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    lines = []
-    for step, (train, val) in enumerate(losses, start=1):
-        lines.append({"kind": "train", "step": step, "tokens": step * 512, "train_loss": train, "lr": 1e-3,
-                      "tokens_per_s": 1000.0})
-        lines.append({"kind": "eval", "step": step, "tokens": step * 512, "val_loss": val, "val_ppl": 1.0,
-                      "val_bpb": 1.0})
-    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-
-
-def test_curves_from_a_comparison_folder(tmp_path):
-    comp = tmp_path / "compare"
-    _write_run(comp / "runs" / "uniform-s0", [(5.0, 5.1), (4.0, 4.2)])
-    _write_run(comp / "runs" / "uniform-s1", [(5.2, 5.3), (4.2, 4.4)])
-    _write_run(comp / "runs" / "cosine-s0", [(4.9, 5.0), (3.9, 4.0)])
-    (comp / "compare.json").write_text("{}")
+def test_curves_and_depth_from_a_real_demo(real_demo_dir, tmp_path):
     out = tmp_path / "curves.svg"
-    r = runner.invoke(app, ["plot", str(comp), "--kind", "curves", "--size", "500x300", "--dpi", "100",
-                            "--out", str(out), "--json"])
+    r = runner.invoke(app, ["plot", str(real_demo_dir), "--kind", "curves", "--size", "500x300",
+                            "--dpi", "100", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
     assert svg_size_pt(out) == pytest.approx((360, 216))
     assert "2 arm(s)" in json.loads(r.stdout)["title"] and "2 seed(s)" in json.loads(r.stdout)["title"]
+    probes = sorted((real_demo_dir / "probe").iterdir())
+    out = tmp_path / "depth.png"
+    r = runner.invoke(app, ["plot", *map(str, probes), "--statistic", "mlp_influence", "--x", "layer",
+                            "--size", "600x400", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    assert png_size(out) == (600, 400) and "cosine:1.5:0.5-s1" in json.loads(r.stdout)["title"]
+    r = runner.invoke(app, ["plot", str(real_demo_dir), "--out", str(out)])  # a comparison is not a probe
+    assert r.exit_code == 1 and "needs probe results" in r.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

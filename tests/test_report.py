@@ -74,6 +74,21 @@ def _expected_figures(dirs) -> int:
     return min(per_layer, 16) + 1 + full
 
 
+def test_report_of_a_real_demo(real_demo_dir, tmp_path):
+    r = runner.invoke(app, ["report", str(real_demo_dir), "--out", str(tmp_path / "rep"), "--size", "400x300",
+                            "--dpi", "50", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    # the probe folders inside the demo join the report, then the comparison itself
+    assert summary["sections"][:2] == ["Probe results", "Statistics vs depth"]
+    assert summary["sections"][-1] == "Comparison: demo"
+    page = (tmp_path / "rep" / "report.html").read_text()
+    paired = pd.read_csv(real_demo_dir / "paired.csv")
+    assert "each arm against uniform" in page and "val_loss_p" in page
+    assert f"{paired.val_loss_p.iloc[0]:.4g}" in page  # the paired test's p-value, as written by compare
+    assert any(Path(f).name.startswith("curves-") for f in summary["figures"])
+
+
 def test_matrices_section_from_a_matrix_table(tmp_path):
     models = {"a": (64,) * 5, "b": (96, 64, 32)}
     pr = ProbeResult(tmp_path, result_table(models), matrix_table(models, "cka"), {})
