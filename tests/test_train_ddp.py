@@ -1,4 +1,5 @@
-"""DDP through the real entry point: torchrun with 2 gloo processes vs 1 process, same global batch."""
+"""Several processes through the real entry point (torchrun + tlm train, gloo on CPU) against one process
+with the same global batch: DDP, and FSDP2 with a stop and a resume in the middle."""
 
 import json
 import os
@@ -6,34 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
-COMMON = [
-    "--steps",
-    "6",
-    "--seq-len",
-    "16",
-    "--d-model",
-    "32",
-    "--layers",
-    "2",
-    "--heads",
-    "2",
-    "--d-ff",
-    "64",
-    "--eval-interval",
-    "3",
-    "--eval-tokens",
-    "256",
-    "--log-interval",
-    "1",
-    "--lr",
-    "1e-2",
-    "--warmup",
-    "2",
-    "--device",
-    "cpu",
-    "--json",
-]
+COMMON = ["--steps", "6", "--seq-len", "16", "--d-model", "32", "--layers", "2", "--heads", "2",
+          "--d-ff", "64", "--eval-interval", "3", "--eval-tokens", "256", "--log-interval", "1", "--lr", "1e-2",
+          "--warmup", "2", "--device", "cpu"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
 def _metrics(run: Path, kind: str, key: str) -> list[tuple[int, float]]:
@@ -41,41 +22,52 @@ def _metrics(run: Path, kind: str, key: str) -> list[tuple[int, float]]:
     return [(m["step"], m[key]) for m in lines if m["kind"] == kind]
 
 
-def _corpus(tmp_path: Path) -> str:
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _max_diff(a: Path, b: Path) -> float:
+    worst = 0.0
+    for kind, key in (("train", "train_loss"), ("eval", "val_loss")):
+        x, y = _metrics(a, kind, key), _metrics(b, kind, key)
+        assert [s for s, _ in x] == [s for s, _ in y] and len(x) >= 3
+        worst = max(worst, *(abs(u - v) for (_, u), (_, v) in zip(x, y, strict=True)))
+    return worst
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> tuple[Path, list[str]]:
+    """One process, batch 4; its corpus and flags are shared with the multi-process runs."""
+    tmp = tmp_path_factory.mktemp("ddp")
     words = ["alpha", "beta", "gamma", "delta", "tapered", "uniform", "layer", "width", "depth", "token"]
     paragraphs = [f"{i}: " + " ".join(words[(i * 7 + j * j) % 10] for j in range(40)) for i in range(120)]
-    (tmp_path / "corpus.txt").write_text("\n\n".join(paragraphs))
-    return str(tmp_path / "corpus.txt")
+    (tmp / "corpus.txt").write_text("\n\n".join(paragraphs))
+    flags = [*COMMON, "--data", str(tmp / "corpus.txt")]
+    from typer.testing import CliRunner
+
+    from cli import app  # in-process: saves one interpreter start
+
+    r = CliRunner().invoke(app, ["train", "--out", str(tmp / "one"), "--batch-size", "4", *flags])
+    assert r.exit_code == 0, r.output
+    return tmp, flags
 
 
-def test_two_gloo_processes_match_one(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    data = ["--data", _corpus(tmp_path)]
-    one = [sys.executable, CLI, "train", "--out", str(tmp_path / "one"), "--batch-size", "4", *COMMON, *data]
-    two = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        CLI,
-        "train",
-        "--out",
-        str(tmp_path / "two"),
-        "--batch-size",
-        "2",
-        *COMMON,
-        *data,
-    ]
-    for cmd in (one, two):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
-        assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads((tmp_path / "two" / "run.json").read_text())
-    assert summary["world_size"] == 2
-    for kind, key in (("train", "train_loss"), ("eval", "val_loss")):
-        a, b = _metrics(tmp_path / "one", kind, key), _metrics(tmp_path / "two", kind, key)
-        assert [s for s, _ in a] == [s for s, _ in b] and len(a) >= 3
-        worst = max(abs(x - y) for (_, x), (_, y) in zip(a, b, strict=True))
-        print(f"DDP vs single, max abs {key} difference: {worst:.3g}")
-        assert worst < 1e-5
+def test_two_gloo_ddp_processes_match_one(single):
+    tmp, flags = single
+    _run([*TORCHRUN, CLI, "train", "--out", str(tmp / "ddp"), "--batch-size", "2", *flags])
+    assert json.loads((tmp / "ddp" / "run.json").read_text())["world_size"] == 2
+    worst = _max_diff(tmp / "one", tmp / "ddp")
+    print(f"DDP (2 processes) vs 1 process, max abs loss difference: {worst:.3g}")
+    assert worst < 1e-5
+
+
+def test_fsdp2_with_stop_and_resume_matches_one(single):
+    tmp, flags = single
+    base = [*TORCHRUN, CLI, "train", "--out", str(tmp / "fsdp"), "--batch-size", "2", "--fsdp", *flags]
+    _run([*base, "--stop-at", "3"])
+    assert not (tmp / "fsdp" / "run.json").exists()
+    _run([*base, "--resume"])
+    worst = _max_diff(tmp / "one", tmp / "fsdp")
+    print(f"FSDP2 (2 processes, resumed at step 3) vs 1 process, max abs loss difference: {worst:.3g}")
+    assert worst < 1e-5

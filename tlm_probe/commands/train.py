@@ -57,6 +57,7 @@ def run_training(
             )
 
         summary = trainer.run(report)
+    summary["rank"] = dist.rank()  # read before the process group goes away
     dist.shutdown()
     return summary
 
@@ -151,9 +152,7 @@ def build_config(config_file: Path | None, flags: dict) -> TrainConfig:
 
 
 def _print_summary(s: dict, json_out: bool) -> None:
-    from tlm_probe.train import distributed as dist
-
-    if not dist.is_main():
+    if s.get("rank", 0) != 0:  # under torchrun only rank 0 reports
         return
     if json_out:
         print_json(s)
