@@ -42,11 +42,8 @@ def plot_heatmaps(
         for ax in axes[len(models):]:
             ax.set_visible(False)
         fig.colorbar(image, ax=list(axes[: len(models)]), label=f"{statistic}: {stat_label(statistic)}")
-        fig.suptitle(
-            title
-            or f"{statistic} between layers (row i, column j; index l = residual stream "
-            "entering block l, the last = final output)"
-        )
+        fig.suptitle(title or f"{statistic} between layers i (rows) and j (columns)\nindex l: the stream "
+                     "entering block l; the last: the final output", fontsize="medium")
     return fig
 
 
