@@ -64,6 +64,8 @@ class AblationEffects:
     @torch.no_grad()
     def update(self, batch: dict, mask: torch.Tensor, clean: torch.Tensor | None = None) -> None:
         """mask (B, T) bool of tokens to count; `clean` is the unablated output if already computed."""
+        if not self.ablations:  # nothing asked for: not even the clean pass
+            return
         clean = self.forward(batch) if clean is None else clean
         B = mask.shape[0]
         per_pass = max(1, self.max_rows // B)
