@@ -144,3 +144,4 @@ def test_bad_options(tmp_path, gpt2):
     _fails([str(gpt2), "--out", str(tmp_path / "o"), "--backend", "jax"], "unknown backend 'jax'")
     _fails([str(gpt2), "--out", str(tmp_path / "o"), "--seq-len", "100000"], "exceeds the model's maximum")
     _fails([str(gpt2), "--out", str(tmp_path / "o"), "--stats", "bogus"], "unknown statistic 'bogus'")
+    _fails([str(gpt2), "--out", str(tmp_path / "o"), "--device", "tpu9"], "unknown device 'tpu9'")

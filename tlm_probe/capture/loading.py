@@ -113,6 +113,19 @@ class ProbeModel:
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
 
+def check_device(device: str) -> None:
+    """A one-line error instead of a CUDA traceback when the device does not exist here."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise UserError(f"unknown device {device!r}: {e}") from e
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
+    if not available.get(dev.type, lambda: False)():
+        raise UserError(f"device {device!r} is not available on this machine")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UserError(f"device {device!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
+
+
 def down_width(module: nn.Module) -> int:
     """Input width of a down projection: nn.Linear stores (out, in), GPT-2's Conv1D stores (in, out)."""
     if isinstance(module, nn.Linear):
@@ -158,6 +171,7 @@ def load_probe_model(
     """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed."""
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    check_device(device)
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)
