@@ -10,7 +10,7 @@ from cli import app
 
 def test_quick_demo_writes_comparison_probe_and_figure(tmp_path):
     out = tmp_path / "demo"
-    r = CliRunner().invoke(app, ["demo", "--out", str(out), "--quick", "--steps", "4", "--json"])
+    r = CliRunner().invoke(app, ["demo", "--out", str(out), "--quick", "--steps", "2", "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     res = pd.read_csv(out / "results.csv")
@@ -26,9 +26,3 @@ def test_quick_demo_writes_comparison_probe_and_figure(tmp_path):
     assert cos_widths.tolist() == [384, 320, 192, 128]
     png = out / "alignment_vs_depth.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and doc["figures_alignment"] == str(png)
-    stamp = (out / "runs" / "uniform-s0" / "model.safetensors").stat().st_mtime_ns
-    again = CliRunner().invoke(app, ["demo", "--out", str(out), "--quick", "--steps", "4", "--no-probe"])
-    assert (
-        again.exit_code == 0
-        and (out / "runs" / "uniform-s0" / "model.safetensors").stat().st_mtime_ns == stamp
-    )

@@ -1,5 +1,5 @@
 """Several processes through the real entry point (torchrun + tlm train, gloo on CPU) against one process
-with the same global batch: DDP, and FSDP2 with a stop and a resume in the middle."""
+with the same global batch: DDP and FSDP2 (each rank a slice of the batch; rank 0 writes)."""
 
 import json
 import os
@@ -62,12 +62,9 @@ def test_two_gloo_ddp_processes_match_one(single):
     assert worst < 1e-5
 
 
-def test_fsdp2_with_stop_and_resume_matches_one(single):
+def test_fsdp2_matches_one(single):
     tmp, flags = single
-    base = [*TORCHRUN, CLI, "train", "--out", str(tmp / "fsdp"), "--batch-size", "2", "--fsdp", *flags]
-    _run([*base, "--stop-at", "3"])
-    assert not (tmp / "fsdp" / "run.json").exists()
-    _run([*base, "--resume"])
+    _run([*TORCHRUN, CLI, "train", "--out", str(tmp / "fsdp"), "--batch-size", "2", "--fsdp", *flags])
     worst = _max_diff(tmp / "one", tmp / "fsdp")
-    print(f"FSDP2 (2 processes, resumed at step 3) vs 1 process, max abs loss difference: {worst:.3g}")
+    print(f"FSDP2 (2 processes) vs 1 process, max abs loss difference: {worst:.3g}")
     assert worst < 1e-5
