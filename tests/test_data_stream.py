@@ -1,5 +1,7 @@
 """Tokenizers, prepared shards, the batch order and the fixed evaluation set."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -49,6 +51,9 @@ def test_prepared_shards_equal_direct_tokenization(tmp_path, corpus):
     assert load_token_ids(tmp_path / "prep", "train").tolist() == direct.tolist()
     data = load_token_data(str(tmp_path / "prep"))
     assert data.vocab_size == 400 and len(data.train) == meta["train"]["tokens"]
+    # the shards stay separate memory maps; slices across shard boundaries read the same ids
+    for start, stop in ((0, 10), (1990, 2010), (1500, 4600), (len(direct) - 5, len(direct))):
+        assert data.train[start:stop].tolist() == direct[start:stop].tolist()
     assert len(data.val) == meta["val"]["tokens"] > 0
 
 
@@ -86,3 +91,19 @@ def test_eval_windows_predict_each_token_once():
     w = eval_windows(val, seq_len=16, max_tokens=64)
     assert w.shape == (4, 17)
     assert torch.cat([row[1:] for row in w]).tolist() == val[1:65].tolist()
+
+
+def test_training_from_prepared_shards_carries_the_tokenizer(tmp_path, corpus):
+    from transformers import AutoTokenizer
+
+    from tlm_probe.train.config import TrainConfig
+    from tlm_probe.train.loop import Trainer
+    from tlm_probe.train.run import plan_run
+
+    prepare(corpus, tmp_path / "prep", "bpe:400", shard_tokens=2000)
+    tc = TrainConfig(data=str(tmp_path / "prep"), d_model=32, n_layers=2, n_heads=2, d_ff=64, seq_len=16,
+                     batch_size=2, steps=2, eval_tokens=32, progress=False)
+    summary = Trainer(plan_run(tc, tmp_path / "run")).run()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["vocab_size"] == 400
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "run"))  # the checkpoint folder carries it
+    assert len(tok) == 400 and summary["val_bpb"] is not None

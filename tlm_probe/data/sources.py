@@ -24,7 +24,8 @@ VAL_PERCENT = 5
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".text")
 SOURCE_HELP = (
     "builtin:pydoc (Python docs + stdlib docstrings, no download) | builtin:stdlib (stdlib source) | "
-    "a text file, folder or glob | file.jsonl[:field] | hf:NAME[:split] | a datasets.save_to_disk folder"
+    "a text file, folder or glob | file.jsonl[:field] | hf:NAME[:split[:config]] | "
+    "a datasets.save_to_disk folder"
 )
 # stdlib folders that are tests, vendored copies or data rather than library code
 _STDLIB_SKIP = {
@@ -244,9 +245,10 @@ def _hf_disk(path: Path) -> Iterator[str]:
 def _hf_hub(rest: str) -> Iterator[str]:
     import datasets
 
-    name, _, hf_split = rest.partition(":")
+    name, _, tail = rest.partition(":")
+    hf_split, _, config = tail.partition(":")  # hf:NAME[:split[:config]], e.g. a sample of a large corpus
     try:
-        ds = datasets.load_dataset(name, split=hf_split or "train")
+        ds = datasets.load_dataset(name, config or None, split=hf_split or "train")
     except Exception as e:  # offline, unknown name, bad split: all user-facing
         raise UserError(f"cannot load Hugging Face dataset {name!r}: {str(e).splitlines()[0]}") from None
     yield from _rows(ds, name)

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from tlm_probe.data.sources import iter_documents
-from tlm_probe.data.tokens import is_prepared, load_token_ids
+from tlm_probe.data.tokens import is_prepared, lazy_token_ids, load_token_ids
 from tlm_probe.errors import UserError
-from tlm_probe.tokenizer import ByteTokenizer, load_saved_tokenizer, make_tokenizer
+from tlm_probe.tokenizer import load_saved_tokenizer, make_tokenizer
 
 TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")
 RAW_VAL_FRACTION = 0.05
@@ -71,7 +71,7 @@ def _prepared(source: str) -> TokenData:
 
     meta = json.loads((Path(source) / "meta.json").read_text())
     tok = load_saved_tokenizer(Path(source) / "tokenizer")
-    train, val = load_token_ids(source, "train"), load_token_ids(source, "val")
+    train, val = lazy_token_ids(source, "train"), lazy_token_ids(source, "val")
     return TokenData(train, val, tok, source, int(meta["vocab_size"]), meta)
 
 
@@ -128,5 +128,3 @@ def target_bytes(windows: torch.Tensor, tokenizer) -> int | None:
         return None
     return int(sum(tokenizer.n_bytes(row[1:].numpy()) for row in windows))
 
-
-__all__ = ["TokenData", "BatchOrder", "load_token_data", "eval_windows", "target_bytes", "ByteTokenizer"]

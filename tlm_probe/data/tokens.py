@@ -81,6 +81,43 @@ def is_prepared(path: str | Path) -> bool:
     return p.is_dir() and (p / "meta.json").is_file() and (p / "train").is_dir()
 
 
+class ConcatIds:
+    """Several memory-mapped shards read as one 1-D sequence, without copying them into memory: a 26B-token
+    corpus is 104 GB of uint32. Supports len() and contiguous slices (what the batch order needs)."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = [p for p in parts if len(p)]
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        start, stop, step = key.indices(len(self))
+        if step != 1:
+            raise IndexError("ConcatIds supports contiguous slices only")
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        pieces, pos = [], start
+        for i in range(max(first, 0), len(self.parts)):
+            if pos >= stop:
+                break
+            lo = pos - int(self.starts[i])
+            hi = min(stop, int(self.starts[i + 1])) - int(self.starts[i])
+            pieces.append(self.parts[i][lo:hi])
+            pos = int(self.starts[i]) + hi
+        return np.concatenate(pieces) if len(pieces) != 1 else np.asarray(pieces[0])
+
+
+def lazy_token_ids(path: str | Path, split: str) -> np.ndarray | ConcatIds:
+    """Like load_token_ids for a prepared folder, but many shards stay separate memory maps."""
+    path = Path(path)
+    subs = ("train", "val") if split == "all" else (split,)
+    files = [f for s in subs for f in shard_files(path / s)]
+    if len(files) <= 1:
+        return load_token_ids(path, split)
+    return ConcatIds([read_shard(f) for f in files])
+
+
 def _load_npy(path: Path) -> np.ndarray:
     return np.load(path, mmap_mode="r", allow_pickle=False)
 

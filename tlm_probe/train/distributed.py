@@ -2,10 +2,14 @@
 
 DDP (gloo on CPU, NCCL on GPU) replicates the model; FSDP2 (`fully_shard` on each block, then the root)
 shards parameters, gradients and optimizer state for models that do not fit one GPU. A GPU user trains
-the 1.3B preset on one 8-GPU node with:
+the 1.3B preset on one 8-GPU node by tokenizing once, then launching 8 processes (global batch
+8 x 4 x 8 x 4096 = 1M tokens; 26B tokens = 20 per parameter):
+    tlm data prepare hf:HuggingFaceFW/fineweb-edu:train:sample-100BT \
+        --tokenizer meta-llama/Meta-Llama-3-8B --out data/fineweb-edu
     torchrun --nproc_per_node 8 cli.py train --preset tlm-1.3b --schedule cosine:1.5:0.5 \
-        --tokenizer meta-llama/Meta-Llama-3-8B --data hf:HuggingFaceFW/fineweb-edu:train \
-        --seq-len 4096 --batch-size 4 --grad-accum 8 --tokens 26000000000 --fsdp --out runs/tlm-1.3b
+        --data data/fineweb-edu --seq-len 4096 --batch-size 4 --grad-accum 8 --tokens 26000000000 \
+        --fsdp --ckpt-interval 1000 --out runs/tlm-1.3b-cosine
+(add --compile for speed; Ctrl-C or SIGTERM checkpoints; the same command with --resume continues).
 Every rank computes the same batch order (data.stream.BatchOrder) and takes its slice; rank 0 writes.
 """
 
