@@ -146,6 +146,18 @@ def test_existing_output_needs_overwrite(tmp_path, corpus):
     assert "--overwrite" in err and (out / "keep.txt").read_text() == "mine"
 
 
+def test_overwrite_only_replaces_our_own_folders(tmp_path, corpus):
+    precious = tmp_path / "project"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep")
+    arms = ["--seeds", "0", "--schedules", "uniform,linear:1.5:0.5"]
+    commands = [["train", "--data", corpus, *TINY], ["compare", *arms, "--data", corpus, *TINY],
+                ["data", "prepare", corpus]]
+    for args in commands:
+        err = _fails_cleanly([*args, "--out", str(precious), "--overwrite"])
+        assert "refusing to overwrite" in err and (precious / "notes.txt").read_text() == "keep"
+
+
 def test_unwritable_output(tmp_path, corpus):
     (tmp_path / "a_file").write_text("x")
     out = tmp_path / "a_file" / "run"

@@ -92,6 +92,8 @@ def check_inputs(source: str, out: Path, tokenizer_spec: str, shard_tokens: int,
     """Fail fast (before any progress bar or file) on a bad output, shard size, tokenizer spec or source."""
     if out.exists() and not overwrite:
         raise UserError(f"output folder {out} already exists; pass --overwrite to replace it")
+    if out.exists() and not (out / "meta.json").is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"refusing to overwrite {out}: it is not a prepared data folder (no meta.json)")
     if shard_tokens < 1:
         raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
     parse_bpe(tokenizer_spec)

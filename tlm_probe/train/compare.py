@@ -27,6 +27,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.models.io import atomic_write_text
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
+from tlm_probe.train.run import check_replaceable
 
 SETTINGS = "compare_settings.json"
 RESULT_COLUMNS = [
@@ -88,7 +89,10 @@ def check_budget(base: TrainConfig, arms: list[str], vocab_size: int) -> dict[st
 def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     """A folder from an earlier, different comparison is refused (unless --overwrite)."""
     path = out / SETTINGS
-    if overwrite or not out.exists():
+    if overwrite:
+        check_replaceable(out, (SETTINGS, "compare.json"), "a comparison")
+        return
+    if not out.exists():
         return
     if not path.is_file():
         if any(out.iterdir()):

@@ -73,7 +73,16 @@ def check_output(out: Path, overwrite: bool) -> None:
         raise UserError(f"output {out} exists and is not a folder")
     if _has_files(out) and not overwrite:
         raise UserError(f"output folder {out} already exists; pass --overwrite to replace it or --resume")
+    if _has_files(out):
+        check_replaceable(out, (FILE, "metrics.jsonl"), "a training run")
     ensure_writable(out)
+
+
+def check_replaceable(out: Path, markers: tuple[str, ...], what: str) -> None:
+    """--overwrite deletes a folder only if this tool wrote it (so `--out . --overwrite` cannot wipe a
+    project): it must hold one of the marker files."""
+    if _has_files(out) and not any((out / m).exists() for m in markers):
+        raise UserError(f"refusing to overwrite {out}: it is not {what} folder (no {' or '.join(markers)})")
 
 
 def ensure_writable(out: Path) -> None:
