@@ -138,6 +138,14 @@ def test_seq_len_above_context(tmp_path, corpus):
     assert "512" in err and "256" in err
 
 
+def test_splits_shorter_than_a_sequence(tmp_path):
+    (tmp_path / "short.txt").write_text("\n\n".join(f"p{i}" for i in range(60)))  # ~3 bytes a document
+    out = tmp_path / "run"
+    err = _fails_cleanly(["train", "--out", str(out), "--data", str(tmp_path / "short.txt"), *TINY,
+                          "--seq-len", "64"], out)
+    assert "seq_len+1=65" in err
+
+
 def test_existing_output_needs_overwrite(tmp_path, corpus):
     out = tmp_path / "run"
     out.mkdir()

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tlm_probe.data.stream import TokenData, load_token_data
+from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import CONFIG, atomic_write_text
@@ -62,6 +62,8 @@ def check_compatible(tc: TrainConfig, cfg: TLMConfig, data: TokenData) -> None:
         )
     if tc.seq_len > cfg.max_seq_len:
         raise UserError(f"seq_len {tc.seq_len} is above the model's context max_seq_len={cfg.max_seq_len}")
+    BatchOrder(data.train, tc.seq_len, tc.seed)  # each raises a UserError when its split is too short
+    eval_windows(data.val, tc.seq_len, tc.eval_tokens)
 
 
 def _has_files(out: Path) -> bool:
