@@ -111,9 +111,13 @@ def test_ctrl_c_saves_and_resumes(tmp_path):
     summary = trainer.run(press_ctrl_c)
     assert summary["interrupted"] and summary["stopped_by_signal"] and summary["step"] == 3
     assert (tmp_path / "int" / "state" / "step_0000003").is_dir()
+    crashed = tmp_path / "int" / "state" / ".tmp-step_dead"  # a checkpoint write that died half-way
+    crashed.mkdir()
+    (crashed / "model.safetensors").write_bytes(b"\x00" * 10)
     train(tmp_path, "int", data=data, resume=True, steps=10)
     train(tmp_path, "ref", data=data, steps=10)
     assert losses(tmp_path / "int") == losses(tmp_path / "ref")
+    assert not crashed.exists()  # cleaned up by the next successful save
 
 
 def test_arms_with_different_widths_get_identical_batches(tmp_path):

@@ -81,6 +81,8 @@ def save_state(run: Path, model_sd: dict, optim_sd: dict, step: int, tokens: int
         os.replace(tmp, final)
     for stale in step_folders(run)[:-keep_last]:
         shutil.rmtree(stale)
+    for crashed in root.glob(f".tmp-{PREFIX}*"):  # left by a write that died; never read
+        shutil.rmtree(crashed, ignore_errors=True)
     return final
 
 
