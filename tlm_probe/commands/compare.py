@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         data: str = typer.Option(None, help=f"Data source: {SOURCE_HELP}."),
         tokenizer: str = typer.Option(None, help="byte | bpe[:VOCAB] | Hugging Face tokenizer."),
         device: str = typer.Option(None, help="auto | cpu | cuda."),
+        threads: int = typer.Option(None, help="CPU threads for PyTorch (default: all cores)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
     ):
@@ -60,6 +61,7 @@ def register(app: typer.Typer) -> None:
 
 
 _FLAGS = {
+    "threads",
     "multiple_of",
     "preset",
     "d_model",

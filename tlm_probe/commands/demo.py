@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="A tiny model and 20 steps: seconds, for testing."),
         seeds: str = typer.Option("0", help="Comma-separated seeds (more seeds give a paired test)."),
         device: str = typer.Option("auto", help="auto | cpu | cuda."),
+        threads: int = typer.Option(0, help="CPU threads (0: all cores; 1 is faster on a busy machine)."),
         no_probe: bool = typer.Option(False, "--no-probe", help="Skip probing and the alignment figure."),
         overwrite: bool = typer.Option(
             False, "--overwrite", help="Replace a different earlier demo in --out."

@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         data: str = typer.Option(None, help=f"Data source: {SOURCE_HELP}; or a `tlm data prepare` folder."),
         tokenizer: str = typer.Option(None, help="byte | bpe[:VOCAB] | Hugging Face tokenizer folder/name."),
         device: str = typer.Option(None, help="auto | cpu | cuda | cuda:N."),
+        threads: int = typer.Option(None, help="CPU threads for PyTorch (default: all cores)."),
         compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model."),
         peak_flops: float = typer.Option(None, help="Peak FLOP/s of the device, for the MFU estimate."),
         fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
@@ -137,6 +138,7 @@ _FLAG_NAMES = {
     "data",
     "tokenizer",
     "device",
+    "threads",
     "compile",
     "peak_flops",
 }

@@ -30,6 +30,9 @@ from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import check_replaceable
 
 SETTINGS = "compare_settings.json"
+# options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
+# that must match when an interrupted comparison is continued
+PER_RUN_OR_MACHINE = ("schedule", "seed", "progress", "device", "threads")
 RESULT_COLUMNS = [
     "arm",
     "schedule",
@@ -213,9 +216,7 @@ def compare(
     settings = {
         "arms": arms,
         "seeds": seeds,
-        "base": {
-            k: v for k, v in base.to_dict().items() if k not in ("schedule", "seed", "progress", "device")
-        },
+        "base": {k: v for k, v in base.to_dict().items() if k not in PER_RUN_OR_MACHINE},
     }
     budget = check_budget(base, arms, data.vocab_size)
     check_settings(out, settings, overwrite)

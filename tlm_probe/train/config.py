@@ -86,6 +86,9 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     compile: bool = False
+    threads: int = 0
+    """CPU threads for PyTorch (0 = its default, all cores). On a machine shared with other jobs, 1 can
+    be several times faster than oversubscribed threads."""
     peak_flops: float = 0.0
     """Peak FLOP/s for the MFU estimate; 0 = a table guess on known GPUs, none on CPU."""
     dropout: float = 0.0
@@ -151,7 +154,7 @@ def _check_positive(c: TrainConfig) -> None:
     ):
         if getattr(c, key) < 1:
             raise UserError(f"{key} must be >= 1, got {getattr(c, key)}")
-    for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len"):
+    for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len", "threads"):
         if getattr(c, key) < 0:
             raise UserError(f"{key} must be >= 0, got {getattr(c, key)}")
     if not c.lr > 0:

@@ -31,28 +31,21 @@ QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size
 PROBE_TOKENS = {"full": 16384, "quick": 1024}
 
 
-def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto") -> TrainConfig:
+def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
+                threads: int = 0) -> TrainConfig:
     opts = dict(QUICK if quick else FULL)
     if steps:
         opts["steps"] = steps
         opts["eval_interval"] = min(opts["eval_interval"], steps)
-    return TrainConfig(data="builtin:pydoc", tokenizer="byte", device=device, **opts)
+    return TrainConfig(data="builtin:pydoc", tokenizer="byte", device=device, threads=threads, **opts)
 
 
-def run_demo(
-    out: str | Path,
-    *,
-    quick: bool = False,
-    steps: int | None = None,
-    seeds: list[int] | None = None,
-    overwrite: bool = False,
-    device: str = "auto",
-    train_fn: Callable | None = None,
-    probe: bool = True,
-) -> dict:
+def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
+             seeds: list[int] | None = None, overwrite: bool = False, device: str = "auto", threads: int = 0,
+             train_fn: Callable | None = None, probe: bool = True) -> dict:
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
-    base = demo_config(quick, steps, device)
+    base = demo_config(quick, steps, device, threads)
     data = load_token_data(base.data, base.tokenizer)
     result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
     trained = time.perf_counter() - started

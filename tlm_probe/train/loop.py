@@ -59,6 +59,8 @@ class Trainer:
     ):
         self.plan, self.tc, self.stop_at = plan, plan.tc, stop_at
         device = resolve_device(self.tc.device)
+        if self.tc.threads:
+            torch.set_num_threads(self.tc.threads)
         self.device = dist.init(device.type) or device
         self.world, self.rank = dist.world_size(), dist.rank()
         if dist.is_main():
