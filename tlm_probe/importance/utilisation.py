@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tlm_probe.importance.geometry import squared_singular_values
+
 
 class NeuronActivity:
     """Per-neuron activation frequency of one MLP layer, streamed over tokens."""
@@ -42,6 +44,5 @@ def weight_matrix(module: nn.Module) -> torch.Tensor:
 
 def stable_rank(weight: torch.Tensor) -> float:
     """||W||_F^2 / ||W||_2^2: how many directions carry the matrix's energy (1 <= sr <= rank)."""
-    w = weight.detach().double()
-    s = torch.linalg.svdvals(w)
-    return float(s.square().sum() / s[0].square()) if s[0] > 0 else 0.0
+    lam = squared_singular_values(weight.detach())  # sigma_i^2, descending
+    return float(lam.sum() / lam[0]) if lam[0] > 0 else 0.0
