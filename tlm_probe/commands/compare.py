@@ -54,6 +54,8 @@ def register(app: typer.Typer) -> None:
         base = build_config(config, flags)
         arms, seed_list = parse_list(schedules, "schedules"), parse_seeds(seeds)
         result = run_compare(base, arms, seed_list, out, overwrite)
+        if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
+            return
         if json_out:
             print_json(result)
         else:
@@ -85,10 +87,14 @@ _FLAGS = {
 
 def run_compare(base, arms, seeds, out: Path, overwrite: bool) -> dict:
     """compare() with progress bars; Ctrl-C saves the running arm and exits 130 (re-run to continue)."""
+    from tlm_probe.train import distributed as dist
     from tlm_probe.train.compare import compare
 
     try:
-        return compare(base, arms, seeds, out, overwrite=overwrite, train_fn=run_training)
+        result = compare(base, arms, seeds, out, overwrite=overwrite, train_fn=run_training)
+        result["rank"] = dist.rank()
+        dist.shutdown()
+        return result
     except KeyboardInterrupt:
         err_console.print(f"interrupted; finished runs and checkpoints are in {out}; re-run to continue")
         raise typer.Exit(130) from None

@@ -57,8 +57,7 @@ def run_training(
             )
 
         summary = trainer.run(report)
-    summary["rank"] = dist.rank()  # read before the process group goes away
-    dist.shutdown()
+    summary["rank"] = dist.rank()
     return summary
 
 
@@ -109,7 +108,10 @@ def register(app: typer.Typer) -> None:
         """Train one tapered (or uniform) model and write a checkpoint folder."""
         flags = {k: v for k, v in locals().items() if v is not None and k in _FLAG_NAMES}
         tc = build_config(config, flags)
+        from tlm_probe.train import distributed as dist
+
         summary = run_training(tc, out, resume=resume, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
+        dist.shutdown()
         _print_summary(summary, json_out)
 
 

@@ -25,8 +25,10 @@ from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.models.io import atomic_write_text
+from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
+from tlm_probe.train.loop import resolve_device
 from tlm_probe.train.run import check_replaceable
 
 SETTINGS = "compare_settings.json"
@@ -221,16 +223,22 @@ def compare(
     budget = check_budget(base, arms, data.vocab_size)
     check_settings(out, settings, overwrite)
     baseline = "uniform" if "uniform" in arms else arms[0]
-    if overwrite and out.exists():
-        shutil.rmtree(out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
+    # under torchrun every rank runs every arm together (DDP/FSDP inside each run); rank 0 writes
+    dist.init(resolve_device(base.device).type)
+    if dist.is_main():
+        if overwrite and out.exists():
+            shutil.rmtree(out)
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
     rows = []
     for seed in seeds:
         for arm in arms:
+            dist.barrier()
             summary = _run_arm(base, arm, seed, out, data, train_fn)
             rows.append({**summary, "arm": arm, "schedule": arm, "seed": seed, **budget[arm]})
-            write_tables(out, rows, settings, budget, baseline)
+            if dist.is_main():
+                write_tables(out, rows, settings, budget, baseline)
+    dist.barrier()
     return json.loads((out / "compare.json").read_text())
 
 
@@ -239,8 +247,9 @@ def _run_arm(base: TrainConfig, arm: str, seed: int, out: Path, data: TokenData,
     done = run / "run.json"
     if done.is_file():  # finished in an earlier invocation
         return json.loads(done.read_text())
-    if run.is_dir() and not step_folders(run):  # died before its first checkpoint: start it again
+    if dist.is_main() and run.is_dir() and not step_folders(run):  # died before its first checkpoint
         shutil.rmtree(run)
+    dist.barrier()
     tc = base.replace(schedule=arm, seed=seed)
     summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=run_name(arm, seed))
     if summary.get("interrupted"):
