@@ -13,21 +13,9 @@ from tlm_probe.tokenizer import ByteTokenizer
 from tlm_probe.train.compare import check_budget, compare, run_name
 from tlm_probe.train.config import TrainConfig
 
-BASE = TrainConfig(
-    d_model=32,
-    n_layers=4,
-    n_heads=2,
-    d_ff=64,
-    multiple_of=16,
-    seq_len=16,
-    batch_size=2,
-    steps=3,
-    eval_interval=3,
-    eval_tokens=64,
-    warmup=1,
-    progress=False,
-    data="synthetic",
-)
+BASE = TrainConfig(d_model=32, n_layers=4, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
+                   steps=3, eval_interval=3, eval_tokens=64, warmup=1, progress=False, data="synthetic",
+                   threads=1)  # one thread: tiny models gain nothing from more, and the machine is shared
 ARMS = ["uniform", "cosine:1.5:0.5", "wider-early"]  # 3 arms x 2 seeds
 
 

@@ -10,7 +10,8 @@ from cli import app
 
 def test_quick_demo_writes_comparison_probe_and_figure(tmp_path):
     out = tmp_path / "demo"
-    r = CliRunner().invoke(app, ["demo", "--out", str(out), "--quick", "--steps", "2", "--json"])
+    args = ["demo", "--out", str(out), "--quick", "--steps", "2", "--threads", "1", "--json"]
+    r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     res = pd.read_csv(out / "results.csv")

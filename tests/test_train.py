@@ -20,7 +20,7 @@ from tlm_probe.train.optim import lr_at
 from tlm_probe.train.run import plan_run
 
 TINY = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64, seq_len=16, batch_size=4, eval_tokens=256,
-            eval_interval=5, log_interval=1, warmup=2, lr=1e-2, progress=False)
+            eval_interval=5, log_interval=1, warmup=2, lr=1e-2, progress=False, threads=1)
 
 
 def byte_data(n_train=4000, n_val=600, seed=0) -> TokenData:

@@ -13,6 +13,8 @@ runner = CliRunner()
 TINY = [
     "--steps",
     "2",
+    "--threads",
+    "1",
     "--multiple-of",
     "16",
     "--seq-len",

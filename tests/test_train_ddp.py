@@ -12,7 +12,7 @@ import pytest
 CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
 COMMON = ["--steps", "6", "--seq-len", "16", "--d-model", "32", "--layers", "2", "--heads", "2",
           "--d-ff", "64", "--eval-interval", "3", "--eval-tokens", "256", "--log-interval", "1",
-          "--lr", "1e-2", "--warmup", "2", "--device", "cpu"]
+          "--lr", "1e-2", "--warmup", "2", "--device", "cpu", "--threads", "1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 

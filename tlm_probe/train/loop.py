@@ -59,8 +59,6 @@ class Trainer:
     ):
         self.plan, self.tc, self.stop_at = plan, plan.tc, stop_at
         device = resolve_device(self.tc.device)
-        if self.tc.threads:
-            torch.set_num_threads(self.tc.threads)
         self.device = dist.init(device.type) or device
         self.world, self.rank = dist.world_size(), dist.rank()
         if dist.is_main():
@@ -159,9 +157,13 @@ class Trainer:
         # Ctrl-C (SIGINT) and a scheduler's preemption notice (SIGTERM) both mean: checkpoint, then stop
         stops = (signal.SIGINT, signal.SIGTERM)
         previous = {s: signal.signal(s, self._on_sigint) for s in stops} if _main_thread() else {}
+        threads = torch.get_num_threads()
+        if self.tc.threads:  # for this run only: a library call leaves the caller's setting as it was
+            torch.set_num_threads(self.tc.threads)
         try:
             return self._loop(report)
         finally:
+            torch.set_num_threads(threads)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
