@@ -20,6 +20,7 @@ import pandas as pd
 from tlm_probe.errors import UserError
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
+OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
 
 
 def content_hash(folder: Path | None) -> str | None:
@@ -91,8 +92,11 @@ def write_results(
         if not out.exists():
             os.replace(tmp, out)
         else:  # keep other files in DIR; replace ours one atomic rename at a time
-            for f in tmp.iterdir():
-                os.replace(f, out / f.name)
+            written = {f.name for f in tmp.iterdir()}
+            for name in written:
+                os.replace(tmp / name, out / name)
+            for stale in OURS - written:
+                (out / stale).unlink(missing_ok=True)  # e.g. matrices from an earlier run with other stats
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
