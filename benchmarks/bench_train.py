@@ -1,6 +1,7 @@
 """Training throughput of the trainer's step (forward, backward, clip, AdamW) on CPU.
 
     .venv/bin/python benchmarks/bench_train.py [--d-model 128 --layers 4 --batch 12 --seq-len 64 --steps 30]
+        [--threads N]   (0 = PyTorch's default; on a machine shared with other jobs 1 thread is often faster)
 
 Prints the median tokens/s over timed steps (after warm-up), for a uniform and a cosine-tapered model of
 the same budget, plus the accounting's training FLOPs per token and the implied FLOP/s.
@@ -43,6 +44,8 @@ def bench(schedule: str, args, out) -> dict:
         plan_run(tc, out / schedule.replace(":", "_"), data=data, overwrite=True), overwrite=True
     )
     times = []
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for _ in range(args.steps + 5):
         t = time.perf_counter()
         trainer.train_step()
@@ -71,6 +74,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=12)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--threads", type=int, default=0)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [bench(s, args, Path(tmp)) for s in ("uniform", "cosine:1.5:0.5")]
