@@ -176,6 +176,14 @@ def test_saved_file_decodes_at_the_requested_size(tmp_path, fmt, size):
         assert got == pytest.approx((size[0] * 72 / 100, size[1] * 72 / 100))
 
 
+def test_tables_carrying_dataframes_in_attrs_plot(real_probe_dirs):
+    # probe() returns its matrices in df.attrs; pandas compares attrs on concat, which fails for frames
+    df = _real(real_probe_dirs)
+    df.attrs["matrices"] = matrix_table()
+    fig = plot_importance(df, ["block_influence", "mlp_influence"], size=SMALL, dpi=50)
+    assert len(fig.axes[0].patches) == 14 and "matrices" in df.attrs
+
+
 def test_bad_outputs_and_style_does_not_leak(tmp_path):
     before = dict(mpl.rcParams)
     fig = plot_depth(result_table(), "align_mlp_mid", size=SMALL, dpi=50)

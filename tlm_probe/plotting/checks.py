@@ -14,10 +14,15 @@ CURVE_COLUMNS = ("arm", "metric", "tokens", "mean", "std", "n_seeds")
 SCHEDULE_COLUMNS = ("schedule", "layer", "width")
 
 
-def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:
+    """The table, checked, as a shallow copy without `attrs`: probe() keeps a DataFrame in attrs, and
+    pandas compares attrs on every concat, which fails for DataFrame values."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise UserError(f"{what} table lacks column(s) {', '.join(missing)}")
+    plain = df.copy(deep=False)
+    plain.attrs = {}
+    return plain
 
 
 def select_statistic(df: pd.DataFrame, statistic: str, what: str = "result") -> pd.DataFrame:

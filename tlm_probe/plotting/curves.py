@@ -35,7 +35,7 @@ def plot_curves(
     """One panel per metric; per arm a line of the seed mean and a band of ± one seed standard deviation.
 
     `curves` is the summary table `arm, metric, tokens, mean, std, n_seeds` (see plotting.inputs)."""
-    require_columns(curves, CURVE_COLUMNS, "curve")
+    curves = require_columns(curves, CURVE_COLUMNS, "curve")
     metrics = [m for m in metrics if (curves["metric"] == m).any()]
     if not metrics:
         raise UserError("no training or validation losses to plot (metrics.jsonl has no loss lines)")

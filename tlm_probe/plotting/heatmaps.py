@@ -27,7 +27,7 @@ def plot_heatmaps(
 ) -> Figure:
     """One L×L heatmap per model of `statistic` from a tidy `model, layer_i, layer_j, statistic, value`
     table; `tokens` (model -> token count) goes into the title as provenance."""
-    require_columns(matrices, MATRIX_COLUMNS, "matrix")
+    matrices = require_columns(matrices, MATRIX_COLUMNS, "matrix")
     rows = select_statistic(matrices, statistic, "matrix")
     models = models_in_order(rows)
     grids = [_grid(rows[rows["model"].astype(str) == m]) for m in models]

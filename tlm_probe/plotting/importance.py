@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from tlm_probe.errors import UserError
 from tlm_probe.plotting.checks import (
     RESULT_COLUMNS,
     models_in_order,
@@ -62,7 +63,9 @@ def plot_importance(
     """Bars of each statistic in `statistics` per layer; one panel per statistic, one colour per model.
 
     Error bars show [ci_low, ci_high] where the table has them."""
-    require_columns(results, RESULT_COLUMNS, "result")
+    results = require_columns(results, RESULT_COLUMNS, "result")
+    if not statistics:
+        raise UserError("name at least one importance statistic to draw")
     frames = [per_layer(select_statistic(results, s), s) for s in statistics]
     models = models_in_order(pd.concat(frames))
     colours = dict(zip(models, palette(len(models)), strict=True))

@@ -34,7 +34,7 @@ def plot_schedules(
     The title states the budget L·d_ff and whether every schedule meets it exactly (the sums are part of
     the table, so the figure only reports them).
     """
-    require_columns(widths, SCHEDULE_COLUMNS, "schedule")
+    widths = require_columns(widths, SCHEDULE_COLUMNS, "schedule")
     if widths.empty:
         raise UserError("the schedule table is empty: name at least one schedule")
     names = list(dict.fromkeys(widths["schedule"].astype(str)))
