@@ -30,6 +30,11 @@ def kernel_dir(tmp_path_factory):
     return root
 
 
+def test_the_four_notebooks_exist():
+    names = {p.stem for p in NOTEBOOKS}
+    assert {"quickstart", "tapered_vs_uniform", "layer_importance", "schedules"} <= names
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_committed_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
