@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe.errors import UserError
-from tlm_probe.html_report import Document, Section, Table, write_report
+from tlm_probe.html_report import Document, Section, Table, fmt_cell, write_report
 from tlm_probe.plotting.inputs import ProbeResult
 from tlm_probe.plotting.sections import probe_sections, wide_table
 
@@ -165,3 +165,8 @@ def test_report_renders_in_headless_chromium(report_dir, tmp_path):
     dom = _chromium("--dump-dom", url).stdout
     assert "<script" not in dom.lower() and "&lt;script&gt;" in dom  # the name is text in the DOM
     assert dom.count("<img") == len(summary["figures"])
+
+
+def test_cells_format_numbers_and_blank_missing_values():
+    assert [fmt_cell(v) for v in (pd.NA, None, float("nan"), 1.23456789, 12345.0, 7, True, "a<b")] == [
+        "", "", "", "1.235", "12,345", "7", "True", "a<b"]  # escaping happens when the cell is written

@@ -12,7 +12,6 @@ import base64
 import html
 import io
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -70,12 +69,14 @@ def esc(value) -> str:
 
 def fmt_cell(value) -> str:
     """Numbers to 4 significant digits, integers with thousands separators, NaN as an empty cell."""
-    if isinstance(value, bool) or value is None:
-        return "" if value is None else str(value)
+    if isinstance(value, bool):
+        return str(value)
+    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
+        return ""  # None, NaN, pd.NA (nullable integer columns such as d_ff of per-model rows)
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
         return f"{int(value):,}"
     if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.4g}"
+        return f"{value:.4g}"
     return str(value)
 
 
