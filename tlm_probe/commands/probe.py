@@ -5,6 +5,7 @@ Under torchrun (WORLD_SIZE > 1) every rank probes its shard; rank 0 prints and w
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def register(app: typer.Typer) -> None:
             False, "--trust-remote-code", help="Run a hub model's own code."
         ),
         unsafe_pickle: bool = typer.Option(False, "--unsafe-pickle", help="Allow pickle (.bin/.pt) weights."),
+        threads: int = typer.Option(
+            0,
+            help="CPU threads for PyTorch during the run (0: PyTorch's default; 1 is fastest when busy).",
+        ),
         json_out: bool = typer.Option(
             False, "--json", help="Print the result rows as JSON instead of a table."
         ),
@@ -94,13 +99,16 @@ def register(app: typer.Typer) -> None:
             split=split,
             importance=parse_pairs(importance_option),
         )
-        res = run_probe(
-            model,
-            opts,
-            progress=not json_out,
-            trust_remote_code=trust_remote_code,
-            allow_pickle=unsafe_pickle,
-        )
+        if threads < 0:
+            raise UserError(f"--threads must be >= 0, got {threads}")
+        with _threads(threads):
+            res = run_probe(
+                model,
+                opts,
+                progress=not json_out,
+                trust_remote_code=trust_remote_code,
+                allow_pickle=unsafe_pickle,
+            )
         if int(os.environ.get("RANK", "0")) != 0:
             return
         write_results(out, res.table, res.matrices, res.provenance)
@@ -129,3 +137,17 @@ def _print_summary(table, prov: dict, out: Path) -> None:
         t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(f"{row[c]:+.4f}" for c in cols))
     console.print(t)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """Set torch's intra-op threads for the run only (0: leave them)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
