@@ -18,7 +18,7 @@ from tlm_probe.importance.geometry import (
     effective_rank,
     participation_ratio,
 )
-from tlm_probe.importance.linear_probes import majority_baseline, probe_accuracy, top_k_filter
+from tlm_probe.importance.linear_probes import PROBE_MODEL, majority_baseline, probe_accuracy, top_k_filter
 from tlm_probe.importance.utilisation import stable_rank, weight_matrix
 
 MATRIX_INDEX = "r = l: residual stream entering block l (r = 0: embeddings); r = L: output of the last block"
@@ -53,7 +53,12 @@ def _probe_rows(first, opts) -> tuple[list[dict], dict]:
     keep = y >= 0
     reps = first.sample.reps or []
     rows = [probe_accuracy(reps[r].numpy()[keep], y[keep], seed=opts.seed) for r in range(1, len(reps))]
-    info = dict(labels=how, n_labelled=int(keep.sum()), majority_baseline=majority_baseline(y[keep]))
+    info = dict(
+        labels=how,
+        model=PROBE_MODEL,
+        n_labelled=int(keep.sum()),
+        majority_baseline=majority_baseline(y[keep]),
+    )
     return rows, info
 
 
