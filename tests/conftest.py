@@ -19,7 +19,7 @@ def real_probe_dirs(tmp_path_factory):
     (plotting and report tests draw from these; see tests/plotting_tables.py)."""
     from plotting_tables import real_probe_results
 
-    return real_probe_results(tmp_path_factory.mktemp("real-probes"), stats="all")
+    return real_probe_results(tmp_path_factory.mktemp("real-probes"), stats="all", max_tokens=192)
 
 
 @pytest.fixture(scope="session")

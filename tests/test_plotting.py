@@ -56,7 +56,7 @@ def test_depth_on_real_probe_results(real_probe_dirs):
     assert np.ptp(uniform.get_sizes()) == 0  # uniform widths: all markers alike
     widths = np.array(make_schedule(parse_schedule("cosine:1.5:0.5", 16), 4, 64).widths, float)
     np.testing.assert_allclose(tapered.get_sizes() / tapered.get_sizes()[0], widths / widths[0])
-    assert "512 tokens" in ax.get_title() and "cosine-6" in ax.get_title()
+    assert f"{int(rows.n_tokens.max()):,} tokens" in ax.get_title() and "cosine-6" in ax.get_title()
     assert ax.get_xlabel().startswith("normalised depth") and "cos(MLP out, resid_mid)" in ax.get_ylabel()
     assert "MLP width" in ax.get_legend().get_title().get_text()
 
