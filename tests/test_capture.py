@@ -173,3 +173,11 @@ def test_non_finite_caught_after_the_first_batch_too(tmp_path):
         sink.start_batch(TokenIndex(mask))
         with pytest.raises(NonFiniteError, match="layer 2 in attn_out"):
             NativeBackend(sink).run(ids, mask)
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "gpt_neox_seq", "gptj", "opt", "roberta"])
+def test_other_adapter_rows_pass_the_guardrails(tmp_path, family):
+    # every tap fires and the pieces add up on the first batch, or the probe raises GuardrailError
+    pm = load_probe_model(build_model(family, tmp_path / family))
+    df = probe(pm, TEXTS, seq_len=16, batch_size=3, max_tokens=200)
+    assert len(df) == 8 * pm.n_layers and df.value.notna().all() and (df.n_tokens == 200).all()
