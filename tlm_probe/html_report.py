@@ -85,13 +85,20 @@ def _cells(frame: pd.DataFrame) -> list[list[str]]:
             for row in frame.itertuples(index=False)]
 
 
+def _numeric(frame: pd.DataFrame) -> list[bool]:
+    """Which columns hold numbers (right-aligned); text stays left-aligned."""
+    return [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
+            for c in frame.columns]
+
+
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1150px;
 color:#1b1b1b;background:#fff;line-height:1.45;padding:0 1rem}
 h1{border-bottom:3px solid #0173b2;padding-bottom:.3rem}h2{margin-top:2.2rem;color:#0173b2}
 table{border-collapse:collapse;margin:.6rem 0 1.4rem;font-size:.85rem}
-th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:right}th{background:#eef4fa}
-td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:.3rem 0}
+th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}th{background:#eef4fa}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+caption{text-align:left;font-weight:600;padding:.3rem 0}
 figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
 figcaption{font-size:.85rem;color:#444}.note{font-size:.85rem;color:#555}
 """
@@ -99,7 +106,9 @@ figcaption{font-size:.85rem;color:#444}.note{font-size:.85rem;color:#555}
 
 def _html_table(t: Table) -> str:
     head = "".join(f"<th>{esc(c)}</th>" for c in t.frame.columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in _cells(t.frame))
+    align = ['<td class="n">' if num else "<td>" for num in _numeric(t.frame)]
+    body = "".join("<tr>" + "".join(f"{a}{esc(c)}</td>" for a, c in zip(align, row, strict=True)) + "</tr>"
+                   for row in _cells(t.frame))
     return (f"<table><caption>{esc(t.caption)}</caption><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>")
 

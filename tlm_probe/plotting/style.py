@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ FORMATS = ("png", "pdf", "svg")
 DEFAULT_SIZE = (1200, 800)
 DEFAULT_DPI = 150
 MIN_PIXELS, MAX_PIXELS = 200, 10_000
+TITLE_WIDTH = 80  # characters per title line
 
 # Readable names with units for every contract statistic; unknown statistics fall back to their own name.
 STAT_LABELS: dict[str, str] = {
@@ -152,4 +154,5 @@ def title_with_provenance(what: str, models: Sequence[str], tokens: Sequence[flo
     for model, n in zip(models, tokens, strict=True):
         parts.append(f"{model} ({int(n):,} tokens)" if n == n and n > 0 else str(model))
     shown = "; ".join(parts[:4]) + (f"; +{len(parts) - 4} more" if len(parts) > 4 else "")
-    return f"{what}\n{shown}" if shown else what
+    # long model lists wrap instead of running off the figure (titles are centred and unclipped)
+    return f"{what}\n{textwrap.fill(shown, TITLE_WIDTH)}" if shown else what
