@@ -170,3 +170,16 @@ def test_report_renders_in_headless_chromium(report_dir, tmp_path):
 def test_cells_format_numbers_and_blank_missing_values():
     assert [fmt_cell(v) for v in (pd.NA, None, float("nan"), 1.23456789, 12345.0, 7, True, "a<b")] == [
         "", "", "", "1.235", "12,345", "7", "True", "a<b"]  # escaping happens when the cell is written
+
+
+def test_report_bad_input_is_one_line_exit_1(tmp_path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    cases = [([str(tmp_path / "missing")], "input not found"),
+             ([str(tmp_path / "busy")], "is not a probe result")]
+    for inputs, message in cases:
+        r = runner.invoke(app, ["report", *inputs, "--out", str(tmp_path / "rep")])
+        assert r.exit_code == 1 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]  # nothing written
+    assert runner.invoke(app, ["report", "--out", str(tmp_path / "rep")]).exit_code == 2
+    assert "Example: tlm report" in runner.invoke(app, ["report", "--help"]).stdout
