@@ -40,6 +40,10 @@ class ByteTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", "replace")
 
+    def __call__(self, text: str, add_special_tokens: bool = False, **_) -> dict:
+        """The Hugging Face call convention, so the probe tokenises text for byte-level checkpoints."""
+        return {"input_ids": self.encode(text).tolist()}
+
     def n_bytes(self, ids: np.ndarray) -> int:
         return int(np.asarray(ids).size)
 

@@ -17,6 +17,7 @@ from torch import nn
 from tlm_probe.capture.adapters import Adapter, adapter_for
 from tlm_probe.errors import UserError
 from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
+from tlm_probe.tokenizer import META as TOKENIZER_META
 
 DTYPES = {
     "float32": torch.float32,
@@ -250,6 +251,11 @@ def _load_hf(
 def _load_tokenizer(source: str | Path) -> Any | None:
     """The model's tokenizer, or None when the checkpoint has none (probe from token ids then)."""
     folder = Path(source)
+    if folder.is_dir() and (folder / TOKENIZER_META).is_file():  # a tlm run folder: byte-level or HF
+        from tlm_probe.tokenizer import load_saved_tokenizer
+
+        saved = load_saved_tokenizer(folder)
+        return saved if saved is None or saved.kind == "byte" else saved.tok
     if folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
     from transformers import AutoTokenizer
