@@ -158,7 +158,7 @@ def test_curves_on_a_real_comparison(real_demo_dir):
     np.testing.assert_allclose(val_ax.lines[0].get_xdata(), [seeds[0][k][0] for k in sorted(seeds[0])])
     np.testing.assert_allclose(val_ax.lines[0].get_ydata()[-1], statistics.mean(values))
     assert len(val_ax.collections) == 2 and val_ax.get_xlabel() == "tokens seen"
-    assert "2 seed(s)" in fig.get_suptitle()
+    assert "2 seeds" in fig.get_suptitle()
     with pytest.raises(UserError, match="no training or validation losses"):
         plot_curves(comp.curves, metrics=["val_bpb"])
 

@@ -31,7 +31,7 @@ def test_curves_and_depth_from_a_real_demo(real_demo_dir, tmp_path):
                             "--dpi", "100", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
     assert svg_size_pt(out) == pytest.approx((360, 216))
-    assert "2 arm(s)" in json.loads(r.stdout)["title"] and "2 seed(s)" in json.loads(r.stdout)["title"]
+    assert "2 arm(s)" in json.loads(r.stdout)["title"] and "2 seeds" in json.loads(r.stdout)["title"]
     probes = sorted((real_demo_dir / "probe").iterdir())
     out = tmp_path / "depth.png"
     r = runner.invoke(app, ["plot", *map(str, probes), "--statistic", "mlp_influence", "--x", "layer",

@@ -47,8 +47,8 @@ def plot_curves(
         for ax, metric in zip(axes, metrics, strict=True):
             _panel(ax, curves[curves["metric"] == metric], metric, arms, colours)
         seeds = int(curves["n_seeds"].max())
-        fig.suptitle(title or f"loss vs tokens seen, {len(arms)} arm(s); band: ± 1 std over up to "
-                     f"{seeds} seed(s)")
+        band = f"band: ± 1 std over up to {seeds} seeds" if seeds > 1 else "one seed each (no band)"
+        fig.suptitle(title or f"loss vs tokens seen, {len(arms)} arm(s); {band}")
     return fig
 
 
