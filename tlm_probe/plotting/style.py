@@ -133,6 +133,7 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
         raise UserError(f"output folder does not exist: {path.parent}")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".{fmt}")
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a figure is meant to be shared
     try:
         with figure_style():
             fig.savefig(tmp, format=fmt, dpi=fig.dpi, metadata=_metadata(fmt))
