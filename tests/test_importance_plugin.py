@@ -18,7 +18,8 @@ def gpt2(tmp_path_factory):
 
 
 def test_stats_all_has_alignment_importance_and_agreement(gpt2, tmp_path):
-    df = probe(gpt2, "builtin:pydoc", stats="all", **KW)
+    res = probe(gpt2, "builtin:pydoc", stats="all", full=True, **KW)
+    df = res.table
     stats = set(df.statistic)
     assert {"align_mlp_mid", "ablation_dnll_mlp_zero", "taylor_mlp", "logit_lens_kl", "probe_acc"} <= stats
     agree = df[df.layer == -1].set_index("statistic")
@@ -30,7 +31,7 @@ def test_stats_all_has_alignment_importance_and_agreement(gpt2, tmp_path):
     assert agree.loc["spearman_align_mlp_mid", "value"] == pytest.approx(ref)
     prov = df.attrs["provenance"]["importance"]
     assert prov["agreement_target"] == "ablation_dnll_mlp_zero" and prov["sample_tokens"] == 64
-    mats = df.attrs["matrices"]
+    mats = res.matrices
     assert {"angular_distance", "cka_linear", "drop_block_best_last"} <= set(mats.statistic)
 
 

@@ -240,8 +240,13 @@ def probe(
     trust_remote_code: bool = False,
     allow_pickle: bool = False,
     importance: dict | None = None,
-) -> pd.DataFrame:
-    """Probe a model; returns the tidy result table (matrices and provenance in df.attrs)."""
+    full: bool = False,
+) -> pd.DataFrame | ProbeResult:
+    """Probe a model; returns the tidy result table with its provenance in df.attrs["provenance"].
+
+    With full=True, a ProbeResult (table, matrices, provenance): the layer x layer matrices are not put in
+    attrs, because pandas compares attrs when concatenating tables of several models.
+    """
     opts = ProbeOptions(
         data=data,
         stats=stats,
@@ -259,5 +264,4 @@ def probe(
         model, opts, progress=progress, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
     )
     res.table.attrs["provenance"] = res.provenance
-    res.table.attrs["matrices"] = res.matrices
-    return res.table
+    return res if full else res.table
