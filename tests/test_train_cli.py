@@ -228,3 +228,13 @@ def test_compare_bad_input(tmp_path, corpus):
     _fails_cleanly(["compare", "--out", str(out), "--seeds", "a,b", "--data", corpus, *TINY], out)
     _fails_cleanly(["compare", "--out", str(out), "--schedules", "uniform,uniform", *TINY], out)
     _fails_cleanly(["compare", "--out", str(out), "--schedules", "uniform,bogus", *TINY], out)
+
+
+def test_compare_and_demo_unwritable_output(tmp_path, corpus):
+    (tmp_path / "a_file").write_text("x")
+    compare = ["compare", "--schedules", "uniform,cosine:1.5:0.5", "--data", corpus, *TINY]
+    for args in (compare, ["demo", "--quick", "--steps", "2"]):
+        err = _fails_cleanly([*args, "--out", str(tmp_path / "a_file" / "cmp")])
+        assert "cannot be created" in err
+        if Path("/proc").is_dir():  # a folder where nothing can be made, even as root
+            assert "cannot be written" in _fails_cleanly([*args, "--out", "/proc/tlm-cmp"])

@@ -26,6 +26,10 @@ def command(app: typer.Typer, name: str, example: str):
             except UserError as e:
                 err_console.print(f"error: {e}", markup=False, highlight=False)
                 raise typer.Exit(1) from None
+            except OSError as e:  # a path the user gave cannot be read or written (disk full, /proc, ...)
+                where = f": {e.filename}" if e.filename else ""
+                err_console.print(f"error: {e.strerror or e}{where}", markup=False, highlight=False)
+                raise typer.Exit(1) from None
 
         app.command(name, epilog=f"Example: {example}")(wrapper)
         return fn

@@ -29,7 +29,7 @@ from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.loop import resolve_device
-from tlm_probe.train.run import check_replaceable
+from tlm_probe.train.run import check_replaceable, ensure_writable
 
 SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
@@ -94,6 +94,7 @@ def check_budget(base: TrainConfig, arms: list[str], vocab_size: int) -> dict[st
 def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     """A folder from an earlier, different comparison is refused (unless --overwrite)."""
     path = out / SETTINGS
+    ensure_writable(out)
     if overwrite:
         check_replaceable(out, (SETTINGS, "compare.json"), "a comparison")
         return
