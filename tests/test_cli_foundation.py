@@ -73,3 +73,18 @@ def test_console_script_exit_codes(tmp_path):
     assert usage.returncode == 2
     ok = subprocess.run([tlm, "schedule", "--help"], capture_output=True, text=True)
     assert ok.returncode == 0 and "Example:" in ok.stdout
+
+
+def test_plot_help_names_match_the_figure_builders():
+    from tlm_probe.commands import plot
+    from tlm_probe.plotting import figures
+
+    assert plot.FIGURE_KINDS == tuple(figures.BUILDERS)
+    assert plot.DEFAULT_SCHEDULES == figures.DEFAULT_SCHEDULES
+
+
+def test_cli_starts_without_heavy_imports():
+    heavy = "('torch', 'transformers', 'matplotlib')"
+    code = f"import sys, cli; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -153,3 +153,16 @@ def test_auto_model_for_causal_lm_round_trip(tmp_path, tie):
     hf.save_pretrained(tmp_path / "b")  # widths travel in config.json
     again = load_tlm(tmp_path / "b")
     assert again.cfg.d_ff == cfg.d_ff and torch.equal(again(x), model(x))
+
+
+@pytest.mark.parametrize("order", ["tlm_probe first", "transformers first"])
+def test_auto_registration_in_a_fresh_interpreter(order):
+    import subprocess
+    import sys
+
+    imports = ["import tlm_probe", "import transformers"]
+    first = imports if order == "tlm_probe first" else imports[::-1]
+    code = "; ".join([*first, "from transformers import AutoConfig",
+                      "print(type(AutoConfig.for_model('tlm')).__name__)"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "TLMHFConfig", out.stderr[-500:]

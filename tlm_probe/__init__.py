@@ -1,8 +1,44 @@
-"""tlm_probe: probe how language models use their depth; train tapered models and fair uniform baselines."""
+"""tlm_probe: probe how language models use their depth; train tapered models and fair uniform baselines.
 
-from tlm_probe.models.hf import register as _register_auto_classes
+Importing tlm_probe registers model_type "tlm" with transformers' Auto classes (tlm_probe/models/hf.py). The
+registration runs as soon as transformers is imported (now, if it already is), so that commands that never
+touch transformers (`tlm schedule`, `tlm --help`) do not pay for importing it.
+"""
+
+import importlib.abc
+import importlib.util
+import sys
 
 __version__ = "0.1.0"
 
-# AutoConfig / AutoModelForCausalLM learn model_type "tlm" (see tlm_probe/models/hf.py)
-_register_auto_classes()
+
+def _register_auto_classes() -> None:
+    from tlm_probe.models.hf import register
+
+    register()
+
+
+class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):
+    """Runs the registration right after the `transformers` package has been executed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "transformers":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            _register_auto_classes()
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+if "transformers" in sys.modules:
+    _register_auto_classes()
+elif not any(isinstance(f, _RegisterAfterTransformers) for f in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterAfterTransformers())

@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.plotting.figures import BUILDERS, DEFAULT_SCHEDULES, FigureRequest, build_figure
-from tlm_probe.plotting.style import figure_format, parse_size, save_figure
+
+# names only, so that `tlm` starts without matplotlib; tests check them against plotting.figures
+FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules")
+DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +19,7 @@ def register(app: typer.Typer) -> None:
         inputs: list[Path] = typer.Argument(None, help="Probe result folders/files (depth, heatmap, "
                                             "importance) or comparison/run folders (curves)."),
         out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .pdf or .svg."),
-        kind: str = typer.Option("depth", help=f"Figure kind: {' | '.join(BUILDERS)}."),
+        kind: str = typer.Option("depth", help=f"Figure kind: {' | '.join(FIGURE_KINDS)}."),
         statistic: list[str] = typer.Option(None, "--statistic", "-s", help="Statistic to draw (repeat "
                                             "for importance panels; curves: train_loss, val_loss)."),
         x: str = typer.Option("depth", help="x axis of a depth figure: depth (l/(L-1), overlays models "
@@ -33,6 +35,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object describing the figure."),
     ):
         """Draw one figure from result tables and save it (written to a temporary file, then renamed)."""
+        from tlm_probe.plotting.figures import FigureRequest, build_figure
+        from tlm_probe.plotting.style import figure_format, parse_size, save_figure
+
         figure_format(out)  # fail on a bad suffix before any loading
         req = FigureRequest(kind=kind, statistics=list(statistic or []), x=x, size=parse_size(size),
                             dpi=dpi, title=title, layers=layers, d_ff=d_ff,

@@ -9,9 +9,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.errors import UserError
-from tlm_probe.html_report import render_figures, write_report
-from tlm_probe.plotting.sections import build_document
-from tlm_probe.plotting.style import parse_size
 
 
 def register(app: typer.Typer) -> None:
@@ -27,6 +24,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print the report summary as JSON."),
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
+        # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
+        from tlm_probe.html_report import render_figures, write_report
+        from tlm_probe.plotting.sections import build_document
+        from tlm_probe.plotting.style import parse_size
+
         if not inputs:
             raise UserError("give at least one input folder")
         doc = build_document(inputs, title=title, size=parse_size(size), dpi=dpi)

@@ -17,7 +17,6 @@ from transformers.modeling_outputs import CausalLMOutput
 
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.layers import Rotary
-from tlm_probe.models.tlm import TaperedLM, lm_loss
 
 _FIELDS = tuple(TLMConfig.__dataclass_fields__)
 
@@ -46,6 +45,8 @@ class TLMForCausalLM(PreTrainedModel):
     _tied_weights_keys = {"unembed.weight": "embed.weight"}
 
     def __init__(self, config: TLMHFConfig):
+        from tlm_probe.models.tlm import TaperedLM  # not at import time: registration may run mid-import
+
         super().__init__(config)
         core = TaperedLM(config.to_tlm())
         self.cfg = core.cfg
@@ -70,6 +71,8 @@ class TLMForCausalLM(PreTrainedModel):
         return self.unembed
 
     def forward(self, input_ids: torch.Tensor, attention_mask=None, labels=None, **_) -> CausalLMOutput:
+        from tlm_probe.models.tlm import TaperedLM, lm_loss
+
         logits = TaperedLM.forward(self, input_ids, attention_mask=attention_mask)  # same code path
         loss = None if labels is None else lm_loss(logits, labels, attention_mask)
         return CausalLMOutput(loss=loss, logits=logits)
