@@ -4,9 +4,9 @@ On resume, lines beyond the restored step (written after the last checkpoint) ar
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from tlm_probe.models.io import atomic_write_text
 
 FILE = "metrics.jsonl"
 
@@ -22,10 +22,7 @@ class MetricsLog:
         keep = [
             ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step
         ]
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".metrics.")
-        with os.fdopen(fd, "w") as f:
-            f.write("".join(ln + "\n" for ln in keep))
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def write(self, record: dict) -> None:
         if not self.enabled:
