@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.train import build_config, run_training
-from tlm_probe.data.sources import SOURCE_HELP
 
 PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
 
@@ -22,26 +22,26 @@ def register(app: typer.Typer) -> None:
             PAPER_ARMS, help="Comma-separated schedule specs; uniform is the baseline."
         ),
         seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (initial weights and batch order)."),
-        config: Path = typer.Option(None, help="YAML or TOML file of training options (flags override it)."),
-        preset: str = typer.Option(None, help="Model preset (tlm-tiny, tlm-small, ...)."),
-        d_model: int = typer.Option(None, help="Residual width (default 128)."),
-        layers: int = typer.Option(None, help="Number of blocks (default 4)."),
-        heads: int = typer.Option(None, help="Attention heads (default 4)."),
-        d_ff: int = typer.Option(None, "--d-ff", help="Uniform (mean) MLP width (default 512)."),
-        multiple_of: int = typer.Option(None, help="Round MLP widths to a multiple of this (default 64)."),
-        seq_len: int = typer.Option(None, help="Training context length (default 128)."),
-        batch_size: int = typer.Option(None, help="Sequences per micro-batch (default 16)."),
-        grad_accum: int = typer.Option(None, help="Micro-batches per optimizer step (default 1)."),
+        config: opt.Config = None,
+        preset: opt.Preset = None,
+        d_model: opt.DModel = None,
+        layers: opt.Layers = None,
+        heads: opt.Heads = None,
+        d_ff: opt.DFF = None,
+        multiple_of: opt.MultipleOf = None,
+        seq_len: opt.SeqLen = None,
+        batch_size: opt.BatchSize = None,
+        grad_accum: opt.GradAccum = None,
         steps: int = typer.Option(None, help="Optimizer steps per run (default 300)."),
-        tokens: int = typer.Option(None, help="Token budget per run (instead of --steps)."),
-        lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
-        warmup: int = typer.Option(None, help="Warmup steps (default 50)."),
-        eval_interval: int = typer.Option(None, help="Evaluate every N steps (default 100)."),
-        eval_tokens: int = typer.Option(None, help="Validation tokens (default 32768)."),
-        data: str = typer.Option(None, help=f"Data source: {SOURCE_HELP}."),
-        tokenizer: str = typer.Option(None, help="byte | bpe[:VOCAB] | Hugging Face tokenizer."),
-        device: str = typer.Option(None, help="auto | cpu | cuda."),
-        threads: int = typer.Option(None, help="CPU threads for PyTorch (default: all cores)."),
+        tokens: opt.Tokens = None,
+        lr: opt.LR = None,
+        warmup: opt.Warmup = None,
+        eval_interval: opt.EvalInterval = None,
+        eval_tokens: opt.EvalTokens = None,
+        data: opt.Data = None,
+        tokenizer: opt.Tokenizer = None,
+        device: opt.Device = None,
+        threads: opt.Threads = None,
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
     ):

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.data.sources import SOURCE_HELP
 from tlm_probe.train.config import TrainConfig, read_config_file
 
 # CLI flag name -> TrainConfig field, for the flags whose names differ
@@ -65,38 +65,34 @@ def register(app: typer.Typer) -> None:
     @command(app, "train", "tlm train --schedule cosine:1.5:0.5 --steps 300 --out runs/cosine")
     def train(
         out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (checkpoint + metrics)."),
-        config: Path = typer.Option(None, help="YAML or TOML file of training options (flags override it)."),
-        preset: str = typer.Option(
-            None, help="Model preset: tlm-tiny, tlm-small, tlm-440m, tlm-760m, tlm-1.3b."
-        ),
+        config: opt.Config = None,
+        preset: opt.Preset = None,
         schedule: str = typer.Option(
             None, help="MLP width schedule, e.g. uniform, cosine:1.5:0.5, wider-early."
         ),
-        d_model: int = typer.Option(None, help="Residual width (default 128)."),
-        layers: int = typer.Option(None, help="Number of blocks (default 4)."),
-        heads: int = typer.Option(None, help="Attention heads (default 4)."),
-        d_ff: int = typer.Option(None, "--d-ff", help="Uniform (mean) MLP width (default 512)."),
-        multiple_of: int = typer.Option(None, help="Round MLP widths to a multiple of this (default 64)."),
+        d_model: opt.DModel = None,
+        layers: opt.Layers = None,
+        heads: opt.Heads = None,
+        d_ff: opt.DFF = None,
+        multiple_of: opt.MultipleOf = None,
         vocab_size: int = typer.Option(None, help="Model vocabulary (default: the tokenizer's)."),
-        seq_len: int = typer.Option(None, help="Training context length (default 128)."),
-        batch_size: int = typer.Option(None, help="Sequences per micro-batch per process (default 16)."),
-        grad_accum: int = typer.Option(None, help="Micro-batches per optimizer step (default 1)."),
+        seq_len: opt.SeqLen = None,
+        batch_size: opt.BatchSize = None,
+        grad_accum: opt.GradAccum = None,
         steps: int = typer.Option(None, help="Optimizer steps."),
-        tokens: int = typer.Option(None, help="Token budget (used when --steps is not given)."),
-        lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
-        warmup: int = typer.Option(None, help="Linear warmup steps (default 50)."),
-        eval_interval: int = typer.Option(None, help="Evaluate every N steps (default 100)."),
+        tokens: opt.Tokens = None,
+        lr: opt.LR = None,
+        warmup: opt.Warmup = None,
+        eval_interval: opt.EvalInterval = None,
         log_interval: int = typer.Option(None, help="Write a training line every N steps (default 10)."),
-        eval_tokens: int = typer.Option(
-            None, help="Validation tokens in the fixed eval set (default 32768)."
-        ),
+        eval_tokens: opt.EvalTokens = None,
         ckpt_interval: int = typer.Option(None, help="Checkpoint every N steps (default: only at the end)."),
         keep_last: int = typer.Option(None, help="Resumable checkpoints to keep (default 2)."),
         seed: int = typer.Option(None, help="Seed for initial weights and batch order (default 0)."),
-        data: str = typer.Option(None, help=f"Data source: {SOURCE_HELP}; or a `tlm data prepare` folder."),
-        tokenizer: str = typer.Option(None, help="byte | bpe[:VOCAB] | Hugging Face tokenizer folder/name."),
-        device: str = typer.Option(None, help="auto | cpu | cuda | cuda:N."),
-        threads: int = typer.Option(None, help="CPU threads for PyTorch (default: all cores)."),
+        data: opt.Data = None,
+        tokenizer: opt.Tokenizer = None,
+        device: opt.Device = None,
+        threads: opt.Threads = None,
         compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model."),
         peak_flops: float = typer.Option(None, help="Peak FLOP/s of the device, for the MFU estimate."),
         fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
