@@ -177,7 +177,7 @@ def test_saved_file_decodes_at_the_requested_size(tmp_path, fmt, size):
 
 
 def test_tables_carrying_dataframes_in_attrs_plot(real_probe_dirs):
-    # probe() returns its matrices in df.attrs; pandas compares attrs on concat, which fails for frames
+    # a table may carry a DataFrame in attrs (a user's own); pandas compares attrs on concat, which fails
     df = _real(real_probe_dirs)
     df.attrs["matrices"] = matrix_table()
     fig = plot_importance(df, ["block_influence", "mlp_influence"], size=SMALL, dpi=50)

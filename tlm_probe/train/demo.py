@@ -66,12 +66,10 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     return doc
 
 
-def _curves(out: Path) -> str | None:
-    try:
-        from tlm_probe.plotting import plot_curves, save_figure
-        from tlm_probe.plotting.inputs import load_comparison
-    except ImportError:  # plotting is optional for the comparison itself
-        return None
+def _curves(out: Path) -> str:
+    from tlm_probe.plotting import plot_curves, save_figure
+    from tlm_probe.plotting.inputs import load_comparison
+
     path = out / "loss_curves.png"
     save_figure(plot_curves(load_comparison(out).curves), path)
     return str(path)
@@ -86,23 +84,20 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, seeds: list[i
     from tlm_probe.report import write_results
 
     tables, folders = [], {}
-    ids = np.asarray(val, dtype=np.int64)  # byte-level runs carry no HF tokenizer: probe from ids
+    ids = np.asarray(val, dtype=np.int64)  # the exact validation ids the trainer evaluated on
     for seed in seeds:
         for arm in ARMS:
             name = run_name(arm, seed)
-            df = probe(
+            res = probe(
                 out / "runs" / name,
                 ids,
                 seq_len=base.seq_len,
                 max_tokens=PROBE_TOKENS[size],
                 batch_size=base.batch_size,
+                full=True,
             )
-            folders[name] = str(
-                write_results(
-                    out / "probe" / name, df, df.attrs.get("matrices"), df.attrs.get("provenance", {})
-                )
-            )
-            tables.append(df)
+            folders[name] = str(write_results(out / "probe" / name, res.table, res.matrices, res.provenance))
+            tables.append(res.table)
     figure = out / "alignment_vs_depth.png"
     save_figure(plot_depth(pd.concat(tables, ignore_index=True), "align_mlp_mid"), figure)
     return {"probe": folders, "figures_alignment": str(figure)}
