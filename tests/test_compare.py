@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
@@ -52,6 +53,11 @@ def test_tables_and_paired_test(tmp_path):
         assert paired.loc[arm, "val_loss_t"] == pytest.approx(t)
         assert paired.loc[arm, "val_loss_diff_mean"] == pytest.approx(d.mean())
         assert 0.0 <= paired.loc[arm, "val_loss_p"] <= 1.0
+        # 95% t-interval of the mean difference and d_z, in closed form (t quantile with n-1 dof)
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+        assert paired.loc[arm, "val_loss_diff_ci_low"] == pytest.approx(d.mean() - half)
+        assert paired.loc[arm, "val_loss_diff_ci_high"] == pytest.approx(d.mean() + half)
+        assert paired.loc[arm, "val_loss_dz"] == pytest.approx(d.mean() / d.std(ddof=1))
     assert doc["baseline"] == "uniform" and len(doc["results"]) == 6 and "provenance" in doc
 
 

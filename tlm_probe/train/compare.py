@@ -132,15 +132,21 @@ def paired_table(results: pd.DataFrame, baseline: str) -> pd.DataFrame:
 
 
 def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
+    """Paired difference a - b: mean, std, scipy's paired t-test, the 95% t-interval of the mean
+    difference and the standardised effect size d_z = mean/std (Cohen's d for paired samples)."""
     diff = a - b
     ok = len(diff) >= 2 and not np.isnan(diff).any() and np.ptp(diff) > 0
-    t, p = stats.ttest_rel(a, b) if ok else (math.nan, math.nan)
+    test = stats.ttest_rel(a, b) if ok else None
     std = float(np.std(diff, ddof=1)) if len(diff) >= 2 else math.nan
+    low, high = test.confidence_interval(0.95) if test is not None else (math.nan, math.nan)
     return {
         f"{metric}_diff_mean": float(np.mean(diff)) if len(diff) else math.nan,
         f"{metric}_diff_std": std,
-        f"{metric}_t": float(t),
-        f"{metric}_p": float(p),
+        f"{metric}_diff_ci_low": float(low),
+        f"{metric}_diff_ci_high": float(high),
+        f"{metric}_dz": float(np.mean(diff) / std) if ok else math.nan,
+        f"{metric}_t": float(test.statistic) if test is not None else math.nan,
+        f"{metric}_p": float(test.pvalue) if test is not None else math.nan,
     }
 
 
