@@ -95,10 +95,13 @@ def main() -> None:
     base = names[0]
     report = {"config": vars(args) | {"out": str(args.out)}, "variants": {}}
     for n in names:
-        ratios = [tb / tn for tb, tn in zip(times[base], times[n])]  # speed-up vs today, per round
+        # speed-up against today's trainer, round by round
+        ratios = [tb / tn for tb, tn in zip(times[base], times[n], strict=True)]
         report["variants"][n] = {
             "tokens_per_s_median": tok / statistics.median(times[n]),
-            "speedup_min": min(ratios), "speedup_median": statistics.median(ratios), "speedup_max": max(ratios),
+            "speedup_min": min(ratios),
+            "speedup_median": statistics.median(ratios),
+            "speedup_max": max(ratios),
         }
     if args.loss_steps:
         report["loss"] = loss_check(args, names, batches)
@@ -117,7 +120,8 @@ def loss_check(args, names, batches) -> dict:
     out = {}
     for n in names:
         run, model, opt = build(args, VARIANTS[n][0], VARIANTS[n][2])
-        losses = [step(run, model, opt, batches[i % len(batches)], VARIANTS[n][1]) for i in range(args.loss_steps)]
+        dtype = VARIANTS[n][1]
+        losses = [step(run, model, opt, batches[i % len(batches)], dtype) for i in range(args.loss_steps)]
         out[n] = statistics.fmean(losses[-5:])
     return out
 

@@ -1,4 +1,6 @@
-"""`tlm compare`: train several width schedules x seeds on identical data and budget; tidy tables out."""
+"""`tlm compare` / `tlm sweep`: train several width schedules x seeds on identical data and budget; tidy
+tables out. A sweep is a comparison whose arms include a grid of shape x start:end ratio (--shapes,
+--ratios); it also writes sweep.csv and the heatmap sweep_heatmap.png."""
 
 from __future__ import annotations
 
@@ -12,15 +14,27 @@ from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.train import build_config, run_training
 
 PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
+SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.5:0.5,1.75:0.25 "
+                 "--seeds 0,1,2 --steps 300 --out runs/sweep")
 
 
 def register(app: typer.Typer) -> None:
-    @command(app, "compare", f"tlm compare --schedules {PAPER_ARMS} --seeds 0,1,2 --steps 300 --out runs/cmp")
+    compare_cmd = _compare_command()
+    command(app, "compare", f"tlm compare --schedules {PAPER_ARMS} --seeds 0,1,2 --steps 300 --out runs/cmp")(
+        compare_cmd
+    )
+    command(app, "sweep", SWEEP_EXAMPLE)(compare_cmd)
+
+
+def _compare_command():
     def compare_cmd(
         out: Path = typer.Option(..., "--out", "-o", help="Comparison folder (runs/, results.csv, ...)."),
         schedules: str = typer.Option(
-            PAPER_ARMS, help="Comma-separated schedule specs; uniform is the baseline."
+            None, help=f"Comma-separated schedule specs; uniform is the baseline (default {PAPER_ARMS}; "
+            "with --shapes: uniform)."
         ),
+        shapes: str = typer.Option(None, help="Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."),
+        ratios: str = typer.Option("1.25:0.75,1.5:0.5,1.75:0.25", help="Sweep grid: start:end ratios."),
         seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (initial weights and batch order)."),
         config: opt.Config = None,
         preset: opt.Preset = None,
@@ -45,21 +59,57 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
     ):
-        """Train each schedule with each seed on the same tokens; write results, summary and paired tests.
+        """Train each schedule (or each --shapes x --ratios grid arm) with each seed on the same tokens;
+        write results, summary and paired tests (a grid also: sweep.csv, sweep_heatmap.png).
 
         Re-running the same command continues an interrupted comparison where it stopped."""
-        from tlm_probe.train.compare import parse_list, parse_seeds
+        from tlm_probe.train.compare import parse_seeds
 
         flags = {k: v for k, v in locals().items() if v is not None and k in _FLAGS}
         base = build_config(config, flags)
-        arms, seed_list = parse_list(schedules, "schedules"), parse_seeds(seeds)
+        arms, seed_list = arm_list(schedules, shapes, ratios), parse_seeds(seeds)
         result = run_compare(base, arms, seed_list, out, overwrite)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
+        heatmap = write_sweep(out) if shapes else None
         if json_out:
-            print_json(result)
+            print_json(result | ({"sweep_heatmap": str(heatmap)} if heatmap else {}))
         else:
             print_summary(result)
+            if heatmap:
+                console.print(f"sweep heatmap: {heatmap}", markup=False, highlight=False)
+
+    return compare_cmd
+
+
+def arm_list(schedules: str | None, shapes: str | None, ratios: str) -> list[str]:
+    """The arms: --schedules as given (default PAPER_ARMS), or uniform + the --shapes x --ratios grid
+    followed by any --schedules arms."""
+    from tlm_probe.train.compare import parse_list
+    from tlm_probe.train.sweep import grid_arms, parse_ratios
+
+    if not shapes:
+        return parse_list(schedules or PAPER_ARMS, "schedules")
+    extra = parse_list(schedules, "schedules") if schedules else []
+    return grid_arms(parse_list(shapes, "shapes"), parse_ratios(ratios), extra)
+
+
+def write_sweep(out: Path) -> Path | None:
+    """sweep.csv (each arm's paired difference to uniform) and sweep_heatmap.png, once there are pairs."""
+    import pandas as pd
+
+    from tlm_probe.models.io import atomic_write_text
+    from tlm_probe.plotting.style import save_figure
+    from tlm_probe.plotting.sweep import plot_sweep
+    from tlm_probe.stats.sweep import sweep_table
+
+    if not (out / "paired.csv").is_file() or (out / "paired.csv").stat().st_size < 2:
+        return None
+    table = sweep_table(pd.read_csv(out / "paired.csv"))
+    atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
+    if not (table["ratio"].astype(str) != "").any():
+        return None
+    return save_figure(plot_sweep(table), out / "sweep_heatmap.png")
 
 
 _FLAGS = {

@@ -9,7 +9,7 @@ import typer
 from tlm_probe.commands.common import command, console, err_console, print_json
 
 # names only, so that `tlm` starts without matplotlib; tests check them against plotting.figures
-FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules")
+FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep")
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 
 
@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
     @command(app, "plot", "tlm plot out/probe-minilm out/probe-gpt2 --statistic align_mlp_mid --out fig.png")
     def plot(
         inputs: list[Path] = typer.Argument(None, help="Probe result folders/files (depth, heatmap, "
-                                            "importance) or comparison/run folders (curves)."),
+                                            "importance), comparison/run folders (curves) or one "
+                                            "comparison folder (sweep)."),
         out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .pdf or .svg."),
         kind: str = typer.Option("depth", help=f"Figure kind: {' | '.join(FIGURE_KINDS)}."),
         statistic: list[str] = typer.Option(None, "--statistic", "-s", help="Statistic to draw (repeat "

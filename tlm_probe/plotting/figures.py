@@ -25,6 +25,8 @@ from tlm_probe.plotting.inputs import (
 )
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE
+from tlm_probe.plotting.sweep import plot_sweep
+from tlm_probe.stats.sweep import sweep_table
 
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 
@@ -32,7 +34,7 @@ DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5
 @dataclass
 class FigureRequest:
     kind: str = "depth"
-    """depth | heatmap | importance | curves | schedules"""
+    """depth | heatmap | importance | curves | schedules | sweep"""
     statistics: Sequence[str] = ()
     """Statistic(s) to draw; empty = the kind's default."""
     x: str = "depth"
@@ -111,12 +113,26 @@ def _schedules(paths, req: FigureRequest) -> Figure:
     return plot_schedules(table, req.d_ff, size=req.size, dpi=req.dpi, title=req.title)
 
 
+def _sweep(paths, req: FigureRequest) -> Figure:
+    if len(paths) != 1 or input_kind(paths[0]) != "compare":
+        raise UserError("the sweep figure takes one comparison folder (tlm sweep/compare --out DIR)")
+    paired = load_comparison(paths[0]).tables.get("paired")
+    if paired is None or paired.empty:
+        raise UserError(f"{paths[0]} has no paired table yet (it needs uniform and one other arm, each "
+                        "with a finished seed)")
+    metric = _one(req.statistics, "val_loss", "sweep")
+    if f"{metric}_diff_mean" not in paired:
+        raise UserError(f"no paired differences of {metric!r} in {paths[0]}/paired.csv")
+    return plot_sweep(sweep_table(paired, metric), metric, size=req.size, dpi=req.dpi, title=req.title)
+
+
 BUILDERS: dict[str, Callable[[Sequence[str | Path], FigureRequest], Figure]] = {
     "depth": _depth,
     "heatmap": _heatmap,
     "importance": _importance,
     "curves": _curves,
     "schedules": _schedules,
+    "sweep": _sweep,
 }
 
 

@@ -1,0 +1,46 @@
+"""A sweep: a grid of arms (schedule shape x start:end ratio, beside uniform and any extra arms) trained by
+compare() at one budget on identical batches.
+
+The grid is expanded into ordinary schedule specs ("cosine:1.5:0.5"), so a sweep folder *is* a comparison
+folder: `tlm compare` with the same arms continues it, and every table compare writes is there
+(stats/sweep.py turns its paired table into the heatmap's table).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tlm_probe.errors import UserError
+from tlm_probe.stats.sweep import GRID_SHAPES
+
+
+def parse_ratios(text: str) -> list[tuple[float, float]]:
+    """'1.25:0.75,1.5:0.5' -> [(1.25, 0.75), (1.5, 0.5)]; a UserError names a malformed item."""
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        parts = item.split(":")
+        try:
+            start, end = (float(x) for x in parts) if len(parts) == 2 else (math.nan, math.nan)
+        except ValueError:
+            start = end = math.nan
+        if not (math.isfinite(start) and math.isfinite(end) and start > 0 and end > 0):
+            raise UserError(f"--ratios item {item!r} is not START:END with two positive numbers (1.5:0.5)")
+        out.append((start, end))
+    if len(set(out)) != len(out):
+        raise UserError(f"--ratios lists a ratio twice: {text}")
+    return out
+
+
+def grid_arms(
+    shapes: Sequence[str], ratios: Sequence[tuple[float, float]], extra: Sequence[str] = ()
+) -> list[str]:
+    """uniform first (the baseline), then shape x ratio in order, then the extra arms (wider-early, ...)."""
+    bad = [s for s in shapes if s not in GRID_SHAPES]
+    if bad:
+        raise UserError(f"unknown sweep shape(s) {', '.join(bad)}; choose from: {', '.join(GRID_SHAPES)}")
+    grid = [f"{s}:{a:g}:{b:g}" for s in shapes for a, b in ratios]
+    arms = ["uniform", *grid, *(e for e in extra if e != "uniform")]
+    if len(set(arms)) != len(arms):
+        raise UserError("the sweep names an arm twice (an extra arm repeats a grid arm)")
+    return arms
