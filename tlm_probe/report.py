@@ -1,16 +1,14 @@
 """Result tables on disk: results.csv/.parquet, matrices.csv/.parquet and provenance.json (the contract).
 
 Writes are all-or-nothing: every file goes to a temporary folder next to DIR first and is then renamed
-into place, so an interrupted run never leaves a half-written result.
+into place (fileio.publish), so an interrupted run never leaves a half-written result; in an existing DIR
+only the files of an earlier result (its manifest) are replaced or removed, every other file stays.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import publish, temp_folder
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
@@ -85,20 +84,9 @@ def write_results(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    with temp_folder(out) as tmp:
         _write_all(tmp, table, matrices, provenance)
-        if not out.exists():
-            os.replace(tmp, out)
-        else:  # keep other files in DIR; replace ours one atomic rename at a time
-            written = {f.name for f in tmp.iterdir()}
-            for name in written:
-                os.replace(tmp / name, out / name)
-            for stale in OURS - written:
-                (out / stale).unlink(missing_ok=True)  # e.g. matrices from an earlier run with other stats
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, out, "probe")  # matrices of an earlier run with other stats go; other files stay
     return out
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from tlm_probe.capture.adapters import Adapter, adapter_for
 from tlm_probe.errors import UserError
+from tlm_probe.models.device import check_device
 from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
 from tlm_probe.tokenizer import META as TOKENIZER_META
 
@@ -112,19 +113,6 @@ class ProbeModel:
             return self.model(input_ids, attention_mask=attention_mask)
         kwargs = {"use_cache": False} if self.is_causal else {}
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-
-
-def check_device(device: str) -> None:
-    """A one-line error instead of a CUDA traceback when the device does not exist here."""
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise UserError(f"unknown device {device!r}: {e}") from e
-    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
-    if not available.get(dev.type, lambda: False)():
-        raise UserError(f"device {device!r} is not available on this machine")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise UserError(f"device {device!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
 
 
 def down_width(module: nn.Module) -> int:

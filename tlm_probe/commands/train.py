@@ -39,13 +39,19 @@ def run_training(
     description: str = "train",
 ) -> dict:
     """Plan, train and return the run summary, with a progress bar on rank 0 (shared by compare/demo)."""
-    from tlm_probe.train import distributed as dist
-    from tlm_probe.train.loop import Trainer
-    from tlm_probe.train.run import plan_run
+    from tlm_probe.train.run import plan_run, writer_lock
 
     plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
+    with writer_lock(out):
+        return _train(plan, overwrite, fsdp, stop_at, description)
+
+
+def _train(plan, overwrite: bool, fsdp: bool, stop_at, description: str) -> dict:
+    from tlm_probe.train import distributed as dist
+    from tlm_probe.train.loop import Trainer
+
     trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
-    with progress_bar(trainer.total, description, tc.progress and dist.is_main()) as bar:
+    with progress_bar(trainer.total, description, plan.tc.progress and dist.is_main()) as bar:
         task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
 
         def report(p):

@@ -9,13 +9,12 @@ A prepared folder (from `tlm data prepare`) has train/ and val/ subfolders of sh
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_path
 
 MAGIC = b"TLMTOK01"
 HEADER_BYTES = 256
@@ -41,11 +40,9 @@ def write_shard(
     blob = json.dumps(header).encode()
     if len(blob) > HEADER_BYTES - len(MAGIC):
         raise UserError("shard header too long (tokenizer hash too long?)")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
+    with atomic_path(path, HEADER_BYTES + ids.nbytes) as tmp, tmp.open("wb") as f:
         f.write(MAGIC + blob.ljust(HEADER_BYTES - len(MAGIC), b" "))
         f.write(ids.tobytes())
-    os.replace(tmp, path)
     return path
 
 

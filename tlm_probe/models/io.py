@@ -7,14 +7,13 @@ passes allow_pickle=True, because unpickling runs arbitrary code.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_model, save_model
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_path, atomic_write_text
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.tlm import TaperedLM
 
@@ -23,21 +22,13 @@ CONFIG = "config.json"
 PICKLE_WEIGHTS = ("pytorch_model.bin", "model.pt", "model.pth", "model.bin")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def save_tlm(model: TaperedLM, folder: str | Path) -> Path:
     """Write config.json and model.safetensors, each atomically (temporary file + rename)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".model.", suffix=".safetensors")
-    os.close(fd)
-    save_model(model, tmp, metadata={"format": "pt", "model_type": "tlm"})  # drops tied duplicates
-    os.replace(tmp, folder / WEIGHTS)
+    need = sum(p.numel() * p.element_size() for p in model.parameters())
+    with atomic_path(folder / WEIGHTS, need) as tmp:
+        save_model(model, str(tmp), metadata={"format": "pt", "model_type": "tlm"})  # drops tied copies
     atomic_write_text(folder / CONFIG, json.dumps(model.cfg.to_dict(), indent=2) + "\n")
     return folder
 

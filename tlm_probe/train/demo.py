@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from tlm_probe.data.stream import load_token_data
-from tlm_probe.models.io import atomic_write_text
+from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_write_text, record
 from tlm_probe.train.compare import compare, run_name
 from tlm_probe.train.config import TrainConfig
+from tlm_probe.train.run import writer_lock
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
 # ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
@@ -34,6 +36,8 @@ PROBE_TOKENS = {"full": 16384, "quick": 1024}
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
                 threads: int = 0) -> TrainConfig:
     opts = dict(QUICK if quick else FULL)
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
         opts["steps"] = steps
         opts["eval_interval"] = min(opts["eval_interval"], steps)
@@ -47,7 +51,14 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads)
     data = load_token_data(base.data, base.tokenizer)
+    with writer_lock(out):  # compare() takes the same lock again; the demo holds it to the end
+        return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
+
+
+def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:
     result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
+    names = [f"probe/{run_name(arm, seed)}" for seed in seeds for arm in ARMS]
+    record(out, [*names, "loss_curves.png", "alignment_vs_depth.png", "demo.json"], "demo")
     trained = time.perf_counter() - started
     doc = {
         "out": str(out),

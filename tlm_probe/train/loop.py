@@ -15,7 +15,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import BatchOrder, eval_windows, target_bytes
-from tlm_probe.models.io import atomic_write_text, save_tlm
+from tlm_probe.fileio import atomic_write_text
+from tlm_probe.models.device import resolve_device
+from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
@@ -27,12 +29,6 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 LOAD = StateDictOptions(full_state_dict=True, strict=False)
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "4090": 165e12}
 """Dense bf16 peak FLOP/s by GPU name fragment, for the MFU guess when --peak-flops is not given."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def peak_flops(given: float, device: torch.device) -> float | None:
