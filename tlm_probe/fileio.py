@@ -16,9 +16,9 @@ import contextlib
 import errno
 import fcntl
 import json
-import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,7 +27,6 @@ from tlm_probe.errors import UserError
 
 MANIFEST = ".tlm-manifest.json"
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
-log = logging.getLogger("tlm_probe")
 
 
 # ---- modes and disk-full errors -------------------------------------------------------------------
@@ -179,21 +178,22 @@ def foreign(folder: str | Path) -> list[str]:
 
 def remove_owned(folder: str | Path) -> list[str]:
     """Delete the entries the manifest names (and folders they leave empty); keep everything else.
-    Returns the names kept, and logs them so that the user knows they are still there."""
+    Returns the names kept."""
     folder = Path(folder)
-    entries = read_manifest(folder)
-    for entry in entries:
-        _remove(folder / entry)
-        for parent in (folder / entry).parents:  # runs/uniform-s0 -> runs/ when nothing else is in it
-            if parent == folder or not parent.is_dir() or any(parent.iterdir()):
-                break
-            parent.rmdir()
+    for entry in read_manifest(folder):
+        _remove_entry(folder, entry)
     kept = foreign(folder)
     with contextlib.suppress(FileNotFoundError):
         (folder / MANIFEST).unlink()
-    if kept:
-        log.warning(f"kept {len(kept)} file(s) in {folder} that tlm did not write: {', '.join(kept)}")
     return kept
+
+
+def _remove_entry(folder: Path, entry: str) -> None:
+    _remove(folder / entry)
+    for parent in (folder / entry).parents:  # runs/uniform-s0 -> runs/ too when nothing else is in it
+        if parent == folder or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
 
 
 def publish(tmp: Path, out: Path, command: str) -> list[str]:
@@ -210,7 +210,7 @@ def publish(tmp: Path, out: Path, command: str) -> list[str]:
     if clash:
         raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it")
     for stale in set(read_manifest(out)) - set(entries):
-        _remove(out / stale)
+        _remove_entry(out, stale)
     record(out, entries, command)
     for name in entries:
         replace_entry(tmp / name, out / name)
@@ -264,6 +264,9 @@ def claim(
     clash = sorted(set(others) & set(writes))
     if clash:
         raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first)")
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        print(f"note: leaving {len(others)} file(s) in {out} that tlm did not write: {shown}", file=sys.stderr)
     return others
 
 
@@ -287,6 +290,7 @@ def folder_lock(out: str | Path) -> Iterator[None]:
         fd, depth = _held[path]
         _held[path] = (fd, depth + 1)
     else:
+        ensure_writable(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         _held[path] = (_acquire(path, out), 1)
         clean_stale_temps(out)
