@@ -266,7 +266,7 @@ def claim(
         raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first)")
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        print(f"note: leaving {len(others)} file(s) in {out} that tlm did not write: {shown}", file=sys.stderr)
+        print(f"note: {out} keeps {len(others)} file(s) tlm did not write: {shown}", file=sys.stderr)
     return others
 
 

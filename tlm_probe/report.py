@@ -99,10 +99,34 @@ def _write_all(folder: Path, table, matrices, provenance) -> None:
     (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2, default=str) + "\n")
 
 
+READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv}
+NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j")
+REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value")}
+
+
+def _read_file(path: Path, stem: str) -> pd.DataFrame:
+    """One table file, checked: an empty, corrupt or non-numeric file is one UserError naming it."""
+    try:
+        df = READERS[path.suffix](path)
+    except Exception as e:  # pandas/pyarrow raise many types (EmptyDataError, ArrowInvalid, ...)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"cannot read {path}: {first}") from None
+    missing = [c for c in REQUIRED[stem] if c not in df.columns]
+    if missing:
+        raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
+    for col in (c for c in NUMERIC if c in df.columns):
+        numbers = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][numbers.isna() & df[col].notna()]
+        if len(bad):
+            raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
+        df[col] = numbers
+    return df
+
+
 def _read_table(folder: Path, stem: str) -> pd.DataFrame | None:
-    for suffix, reader in ((".parquet", pd.read_parquet), (".csv", pd.read_csv)):
+    for suffix in READERS:
         if (folder / f"{stem}{suffix}").is_file():
-            return reader(folder / f"{stem}{suffix}")
+            return _read_file(folder / f"{stem}{suffix}", stem)
     return None
 
 
@@ -110,8 +134,8 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
     """(results, matrices or None, provenance) from a result folder or one of its results files."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
-    if path.is_file() and path.suffix in (".csv", ".parquet"):
-        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    if path.is_file() and path.suffix in READERS:
+        table = _read_file(path, RESULTS)
     else:
         table = _read_table(folder, RESULTS)
     if table is None:

@@ -172,7 +172,7 @@ def load_probe_model(
         adapter_for(raw.get("model_type"))  # fail early and clearly on an unsupported family
         _check_weights(folder, allow_pickle)
     elif _looks_like_path(str(path_or_name)):
-        raise UserError(f"checkpoint folder not found: {path_or_name}")
+        raise UserError(f"no such folder: {path_or_name} (a local path, so not looked up on the hub)")
     else:
         name = str(path_or_name)
     return _load_hf(
@@ -187,7 +187,9 @@ def load_probe_model(
 
 
 def _looks_like_path(s: str) -> bool:
-    return s.startswith((".", "/", "~")) or s.count("/") > 1 or Path(s).suffix != ""
+    # "runs/cosinee" with runs/ on disk is a mistyped folder, not a hub repo: no 31 s of hub retries
+    in_local_dir = "/" in s and Path(s.split("/")[0]).is_dir()
+    return s.startswith((".", "/", "~")) or s.count("/") > 1 or Path(s).suffix != "" or in_local_dir
 
 
 def _check_weights(folder: Path, allow_pickle: bool) -> None:

@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.errors import UserError
 from tlm_probe.train.config import TrainConfig, read_config_file
 
 # CLI flag name -> TrainConfig field, for the flags whose names differ
@@ -152,7 +153,10 @@ def build_config(config_file: Path | None, flags: dict) -> TrainConfig:
     """Defaults <- config file <- flags. Flags given alone with neither steps nor tokens get 300 steps."""
     options = read_config_file(config_file) if config_file else {}
     options.update({FLAG_FIELDS.get(k, k): v for k, v in flags.items()})
-    if not options.get("steps") and not options.get("tokens"):
+    for key in ("steps", "tokens"):  # 0 would mean "derive it from the other one": say so, do not guess
+        if key in options and options[key] == 0 and not options.get("tokens" if key == "steps" else "steps"):
+            raise UserError(f"--{key} must be >= 1, got 0 (give --steps or a --tokens budget)")
+    if "steps" not in options and not options.get("tokens"):
         options["steps"] = 300
     return TrainConfig.from_dict(options)
 

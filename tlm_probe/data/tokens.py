@@ -116,7 +116,10 @@ def lazy_token_ids(path: str | Path, split: str) -> np.ndarray | ConcatIds:
 
 
 def _load_npy(path: Path) -> np.ndarray:
-    return np.load(path, mmap_mode="r", allow_pickle=False)
+    try:  # a text file named .npy, an object (pickled) array, a truncated file: all one line
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise UserError(f"cannot read {path} as a NumPy array of ids: {str(e).splitlines()[0]}") from None
 
 
 def _load_pt(path: Path) -> np.ndarray:
@@ -172,6 +175,8 @@ def _as_ids(ids: np.ndarray, path: Path) -> np.ndarray:
         return ids
     if not np.issubdtype(ids.dtype, np.integer):
         raise UserError(f"{path} holds {ids.dtype} values, not integer token ids")
-    if int(ids.min()) < 0 or int(ids.max()) > np.iinfo(np.uint32).max:
-        raise UserError(f"{path} holds token ids outside the uint32 range")
+    if int(ids.min()) < 0:
+        raise UserError(f"{path} holds a negative token id ({int(ids.min())}); token ids are >= 0")
+    if int(ids.max()) > np.iinfo(np.uint32).max:
+        raise UserError(f"{path} holds token id {int(ids.max())}, above the uint32 range")
     return ids.astype(np.uint32)
