@@ -115,6 +115,14 @@ def temp_folder(near: str | Path, need: int = 0) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def follow_umask(root: Path) -> None:
+    """Give `root` and everything under it the umask's modes (safetensors writes its files 0600)."""
+    fmode, dmode = file_mode(), dir_mode()
+    for p in [root, *root.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, dmode if p.is_dir() else fmode)
+
+
 def clean_stale_temps(out: Path) -> None:
     """Remove .OUT.tmp-* left beside `out` by a writer that was killed (call it holding OUT's lock)."""
     if out.parent.is_dir():
@@ -182,10 +190,9 @@ def remove_owned(folder: str | Path) -> list[str]:
     folder = Path(folder)
     for entry in read_manifest(folder):
         _remove_entry(folder, entry)
-    kept = foreign(folder)
     with contextlib.suppress(FileNotFoundError):
         (folder / MANIFEST).unlink()
-    return kept
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
 def _remove_entry(folder: Path, entry: str) -> None:
@@ -202,6 +209,7 @@ def publish(tmp: Path, out: Path, command: str) -> list[str]:
     that the new output lacks, gets the new ones renamed in one at a time, and keeps every other file.
     Refuses to replace an entry that tlm did not write. Returns the names of the files kept."""
     entries = sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST)
+    follow_umask(tmp)
     if not out.exists():
         record(tmp, entries, command)
         os.replace(tmp, out)

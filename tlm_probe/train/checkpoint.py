@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import replace_entry, temp_folder
+from tlm_probe.fileio import follow_umask, replace_entry, temp_folder
 
 STATE_DIR = "state"
 PREFIX = "step_"
@@ -72,6 +72,7 @@ def save_state(run: Path, model_sd: dict, optim_sd: dict, step: int, tokens: int
         _save_weights(model_sd, tmp / "model.safetensors")
         torch.save({"optimizer": optim_sd, "rng": tensors}, tmp / "trainer.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, "tokens": tokens, "rng": plain}) + "\n")
+        follow_umask(tmp)
         replace_entry(tmp, final)  # re-saving the same step (Ctrl-C right after a checkpoint) swaps it
     for stale in step_folders(run)[:-keep_last]:
         shutil.rmtree(stale)
