@@ -41,7 +41,8 @@ def umask(request):
 
 def _tiny() -> TaperedLM:
     torch.manual_seed(0)
-    return TaperedLM(TLMConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, d_ff=(32, 32), max_seq_len=8))
+    cfg = TLMConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, d_ff=(32, 32), max_seq_len=8)
+    return TaperedLM(cfg)
 
 
 def test_every_writer_follows_the_umask(tmp_path, umask):

@@ -116,10 +116,16 @@ def lazy_token_ids(path: str | Path, split: str) -> np.ndarray | ConcatIds:
 
 
 def _load_npy(path: Path) -> np.ndarray:
-    try:  # a text file named .npy, an object (pickled) array, a truncated file: all one line
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+    with path.open("rb") as f:
+        if f.read(6) != b"\x93NUMPY":  # numpy would call any other file "pickled data"
+            raise UserError(f"{path} is not a .npy file (no NumPy header)")
+    try:  # an object (pickled) array, a truncated file: one line each
+        ids = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
+        if "object" in str(e).lower():
+            raise UserError(f"{path} holds Python objects (dtype object), not integer token ids") from None
         raise UserError(f"cannot read {path} as a NumPy array of ids: {str(e).splitlines()[0]}") from None
+    return ids
 
 
 def _load_pt(path: Path) -> np.ndarray:
