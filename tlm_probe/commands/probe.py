@@ -117,7 +117,7 @@ def register(app: typer.Typer) -> None:
             )
             if not main:
                 return
-            if not len(res.table) or not res.table["n_tokens"].gt(0).any():
+            if not len(res.table) or ("n_tokens" in res.table and not res.table["n_tokens"].gt(0).any()):
                 raise UserError("no tokens were measured (too few tokens for --max-tokens/--seq-len with "
                                 "--exclude-bos?); nothing written")
             write_results(out, res.table, res.matrices, res.provenance)

@@ -18,7 +18,7 @@ import numpy as np
 
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_write_text, record
+from tlm_probe.fileio import atomic_write_text, claim, record
 from tlm_probe.train.compare import compare, run_name
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
@@ -31,6 +31,7 @@ FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_siz
 QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
              warmup=5, eval_interval=10, eval_tokens=1024, log_interval=2)
 PROBE_TOKENS = {"full": 16384, "quick": 1024}
+DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")  # beside compare's files
 
 
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
@@ -50,6 +51,7 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads)
+    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False)  # compare checks the rest
     data = load_token_data(base.data, base.tokenizer)
     with writer_lock(out):  # compare() takes the same lock again; the demo holds it to the end
         return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
@@ -58,7 +60,7 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
 def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:
     result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
     names = [f"probe/{run_name(arm, seed)}" for seed in seeds for arm in ARMS]
-    record(out, [*names, "loss_curves.png", "alignment_vs_depth.png", "demo.json"], "demo")
+    record(out, [*names, *DEMO_FILES[1:]], "demo")
     trained = time.perf_counter() - started
     doc = {
         "out": str(out),
