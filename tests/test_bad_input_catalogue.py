@@ -111,7 +111,7 @@ CATALOGUE = [
     ),
     (
         "probe: mistyped local folder",
-        "no such folder: models/ckk",
+        "checkpoint folder not found: models/ckk",
         ["probe", "models/ckk", "--data", "ids.npy", "--out", "out"],
     ),
     (

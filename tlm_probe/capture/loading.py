@@ -172,7 +172,7 @@ def load_probe_model(
         adapter_for(raw.get("model_type"))  # fail early and clearly on an unsupported family
         _check_weights(folder, allow_pickle)
     elif _looks_like_path(str(path_or_name)):
-        raise UserError(f"no such folder: {path_or_name} (a local path, so not looked up on the hub)")
+        raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
     else:
         name = str(path_or_name)
     return _load_hf(

@@ -185,11 +185,13 @@ def _check_positive(c: TrainConfig) -> None:
     for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len", "threads"):
         if getattr(c, key) < 0:
             raise UserError(f"{key} must be >= 0, got {getattr(c, key)}")
-    for key, low, high in FLOAT_RANGES:  # written so that NaN fails every comparison
+    for key, low, high in FLOAT_RANGES:
         val = getattr(c, key)
-        if not (math.isfinite(val) and low <= val and (high is None or val < high)):
-            upper = f" and < {high}" if high is not None else ""
-            raise UserError(f"{key} must be a finite number >= {low}{upper}, got {val}")
+        if not math.isfinite(val):
+            raise UserError(f"{key} must be a finite number, got {val}")
+        if val < low or (high is not None and val >= high):
+            upper = f" and < {high:g}" if high is not None else ""
+            raise UserError(f"{key} must be >= {low:g}{upper}, got {val:g}")
     if not c.lr > 0:
         raise UserError(f"lr must be > 0, got {c.lr}")
     if not c.grad_clip > 0:
