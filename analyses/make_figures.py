@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.models.io import atomic_write_text
+from tlm_probe.fileio import atomic_write_text
 from tlm_probe.plotting import plot_curves, plot_depth, plot_heatmaps, plot_importance, save_figure
 from tlm_probe.plotting.importance import default_proxies
 from tlm_probe.plotting.inputs import load_comparison, load_probe, merge_probes, schedule_table

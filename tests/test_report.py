@@ -128,7 +128,7 @@ def test_write_is_all_or_nothing(tmp_path):
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    with pytest.raises(UserError, match="non-empty folder"):
+    with pytest.raises(UserError, match="not empty and tlm did not write it"):
         write_report(doc, other)
     assert (other / "keep.txt").read_text() == "mine"
 

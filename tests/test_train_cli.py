@@ -163,9 +163,15 @@ def test_overwrite_only_replaces_our_own_folders(tmp_path, corpus):
     arms = ["--seeds", "0", "--schedules", "uniform,linear:1.5:0.5"]
     commands = [["train", "--data", corpus, *TINY], ["compare", *arms, "--data", corpus, *TINY],
                 ["data", "prepare", corpus]]
-    for args in commands:
-        err = _fails_cleanly([*args, "--out", str(precious), "--overwrite"])
-        assert "refusing to overwrite" in err and (precious / "notes.txt").read_text() == "keep"
+    for args in commands:  # refused without --overwrite; with it, tlm writes beside notes.txt
+        err = _fails_cleanly([*args, "--out", str(precious)])
+        assert "tlm did not write it" in err and (precious / "notes.txt").read_text() == "keep"
+    for args in commands:  # each --overwrite replaces the files of the previous command, not notes.txt
+        r = runner.invoke(app, [*args, "--out", str(precious), "--overwrite"])
+        assert r.exit_code == 0, r.output
+        assert "notes.txt" in r.output and (precious / "notes.txt").read_text() == "keep"
+    assert sorted(p.name for p in precious.iterdir()) == [".tlm-manifest.json", "meta.json", "notes.txt",
+                                                          "tokenizer", "train", "val"]
 
 
 def test_unwritable_output(tmp_path, corpus):
@@ -219,8 +225,9 @@ def test_data_prepare_bad_input(tmp_path, corpus):
     _fails_cleanly(["data", "prepare", str(tmp_path / "nothing.txt"), "--out", str(out)], out)
     _fails_cleanly(["data", "prepare", corpus, "--out", str(out), "--tokenizer", "bpe:abc"], out)
     out.mkdir()
+    (out / "mine.txt").write_text("x")  # an empty folder may be written; one with the user's files not
     _fails_cleanly(["data", "prepare", corpus, "--out", str(out)])
-    assert not any(out.iterdir()) and not list(tmp_path.glob(".prep.tmp-*"))
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and not list(tmp_path.glob(".prep.tmp-*"))
 
 
 def test_compare_bad_input(tmp_path, corpus):

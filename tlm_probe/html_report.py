@@ -12,9 +12,6 @@ import base64
 import html
 import io
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import claim, folder_lock, publish, temp_folder
 from tlm_probe.plotting.style import figure_style
 
 
@@ -182,14 +180,13 @@ def render_figures(doc: Document, advance: Callable[[str], None] = lambda name: 
         advance(f.name)
 
 
-def write_report(doc: Document, out: Path) -> dict:
+def write_report(doc: Document, out: Path, overwrite: bool = False) -> dict:
     """Write report.html, report.md, figures/*.png and report.json into `out`, all or nothing: the files
-    go to a temporary sibling folder that replaces `out` by rename at the end."""
+    go to a temporary sibling folder and are renamed into place at the end; in a folder holding an
+    earlier report only that report's files are replaced (fileio manifest), every other file stays."""
     out = Path(out)
-    _check_out(out)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the report is meant to be shared
-    try:
+    check_out(out, overwrite)
+    with folder_lock(out), temp_folder(out) as tmp:
         (tmp / "figures").mkdir()
         for f in doc.figures():
             (tmp / "figures" / f"{f.name}.png").write_bytes(f.png)
@@ -197,9 +194,7 @@ def write_report(doc: Document, out: Path) -> dict:
         (tmp / "report.md").write_text(render_markdown(doc), encoding="utf-8")
         summary = _summary(doc, out)
         (tmp / "report.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        _swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, out, "report")
     return summary
 
 
@@ -209,20 +204,11 @@ def _summary(doc: Document, out: Path) -> dict:
             "figures": [str(out / "figures" / f"{f.name}.png") for f in doc.figures()]}
 
 
-def _check_out(out: Path) -> None:
+REPORT_FILES = ("report.html", "report.md", "report.json", "figures")
+
+
+def check_out(out: Path, overwrite: bool = False) -> None:
+    """Before any drawing: --out can be written, and holds no files of the user's that it would replace."""
     if not out.parent.is_dir():
         raise UserError(f"parent folder of --out does not exist: {out.parent}")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / "report.html").is_file():
-        raise UserError(f"--out {out} is a non-empty folder without an earlier report; not replacing it")
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old."))
-        os.replace(out, old / "report")
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    claim(out, overwrite=overwrite, writes=REPORT_FILES, own_needs_overwrite=False)

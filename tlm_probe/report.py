@@ -1,16 +1,14 @@
 """Result tables on disk: results.csv/.parquet, matrices.csv/.parquet and provenance.json (the contract).
 
 Writes are all-or-nothing: every file goes to a temporary folder next to DIR first and is then renamed
-into place, so an interrupted run never leaves a half-written result.
+into place (fileio.publish), so an interrupted run never leaves a half-written result; in an existing DIR
+only the files of an earlier result (its manifest) are replaced or removed, every other file stays.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import publish, temp_folder
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
@@ -85,20 +84,9 @@ def write_results(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    with temp_folder(out) as tmp:
         _write_all(tmp, table, matrices, provenance)
-        if not out.exists():
-            os.replace(tmp, out)
-        else:  # keep other files in DIR; replace ours one atomic rename at a time
-            written = {f.name for f in tmp.iterdir()}
-            for name in written:
-                os.replace(tmp / name, out / name)
-            for stale in OURS - written:
-                (out / stale).unlink(missing_ok=True)  # e.g. matrices from an earlier run with other stats
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, out, "probe")  # matrices of an earlier run with other stats go; other files stay
     return out
 
 
@@ -111,10 +99,34 @@ def _write_all(folder: Path, table, matrices, provenance) -> None:
     (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2, default=str) + "\n")
 
 
+READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv}
+NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j")
+REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value")}
+
+
+def _read_file(path: Path, stem: str) -> pd.DataFrame:
+    """One table file, checked: an empty, corrupt or non-numeric file is one UserError naming it."""
+    try:
+        df = READERS[path.suffix](path)
+    except Exception as e:  # pandas/pyarrow raise many types (EmptyDataError, ArrowInvalid, ...)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"cannot read {path}: {first}") from None
+    missing = [c for c in REQUIRED[stem] if c not in df.columns]
+    if missing:
+        raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
+    for col in (c for c in NUMERIC if c in df.columns):
+        numbers = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][numbers.isna() & df[col].notna()]
+        if len(bad):
+            raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
+        df[col] = numbers
+    return df
+
+
 def _read_table(folder: Path, stem: str) -> pd.DataFrame | None:
-    for suffix, reader in ((".parquet", pd.read_parquet), (".csv", pd.read_csv)):
+    for suffix in READERS:
         if (folder / f"{stem}{suffix}").is_file():
-            return reader(folder / f"{stem}{suffix}")
+            return _read_file(folder / f"{stem}{suffix}", stem)
     return None
 
 
@@ -122,8 +134,8 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
     """(results, matrices or None, provenance) from a result folder or one of its results files."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
-    if path.is_file() and path.suffix in (".csv", ".parquet"):
-        table = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    if path.is_file() and path.suffix in READERS:
+        table = _read_file(path, RESULTS)
     else:
         table = _read_table(folder, RESULTS)
     if table is None:

@@ -117,6 +117,9 @@ def _check_name(name: str) -> None:
         raise ScheduleError(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
 
 
+MAX_STEEPNESS = 1000.0
+
+
 def _check_inputs(spec: ScheduleSpec, n_layers: int, d_ff: int) -> None:
     _check_name(spec.name)
     if not isinstance(n_layers, int) or n_layers < 1:
@@ -129,6 +132,9 @@ def _check_inputs(spec: ScheduleSpec, n_layers: int, d_ff: int) -> None:
         val = getattr(spec, key)
         if not math.isfinite(val) or val <= 0:
             raise ScheduleError(f"{key} must be a finite positive number, got {val!r}")
+    if spec.name == "sigmoid" and spec.steepness > MAX_STEEPNESS:  # exp(steepness/2) overflows a float
+        raise ScheduleError(f"sigmoid steepness must be <= {MAX_STEEPNESS:g} (already a step at ~100), "
+                            f"got {spec.steepness:g}")
 
 
 def _shape(spec: ScheduleSpec, n_layers: int) -> list[float]:

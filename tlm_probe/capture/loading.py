@@ -16,6 +16,7 @@ from torch import nn
 
 from tlm_probe.capture.adapters import Adapter, adapter_for
 from tlm_probe.errors import UserError
+from tlm_probe.models.device import check_device
 from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
 from tlm_probe.tokenizer import META as TOKENIZER_META
 
@@ -114,19 +115,6 @@ class ProbeModel:
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
 
-def check_device(device: str) -> None:
-    """A one-line error instead of a CUDA traceback when the device does not exist here."""
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise UserError(f"unknown device {device!r}: {e}") from e
-    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
-    if not available.get(dev.type, lambda: False)():
-        raise UserError(f"device {device!r} is not available on this machine")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise UserError(f"device {device!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
-
-
 def down_width(module: nn.Module) -> int:
     """Input width of a down projection: nn.Linear stores (out, in), GPT-2's Conv1D stores (in, out)."""
     if isinstance(module, nn.Linear):
@@ -184,7 +172,7 @@ def load_probe_model(
         adapter_for(raw.get("model_type"))  # fail early and clearly on an unsupported family
         _check_weights(folder, allow_pickle)
     elif _looks_like_path(str(path_or_name)):
-        raise UserError(f"checkpoint folder not found: {path_or_name}")
+        raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
     else:
         name = str(path_or_name)
     return _load_hf(
@@ -199,7 +187,9 @@ def load_probe_model(
 
 
 def _looks_like_path(s: str) -> bool:
-    return s.startswith((".", "/", "~")) or s.count("/") > 1 or Path(s).suffix != ""
+    # "runs/cosinee" with runs/ on disk is a mistyped folder, not a hub repo: no 31 s of hub retries
+    in_local_dir = "/" in s and Path(s.split("/")[0]).is_dir()
+    return s.startswith((".", "/", "~")) or s.count("/") > 1 or Path(s).suffix != "" or in_local_dir
 
 
 def _check_weights(folder: Path, allow_pickle: bool) -> None:

@@ -20,12 +20,13 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of tables."),
     ):
         """Print a checkpoint's config, per-layer MLP widths and parameter counts."""
-        from tlm_probe.models.io import read_config_json  # torch: imported only when the command runs
+        from tlm_probe.models.io import check_weights, read_config_json  # torch: only when it runs
 
         raw = read_config_json(checkpoint)
         if raw.get("model_type") != "tlm":
             raise UserError(f"{checkpoint} holds a {raw.get('model_type')!r} model, not a tlm checkpoint")
         cfg = TLMConfig.from_dict(raw)
+        check_weights(checkpoint, cfg)
         pc = count_params(cfg)
         result = {
             "config": cfg.to_dict(),

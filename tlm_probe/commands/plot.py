@@ -48,7 +48,10 @@ def register(app: typer.Typer) -> None:
             path = save_figure(fig, out)
         result = {"out": str(path), "kind": kind, "format": figure_format(path), "width": req.size[0],
                   "height": req.size[1], "dpi": dpi, "inputs": [str(p) for p in inputs or []],
-                  "title": fig.axes[0].get_title() if kind in ("depth", "schedules") else fig.get_suptitle()}
+                  "title": fig.axes[0].get_title() if kind in ("depth", "schedules") else fig.get_suptitle(),
+                  "notes": req.notes}
+        for note in req.notes:
+            err_console.print(f"note: {note}", markup=False, highlight=False)
         if json_out:
             print_json(result)
         else:

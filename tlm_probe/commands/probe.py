@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.errors import UserError
 
 SUMMARY_STATS = (
@@ -73,6 +73,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(
             False, "--json", help="Print the result rows as JSON instead of a table."
         ),
+        overwrite: bool = typer.Option(
+            False, "--overwrite", help="Write into a non-empty --out that tlm did not write (its files stay)."
+        ),
         importance_option: list[str] = typer.Option(
             [],
             "--importance-option",
@@ -80,6 +83,7 @@ def register(app: typer.Typer) -> None:
         ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
+        from tlm_probe.fileio import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
         from tlm_probe.report import write_results
@@ -101,7 +105,9 @@ def register(app: typer.Typer) -> None:
         )
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
-        with _threads(threads):
+        check_out(out, overwrite, max_tokens, exclude_bos)
+        main = int(os.environ.get("RANK", "0")) == 0
+        with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
             res = run_probe(
                 model,
                 opts,
@@ -109,15 +115,38 @@ def register(app: typer.Typer) -> None:
                 trust_remote_code=trust_remote_code,
                 allow_pickle=unsafe_pickle,
             )
-        if int(os.environ.get("RANK", "0")) != 0:
-            return
-        write_results(out, res.table, res.matrices, res.provenance)
+            if not main:
+                return
+            if not len(res.table) or ("n_tokens" in res.table and not res.table["n_tokens"].gt(0).any()):
+                raise UserError("no tokens were measured (too few tokens for --max-tokens/--seq-len with "
+                                "--exclude-bos?); nothing written")
+            write_results(out, res.table, res.matrices, res.provenance)
         if json_out:
             print_json(
                 {"out": str(out), "provenance": res.provenance, "results": res.table.to_dict("records")}
             )
         else:
             _print_summary(res.table, res.provenance, out)
+
+
+def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool) -> None:
+    """Before loading anything: --out can be written and holds no file of the user's we would replace."""
+    from tlm_probe.fileio import claim
+    from tlm_probe.report import OURS
+
+    if exclude_bos and max_tokens == 1:
+        raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
+    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False)
+
+
+@contextlib.contextmanager
+def _interrupt(out: Path):
+    """Ctrl-C: one line saying that nothing was written, exit code 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted; nothing written to {out}", markup=False, highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _print_summary(table, prov: dict, out: Path) -> None:

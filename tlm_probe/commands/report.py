@@ -17,20 +17,23 @@ def register(app: typer.Typer) -> None:
         inputs: list[Path] = typer.Argument(..., help="Probe result folders/files, `tlm compare` folders "
                                             "and `tlm train` run folders, in any mix."),
         out: Path = typer.Option(..., "--out", "-o", help="Report folder: report.html, report.md, "
-                                 "figures/*.png, report.json (replaced as a whole)."),
+                                 "figures/*.png, report.json (an earlier report is replaced)."),
         title: str = typer.Option("tlm_probe report", help="Page title."),
         size: str = typer.Option("1100x700", help="Figure size in pixels, WIDTHxHEIGHT."),
         dpi: int = typer.Option(110, help="Figure dots per inch."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty folder that "
+                                       "holds no earlier report (its files stay; none is replaced)."),
         json_out: bool = typer.Option(False, "--json", help="Print the report summary as JSON."),
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
-        from tlm_probe.html_report import render_figures, write_report
+        from tlm_probe.html_report import check_out, render_figures, write_report
         from tlm_probe.plotting.sections import build_document
         from tlm_probe.plotting.style import parse_size
 
         if not inputs:
             raise UserError("give at least one input folder")
+        check_out(out, overwrite)
         doc = build_document(inputs, title=title, size=parse_size(size), dpi=dpi)
         if not doc.figures() and not doc.sections:
             raise UserError("nothing to report: the inputs hold no results")
@@ -38,7 +41,7 @@ def register(app: typer.Typer) -> None:
         with Progress(*columns, console=err_console, transient=True) as progress:
             task = progress.add_task("drawing figures", total=len(doc.figures()))
             render_figures(doc, lambda name: progress.advance(task))
-        summary = write_report(doc, out)
+        summary = write_report(doc, out, overwrite)
         if json_out:
             print_json(summary)
         else:

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from tlm_probe.accounting import comparison, count_params
 from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 
@@ -18,10 +19,10 @@ def register(app: typer.Typer) -> None:
         d_ff: int = typer.Option(4096, "--d-ff", help="Uniform MLP width; the budget is L·d_ff."),
         schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|wider-early|"
                                      "wider-middle|wider-late, or explicit widths '4096,4096,...'."),
-        start: float = typer.Option(1.5, help="Start ratio r_s (tapers)."),
-        end: float = typer.Option(0.5, help="End ratio r_e (tapers)."),
-        steepness: float = typer.Option(10.0, help="Sigmoid steepness."),
-        wide_factor: float = typer.Option(1.5, help="Width ratio of the wide third (grouped schedules)."),
+        start: float = typer.Option(None, help="Start ratio r_s (tapers; default 1.5)."),
+        end: float = typer.Option(None, help="End ratio r_e (tapers; default 0.5)."),
+        steepness: float = typer.Option(None, help="Sigmoid steepness (default 10)."),
+        wide_factor: float = typer.Option(None, help="Width ratio of the wide third (grouped; default 1.5)."),
         multiple_of: int = typer.Option(64, help="Round every width to a multiple of this."),
         d_model: int = typer.Option(1024, help="Residual width, for the parameter accounting."),
         vocab_size: int = typer.Option(32000, help="Vocabulary size, for the parameter accounting."),
@@ -43,12 +44,19 @@ def register(app: typer.Typer) -> None:
             _print_table(result, tapered)
 
 
+FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
+
+
 def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec:
     spec = parse_schedule(text, multiple_of)
+    given = {k: v for k, v in dict(start=start, end=end, steepness=steepness, wide_factor=wide_factor).items()
+             if v is not None}
+    if given and (":" in text or spec.name == "explicit"):  # two sources for one number: refuse, not pick
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
     if ":" in text or spec.name == "explicit":
         return spec
-    return ScheduleSpec(name=spec.name, start=start, end=end, steepness=steepness,
-                        wide_factor=wide_factor, multiple_of=multiple_of)
+    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**FLAG_DEFAULTS, **given})
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:

@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.errors import UserError
 from tlm_probe.train.config import TrainConfig, read_config_file
 
 # CLI flag name -> TrainConfig field, for the flags whose names differ
@@ -39,13 +40,19 @@ def run_training(
     description: str = "train",
 ) -> dict:
     """Plan, train and return the run summary, with a progress bar on rank 0 (shared by compare/demo)."""
-    from tlm_probe.train import distributed as dist
-    from tlm_probe.train.loop import Trainer
-    from tlm_probe.train.run import plan_run
+    from tlm_probe.train.run import plan_run, writer_lock
 
     plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
+    with writer_lock(out):
+        return _train(plan, overwrite, fsdp, stop_at, description)
+
+
+def _train(plan, overwrite: bool, fsdp: bool, stop_at, description: str) -> dict:
+    from tlm_probe.train import distributed as dist
+    from tlm_probe.train.loop import Trainer
+
     trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
-    with progress_bar(trainer.total, description, tc.progress and dist.is_main()) as bar:
+    with progress_bar(trainer.total, description, plan.tc.progress and dist.is_main()) as bar:
         task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
 
         def report(p):
@@ -146,7 +153,10 @@ def build_config(config_file: Path | None, flags: dict) -> TrainConfig:
     """Defaults <- config file <- flags. Flags given alone with neither steps nor tokens get 300 steps."""
     options = read_config_file(config_file) if config_file else {}
     options.update({FLAG_FIELDS.get(k, k): v for k, v in flags.items()})
-    if not options.get("steps") and not options.get("tokens"):
+    for key in ("steps", "tokens"):  # 0 would mean "derive it from the other one": say so, do not guess
+        if key in options and options[key] == 0 and not options.get("tokens" if key == "steps" else "steps"):
+            raise UserError(f"--{key} must be >= 1, got 0 (give --steps or a --tokens budget)")
+    if "steps" not in options and not options.get("tokens"):
         options["steps"] = 300
     return TrainConfig.from_dict(options)
 

@@ -1,12 +1,11 @@
 """`tlm data prepare`: tokenize a source into uint32 shards, train/ and val/ (the hash split), plus the
 tokenizer and meta.json. Written into a temporary sibling folder and renamed at the end, so an
-interrupted run leaves nothing half-written under the output name."""
+interrupted run leaves nothing half-written under the output name; --overwrite replaces only what an
+earlier `tlm data prepare` wrote there (its manifest)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import claim, folder_lock, publish, temp_folder
 from tlm_probe.tokenizer import make_tokenizer, parse_bpe
 
 
@@ -74,26 +74,15 @@ def prepare(
     if parse_bpe(tokenizer_spec) is not None:  # the BPE learns from the training split only
         train_docs = list(train_docs)
     tok = make_tokenizer(tokenizer_spec, train_docs if isinstance(train_docs, list) else None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    with folder_lock(out), temp_folder(out) as tmp:
         meta = _write_splits(source, tmp, tok, train_docs, shard_tokens, on_doc)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.chmod(0o755)
-    tmp.rename(out)
+        publish(tmp, out, "data prepare")
     return meta
 
 
 def check_inputs(source: str, out: Path, tokenizer_spec: str, shard_tokens: int, overwrite: bool) -> None:
     """Fail fast (before any progress bar or file) on a bad output, shard size, tokenizer spec or source."""
-    if out.exists() and not overwrite:
-        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it")
-    if out.exists() and not (out / "meta.json").is_file() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"refusing to overwrite {out}: it is not a prepared data folder (no meta.json)")
+    claim(out, overwrite=overwrite, writes=("train", "val", "tokenizer", "meta.json"))
     if shard_tokens < 1:
         raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
     parse_bpe(tokenizer_spec)

@@ -9,13 +9,12 @@ A prepared folder (from `tlm data prepare`) has train/ and val/ subfolders of sh
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_path
 
 MAGIC = b"TLMTOK01"
 HEADER_BYTES = 256
@@ -41,11 +40,9 @@ def write_shard(
     blob = json.dumps(header).encode()
     if len(blob) > HEADER_BYTES - len(MAGIC):
         raise UserError("shard header too long (tokenizer hash too long?)")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
+    with atomic_path(path, HEADER_BYTES + ids.nbytes) as tmp, tmp.open("wb") as f:
         f.write(MAGIC + blob.ljust(HEADER_BYTES - len(MAGIC), b" "))
         f.write(ids.tobytes())
-    os.replace(tmp, path)
     return path
 
 
@@ -119,7 +116,16 @@ def lazy_token_ids(path: str | Path, split: str) -> np.ndarray | ConcatIds:
 
 
 def _load_npy(path: Path) -> np.ndarray:
-    return np.load(path, mmap_mode="r", allow_pickle=False)
+    with path.open("rb") as f:
+        if f.read(6) != b"\x93NUMPY":  # numpy would call any other file "pickled data"
+            raise UserError(f"{path} is not a .npy file (no NumPy header)")
+    try:  # an object (pickled) array, a truncated file: one line each
+        ids = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        if "object" in str(e).lower():
+            raise UserError(f"{path} holds Python objects (dtype object), not integer token ids") from None
+        raise UserError(f"cannot read {path} as a NumPy array of ids: {str(e).splitlines()[0]}") from None
+    return ids
 
 
 def _load_pt(path: Path) -> np.ndarray:
@@ -175,6 +181,8 @@ def _as_ids(ids: np.ndarray, path: Path) -> np.ndarray:
         return ids
     if not np.issubdtype(ids.dtype, np.integer):
         raise UserError(f"{path} holds {ids.dtype} values, not integer token ids")
-    if int(ids.min()) < 0 or int(ids.max()) > np.iinfo(np.uint32).max:
-        raise UserError(f"{path} holds token ids outside the uint32 range")
+    if int(ids.min()) < 0:
+        raise UserError(f"{path} holds a negative token id ({int(ids.min())}); token ids are >= 0")
+    if int(ids.max()) > np.iinfo(np.uint32).max:
+        raise UserError(f"{path} holds token id {int(ids.max())}, above the uint32 range")
     return ids.astype(np.uint32)

@@ -48,6 +48,8 @@ class FigureRequest:
     """Schedules figure: uniform width (the budget is layers·d_ff)."""
     schedules: Sequence[str] = field(default_factory=lambda: list(DEFAULT_SCHEDULES))
     multiple_of: int = 64
+    notes: list[str] = field(default_factory=list)
+    """Filled while drawing: what the figure left out and why (the CLI prints these)."""
 
 
 def _probe_tables(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
@@ -71,6 +73,10 @@ def _one(stats: Sequence[str], default: str, kind: str) -> str:
 def _depth(paths, req: FigureRequest) -> Figure:
     results, _, _ = _probe_tables(paths)
     stat = _one(req.statistics, "align_mlp_mid", "depth")
+    have = set(results.loc[results["statistic"] == stat, "model"].astype(str))
+    lacking = [m for m in dict.fromkeys(results["model"].astype(str)) if m not in have]
+    if have and lacking:  # draw what exists; with no model at all, plot_depth says what is available
+        req.notes.append(f"skipped {', '.join(lacking)}: no {stat} in its results")
     return plot_depth(results, stat, x=req.x, size=req.size, dpi=req.dpi, title=req.title)
 
 

@@ -7,8 +7,6 @@ state: the CLI, tests and notebooks can make hundreds of figures without a GUI b
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,6 +17,7 @@ from cycler import cycler
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_path
 
 PALETTE = "colorblind"
 FORMATS = ("png", "pdf", "svg")
@@ -131,16 +130,8 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     fmt = figure_format(path)
     if not path.parent.is_dir():
         raise UserError(f"output folder does not exist: {path.parent}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".{fmt}")
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a figure is meant to be shared
-    try:
-        with figure_style():
-            fig.savefig(tmp, format=fmt, dpi=fig.dpi, metadata=_metadata(fmt))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, figure_style():
+        fig.savefig(tmp, format=fmt, dpi=fig.dpi, metadata=_metadata(fmt))
     return path
 
 

@@ -10,10 +10,8 @@ The data position needs no saving: the batch order is a function of the step (da
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import follow_umask, replace_entry, temp_folder
 
 STATE_DIR = "state"
 PREFIX = "step_"
@@ -63,27 +62,34 @@ def set_rng_state(tensors: dict, plain: dict) -> None:
 
 
 def save_state(run: Path, model_sd: dict, optim_sd: dict, step: int, tokens: int, keep_last: int) -> Path:
-    """Write RUN/state/step_<step> atomically and keep only the newest `keep_last` folders."""
+    """Write RUN/state/step_<step> atomically and keep only the newest `keep_last` folders. A full disk
+    is one UserError; the partial folder is removed and the previous checkpoints stay."""
     root = run / STATE_DIR
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{PREFIX}"))
-    tensors, plain = rng_state()
-    _save_weights(model_sd, tmp / "model.safetensors")
-    torch.save({"optimizer": optim_sd, "rng": tensors}, tmp / "trainer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "tokens": tokens, "rng": plain}) + "\n")
     final = root / f"{PREFIX}{step:07d}"
-    if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a checkpoint): swap, then drop
-        old = root / f".old-{final.name}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
+    tensors, plain = rng_state()
+    with temp_folder(final, need=nbytes(model_sd) + nbytes(optim_sd)) as tmp:
+        _save_weights(model_sd, tmp / "model.safetensors")
+        torch.save({"optimizer": optim_sd, "rng": tensors}, tmp / "trainer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, "tokens": tokens, "rng": plain}) + "\n")
+        follow_umask(tmp)
+        replace_entry(tmp, final)  # re-saving the same step (Ctrl-C right after a checkpoint) swaps it
     for stale in step_folders(run)[:-keep_last]:
         shutil.rmtree(stale)
-    for crashed in root.glob(f".tmp-{PREFIX}*"):  # left by a write that died; never read
+    for crashed in [*root.glob(f".tmp-{PREFIX}*"), *root.glob(f".{PREFIX}*.tmp-*")]:  # never read
         shutil.rmtree(crashed, ignore_errors=True)
     return final
+
+
+def nbytes(obj) -> int:
+    """Bytes of every tensor in a (nested) state dict: the space a checkpoint of it needs."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v) for v in obj)
+    return 0
 
 
 def _save_weights(sd: dict, path: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import platform
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,12 +23,12 @@ from scipy import stats
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.models.io import atomic_write_text
+from tlm_probe.fileio import atomic_write_text, claim, record, remove_owned
+from tlm_probe.models.device import resolve_device
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
-from tlm_probe.train.loop import resolve_device
-from tlm_probe.train.run import check_replaceable, ensure_writable
+from tlm_probe.train.run import check_device, writer_lock
 
 SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
@@ -91,20 +90,15 @@ def check_budget(base: TrainConfig, arms: list[str], vocab_size: int) -> dict[st
     return budget
 
 
+COMPARE_FILES = (SETTINGS, "results.csv", "summary.csv", "paired.csv", "compare.json", "runs")
+
+
 def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
-    """A folder from an earlier, different comparison is refused (unless --overwrite)."""
+    """A folder tlm did not write, or one from an earlier, different comparison, is refused (unless
+    --overwrite); the same comparison continues."""
+    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False)
     path = out / SETTINGS
-    ensure_writable(out)
-    if overwrite:
-        check_replaceable(out, (SETTINGS, "compare.json"), "a comparison")
-        return
-    if not out.exists():
-        return
-    if not path.is_file():
-        if any(out.iterdir()):
-            raise UserError(
-                f"output folder {out} exists and is not a comparison; pass --overwrite to replace it"
-            )
+    if overwrite or not path.is_file():
         return
     old = json.loads(path.read_text())
     if old != settings:
@@ -219,6 +213,7 @@ def compare(
 ) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json."""
     out = Path(out)
+    check_device(base.device)
     for arm in arms:  # cheap checks before the corpus is tokenized
         base.replace(schedule=arm)
     data = data if data is not None else load_token_data(base.data, base.tokenizer)
@@ -229,12 +224,19 @@ def compare(
     }
     budget = check_budget(base, arms, data.vocab_size)
     check_settings(out, settings, overwrite)
-    baseline = "uniform" if "uniform" in arms else arms[0]
     # under torchrun every rank runs every arm together (DDP/FSDP inside each run); rank 0 writes
+    with writer_lock(out):
+        return _compare(base, arms, seeds, out, overwrite, data, settings, budget, train_fn)
+
+
+def _compare(base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn) -> dict:
+    baseline = "uniform" if "uniform" in arms else arms[0]
     dist.init(resolve_device(base.device).type)
     if dist.is_main():
         if overwrite and out.exists():
-            shutil.rmtree(out)
+            remove_owned(out)
+        runs = [f"runs/{run_name(arm, seed)}" for seed in seeds for arm in arms]
+        record(out, [*COMPARE_FILES[:-1], *runs], "compare")
         (out / "runs").mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
     rows = []
@@ -255,7 +257,7 @@ def _run_arm(base: TrainConfig, arm: str, seed: int, out: Path, data: TokenData,
     if done.is_file():  # finished in an earlier invocation
         return json.loads(done.read_text())
     if dist.is_main() and run.is_dir() and not step_folders(run):  # died before its first checkpoint
-        shutil.rmtree(run)
+        remove_owned(run)
     dist.barrier()
     tc = base.replace(schedule=arm, seed=seed)
     summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=run_name(arm, seed))
@@ -269,7 +271,8 @@ def train_quietly(
 ) -> dict:
     """Library default for compare(): train without a progress bar (the CLI passes one that draws it)."""
     from tlm_probe.train.loop import Trainer
-    from tlm_probe.train.run import plan_run
+    from tlm_probe.train.run import plan_run, writer_lock
 
     plan = plan_run(tc.replace(progress=False), run, data=data, resume=resume)
-    return Trainer(plan).run()
+    with writer_lock(run):
+        return Trainer(plan).run()

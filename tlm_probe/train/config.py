@@ -135,11 +135,39 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        kinds = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(d) - set(kinds))
         if unknown:
             raise UserError(f"unknown training option(s): {', '.join(unknown)}")
-        return cls(**d)
+        return cls(**{k: _typed(k, v, kinds[k]) for k, v in d.items()})
+
+
+# annotation -> (accepted Python types, converter for a string such as YAML's `lr: 1e-3`, words)
+_KINDS = {
+    "str": ((str,), None, "a string"),
+    "int": ((int,), int, "an integer"),
+    "int | None": ((int, type(None)), int, "an integer"),
+    "float": ((int, float), float, "a number"),
+    "bool": ((bool,), None, "true or false"),
+}
+
+
+def _typed(key: str, value, kind: str):
+    """`value` checked (and a numeric string converted) against the field's type: one clear line for
+    `steps: "five"` instead of a TypeError deep inside."""
+    types, convert, words = _KINDS.get(kind, ((object,), None, kind))
+    if isinstance(value, bool) and bool not in types and object not in types:
+        raise UserError(f"option {key} must be {words}, got {value!r}")
+    if isinstance(value, types):
+        return value
+    if isinstance(value, float) and convert is int and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and convert is not None:
+        try:
+            return convert(value.strip())
+        except ValueError:
+            pass
+    raise UserError(f"option {key} must be {words}, got {value!r}")
 
 
 def _check_positive(c: TrainConfig) -> None:
@@ -157,8 +185,30 @@ def _check_positive(c: TrainConfig) -> None:
     for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len", "threads"):
         if getattr(c, key) < 0:
             raise UserError(f"{key} must be >= 0, got {getattr(c, key)}")
+    for key, low, high in FLOAT_RANGES:
+        val = getattr(c, key)
+        if not math.isfinite(val):
+            raise UserError(f"{key} must be a finite number, got {val}")
+        if val < low or (high is not None and val >= high):
+            upper = f" and < {high:g}" if high is not None else ""
+            raise UserError(f"{key} must be >= {low:g}{upper}, got {val:g}")
     if not c.lr > 0:
         raise UserError(f"lr must be > 0, got {c.lr}")
+    if not c.grad_clip > 0:
+        raise UserError(f"grad_clip must be > 0, got {c.grad_clip}")
+
+
+# float options and their allowed [low, high) ranges (None: no upper bound)
+FLOAT_RANGES = (
+    ("lr", 0.0, None),
+    ("min_lr_ratio", 0.0, None),
+    ("weight_decay", 0.0, None),
+    ("beta1", 0.0, 1.0),
+    ("beta2", 0.0, 1.0),
+    ("grad_clip", 0.0, None),
+    ("dropout", 0.0, 1.0),
+    ("peak_flops", 0.0, None),
+)
 
 
 def read_config_file(path: str | Path) -> dict:

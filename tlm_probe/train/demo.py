@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from tlm_probe.data.stream import load_token_data
-from tlm_probe.models.io import atomic_write_text
+from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_write_text, claim, record
 from tlm_probe.train.compare import compare, run_name
 from tlm_probe.train.config import TrainConfig
+from tlm_probe.train.run import writer_lock
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
 # ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
@@ -29,11 +31,14 @@ FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_siz
 QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
              warmup=5, eval_interval=10, eval_tokens=1024, log_interval=2)
 PROBE_TOKENS = {"full": 16384, "quick": 1024}
+DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")  # beside compare's files
 
 
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
                 threads: int = 0) -> TrainConfig:
     opts = dict(QUICK if quick else FULL)
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
         opts["steps"] = steps
         opts["eval_interval"] = min(opts["eval_interval"], steps)
@@ -46,8 +51,16 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads)
+    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False)  # compare checks the rest
     data = load_token_data(base.data, base.tokenizer)
+    with writer_lock(out):  # compare() takes the same lock again; the demo holds it to the end
+        return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
+
+
+def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:
     result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
+    names = [f"probe/{run_name(arm, seed)}" for seed in seeds for arm in ARMS]
+    record(out, [*names, *DEMO_FILES[1:]], "demo")
     trained = time.perf_counter() - started
     doc = {
         "out": str(out),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,10 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import BatchOrder, eval_windows, target_bytes
-from tlm_probe.models.io import atomic_write_text, save_tlm
+from tlm_probe.errors import UserError
+from tlm_probe.fileio import atomic_write_text
+from tlm_probe.models.device import resolve_device
+from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
@@ -27,12 +31,6 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 LOAD = StateDictOptions(full_state_dict=True, strict=False)
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "4090": 165e12}
 """Dense bf16 peak FLOP/s by GPU name fragment, for the MFU guess when --peak-flops is not given."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def peak_flops(given: float, device: torch.device) -> float | None:
@@ -121,11 +119,23 @@ class Trainer:
             loss.backward()
             loss_sum += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), tc.grad_clip)
+        mean_loss = dist.mean_scalar(loss_sum)
+        gnorm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        if not (math.isfinite(mean_loss) and math.isfinite(gnorm)):  # same values on every rank
+            raise self.diverged(f"loss {mean_loss:.4g}, gradient norm {gnorm:.4g}")
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += tc.tokens_per_step * self.world
-        return dist.mean_scalar(loss_sum), float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return mean_loss, gnorm
+
+    def diverged(self, what: str) -> UserError:
+        """Training blew up: no checkpoint is written (the last one on disk is finite), exit 1."""
+        last = checkpoint.step_folders(self.plan.out)
+        kept = f"the last finite checkpoint is {last[-1]}" if last else "no checkpoint was written"
+        self.log.write({"kind": "diverged", "step": self.step + 1, "detail": what})
+        return UserError(f"training diverged at step {self.step + 1} ({what}); {kept}; "
+                         f"try a lower --lr (now {self.tc.lr:g}) or a longer --warmup")
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------
     def evaluate(self) -> dict:
@@ -140,6 +150,9 @@ class Trainer:
         return record
 
     def save(self) -> None:
+        bad = [n for n, p in self.raw.named_parameters() if not torch.isfinite(p).all()]
+        if bad:  # an update with finite loss and gradients can still overflow a weight
+            raise self.diverged(f"non-finite weights in {bad[0]}")
         model_sd, optim_sd = get_state_dict(self.raw, self.opt, options=FULL)
         if dist.is_main():
             checkpoint.save_state(

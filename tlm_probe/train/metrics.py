@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tlm_probe.models.io import atomic_write_text
+from tlm_probe.fileio import atomic_write_text
 
 FILE = "metrics.jsonl"
 

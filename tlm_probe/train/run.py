@@ -3,16 +3,28 @@ leaves nothing behind: data and tokenizer, model config, vocabulary and context 
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
-import tempfile
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_token_data
 from tlm_probe.errors import UserError
+from tlm_probe.fileio import (
+    atomic_write_text,
+    claim,
+    folder_lock,
+    foreign,
+    record,
+    remove_owned,
+    replace_entry,
+    temp_folder,
+)
+from tlm_probe.fileio import ensure_writable as ensure_writable  # re-exported for older callers
 from tlm_probe.models.config import TLMConfig
-from tlm_probe.models.io import CONFIG, atomic_write_text
+from tlm_probe.models.device import check_device
+from tlm_probe.models.io import CONFIG, WEIGHTS
 from tlm_probe.train import checkpoint
 from tlm_probe.train.config import FILE, TrainConfig, config_differences
 
@@ -36,6 +48,7 @@ def plan_run(
     overwrite: bool = False,
 ) -> RunPlan:
     out = Path(out)
+    check_device(tc.device)
     data = data if data is not None else load_token_data(tc.data, tc.tokenizer)
     cfg = tc.model_config(data.vocab_size)
     check_compatible(tc, cfg, data)
@@ -47,6 +60,11 @@ def plan_run(
     else:
         check_output(out, overwrite or (resume and not _has_files(out)))
     return RunPlan(tc, out, data, cfg, has_state)
+
+
+def writer_lock(out: Path):
+    """The folder lock of `out` on the process that writes it (rank 0 under torchrun), for the whole run."""
+    return folder_lock(out) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext()
 
 
 def check_compatible(tc: TrainConfig, cfg: TLMConfig, data: TokenData) -> None:
@@ -70,34 +88,15 @@ def _has_files(out: Path) -> bool:
     return out.is_dir() and any(out.iterdir())
 
 
+# every top-level name a run may write (tokenizer files included): --overwrite refuses to write onto one
+# of these if tlm did not write it
+RUN_FILES = (FILE, "data.json", "metrics.jsonl", CONFIG, WEIGHTS, "run.json", checkpoint.STATE_DIR,
+             "tlm_tokenizer.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             "vocab.json", "merges.txt")
+
+
 def check_output(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output {out} exists and is not a folder")
-    if _has_files(out) and not overwrite:
-        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it or --resume")
-    if _has_files(out):
-        check_replaceable(out, (FILE, "metrics.jsonl"), "a training run")
-    ensure_writable(out)
-
-
-def check_replaceable(out: Path, markers: tuple[str, ...], what: str) -> None:
-    """--overwrite deletes a folder only if this tool wrote it (so `--out . --overwrite` cannot wipe a
-    project): it must hold one of the marker files."""
-    if _has_files(out) and not any((out / m).exists() for m in markers):
-        raise UserError(f"refusing to overwrite {out}: it is not {what} folder (no {' or '.join(markers)})")
-
-
-def ensure_writable(out: Path) -> None:
-    """Raise a UserError unless `out` could be created: probe the nearest existing ancestor by actually
-    making (and removing) a folder there, since permission bits say nothing when running as root."""
-    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-    if not parent.is_dir():
-        raise UserError(f"output folder {out} cannot be created: {parent} is a file")
-    try:
-        probe = Path(tempfile.mkdtemp(dir=parent, prefix=".tlm-write-test-"))
-        probe.rmdir()
-    except OSError as e:
-        raise UserError(f"output folder {out} cannot be written ({e.strerror}: {parent})") from None
+    claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it")
 
 
 def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
@@ -116,17 +115,26 @@ def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
 
 
 def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
-    """Create the run folder (rank 0 only): train_config.json, data info and tokenizer files."""
+    """Create the run folder (rank 0 only): train_config.json, data info and tokenizer files. With
+    --overwrite only the files of the earlier run (its manifest) are removed first."""
     out = plan.out
     if plan.resume:
         return
     if overwrite and out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        remove_owned(out)
+    record(out, RUN_FILES[:7], "train")
     atomic_write_text(out / FILE, json.dumps(plan.tc.to_dict(), indent=2) + "\n")
     atomic_write_text(out / "data.json", json.dumps(_data_info(plan.data), indent=2, default=str) + "\n")
     if plan.data.tokenizer is not None:
-        plan.data.tokenizer.save(out)
+        with temp_folder(out / "tokenizer") as tmp:
+            plan.data.tokenizer.save(tmp)
+            names = sorted(p.name for p in tmp.iterdir())
+            clash = sorted(set(names) & set(foreign(out)))
+            if clash:
+                raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it")
+            record(out, names, "train")
+            for name in names:
+                replace_entry(tmp / name, out / name)
 
 
 def _data_info(data: TokenData) -> dict:

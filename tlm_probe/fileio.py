@@ -1,0 +1,336 @@
+"""Writing files safely: atomic writes, manifests of written files, folder locks (the one copy of each).
+
+- Atomic: a file (or folder) is written under a temporary name next to its final one and renamed into
+  place, so a crash never leaves it half-written; a failed write removes its temporary. Outputs follow the
+  user's umask (mkstemp/mkdtemp alone would make them 0600/0700).
+- Manifest: OUT/.tlm-manifest.json names the entries a command wrote in OUT (written before the entries
+  themselves, so a crash cannot leave an unlisted file). A command deletes or replaces only those entries,
+  never a folder it did not create, and leaves every other file where it is.
+- Lock: an exclusive flock on .OUT.lock beside OUT (holding the pid) for the life of the writer; the kernel
+  drops it when the process dies, so the lock of a killed process is simply taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tlm_probe.errors import UserError
+
+MANIFEST = ".tlm-manifest.json"
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+# ---- modes and disk-full errors -------------------------------------------------------------------
+def umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask is not thread safe)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        lines = Path("/proc/self/status").read_text().splitlines()
+        return int(next(ln for ln in lines if ln.startswith("Umask:")).split()[1], 8)
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def file_mode() -> int:
+    return 0o666 & ~umask()
+
+
+def dir_mode() -> int:
+    return 0o777 & ~umask()
+
+
+def is_disk_full(e: BaseException) -> bool:
+    # torch.save and safetensors report a full disk as RuntimeError/SafetensorError, not OSError
+    return (isinstance(e, OSError) and e.errno in DISK_FULL) or "No space left" in str(e)
+
+
+def disk_full_error(path: Path, need: int) -> UserError:
+    where = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    free = shutil.disk_usage(where).free
+    return UserError(f"disk full writing {path}: it needs about {human(need)}, {human(free)} free")
+
+
+def human(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+# ---- atomic files and folders ---------------------------------------------------------------------
+@contextlib.contextmanager
+def atomic_path(path: str | Path, need: int = 0) -> Iterator[Path]:
+    """A temporary file next to `path` to write; renamed onto `path` when the block succeeds, removed
+    when it fails. A full disk becomes one UserError naming `path` and `need` (bytes)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if is_disk_full(e):
+            raise disk_full_error(path, need) from None
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    with atomic_path(path, len(data)) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def temp_folder(near: str | Path, need: int = 0) -> Iterator[Path]:
+    """An empty folder beside `near` (same file system, so it can be renamed into place), mode per the
+    umask; removed afterwards unless the block renamed it away. A full disk becomes one UserError."""
+    near = Path(near)
+    near.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=near.parent, prefix=f".{near.name}.tmp-"))
+    os.chmod(tmp, dir_mode())
+    try:
+        yield tmp
+    except BaseException as e:
+        if is_disk_full(e):
+            raise disk_full_error(near, need) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def follow_umask(root: Path) -> None:
+    """Give `root` and everything under it the umask's modes (safetensors writes its files 0600)."""
+    fmode, dmode = file_mode(), dir_mode()
+    for p in [root, *root.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, dmode if p.is_dir() else fmode)
+
+
+def clean_stale_temps(out: Path) -> None:
+    """Remove .OUT.tmp-* left beside `out` by a writer that was killed (call it holding OUT's lock)."""
+    if out.parent.is_dir():
+        for stale in out.parent.glob(f".{out.name}.tmp-*"):
+            _remove(stale)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def replace_entry(src: Path, dst: Path) -> None:
+    """Rename src onto dst; a folder at dst is moved aside first (rename cannot replace a full folder)."""
+    if dst.is_dir() and not dst.is_symlink():
+        old = dst.parent / f".{dst.name}.old-{os.getpid()}"
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)
+
+
+# ---- manifests ------------------------------------------------------------------------------------
+def read_manifest(folder: str | Path) -> list[str]:
+    """Entries (relative paths) that tlm wrote in `folder`; [] when it has no readable manifest."""
+    path = Path(folder) / MANIFEST
+    try:
+        entries = json.loads(path.read_text()).get("entries", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [e for e in entries if isinstance(e, str) and e and ".." not in Path(e).parts]
+
+
+def record(folder: str | Path, entries: Iterable[str], command: str) -> None:
+    """Add `entries` to the folder's manifest (creating both); call it before writing the entries."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    old = read_manifest(folder)
+    new = list(dict.fromkeys([*old, *entries]))
+    if new != old or not (folder / MANIFEST).is_file():
+        doc = {"written_by": "tlm_probe", "command": command, "entries": new}
+        atomic_write_text(folder / MANIFEST, json.dumps(doc, indent=1) + "\n")
+
+
+def _owned_top(folder: Path) -> set[str]:
+    return {Path(e).parts[0] for e in read_manifest(folder)}
+
+
+def foreign(folder: str | Path) -> list[str]:
+    """Top-level names in `folder` that no manifest entry covers (files tlm did not write)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    owned = _owned_top(folder) | {MANIFEST}
+    return sorted(p.name for p in folder.iterdir() if p.name not in owned)
+
+
+def remove_owned(folder: str | Path) -> list[str]:
+    """Delete the entries the manifest names (and folders they leave empty); keep everything else.
+    Returns the names kept."""
+    folder = Path(folder)
+    for entry in read_manifest(folder):
+        _remove_entry(folder, entry)
+    with contextlib.suppress(FileNotFoundError):
+        (folder / MANIFEST).unlink()
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _remove_entry(folder: Path, entry: str) -> None:
+    _remove(folder / entry)
+    for parent in (folder / entry).parents:  # runs/uniform-s0 -> runs/ too when nothing else is in it
+        if parent == folder or not parent.is_dir() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
+def publish(tmp: Path, out: Path, command: str) -> list[str]:
+    """Move every entry of the temporary folder `tmp` into `out` and record them in out's manifest.
+    A new `out` is `tmp` renamed (one atomic step); an existing one loses the entries of its manifest
+    that the new output lacks, gets the new ones renamed in one at a time, and keeps every other file.
+    Refuses to replace an entry that tlm did not write. Returns the names of the files kept."""
+    entries = sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST)
+    follow_umask(tmp)
+    if not out.exists():
+        record(tmp, entries, command)
+        os.replace(tmp, out)
+        return []
+    clash = sorted(set(entries) & set(foreign(out)))
+    if clash:
+        raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it")
+    for stale in set(read_manifest(out)) - set(entries):
+        _remove_entry(out, stale)
+    record(out, entries, command)
+    for name in entries:
+        replace_entry(tmp / name, out / name)
+    doc = {"written_by": "tlm_probe", "command": command, "entries": entries}
+    atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1) + "\n")
+    return foreign(out)
+
+
+# ---- checking an output folder before any work ----------------------------------------------------
+def ensure_writable(out: str | Path) -> None:
+    """Raise a UserError unless `out` could be created: probe the nearest existing ancestor by actually
+    making (and removing) a folder there, since permission bits say nothing when running as root."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {out} exists and is not a folder")
+    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise UserError(f"output folder {out} cannot be created: {parent} is a file")
+    try:
+        probe = Path(tempfile.mkdtemp(dir=parent, prefix=".tlm-write-test-"))
+        probe.rmdir()
+    except OSError as e:
+        raise UserError(f"output folder {out} cannot be written ({e.strerror}: {parent})") from None
+
+
+def claim(
+    out: str | Path,
+    *,
+    overwrite: bool,
+    writes: Iterable[str] = (),
+    own_needs_overwrite: bool = True,
+    hint: str = "",
+) -> list[str]:
+    """Check, before any expensive work, that a command may write `out`; returns the names of the files
+    it will leave alone there. A non-empty folder that tlm did not write is refused without --overwrite;
+    with it, tlm writes beside those files but never onto one of them (`writes`: the top-level names the
+    command may write). A folder tlm wrote is refused without --overwrite when `own_needs_overwrite`."""
+    out = Path(out)
+    ensure_writable(out)
+    others = foreign(out)
+    ours = bool(read_manifest(out))
+    if not others and not ours:
+        return []
+    if not overwrite and not ours:
+        raise UserError(
+            f"output folder {out} is not empty and tlm did not write it ({others[0]}, ...); "
+            "choose another folder, or pass --overwrite to write beside its files"
+        )
+    if not overwrite and own_needs_overwrite:
+        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it{hint}")
+    clash = sorted(set(others) & set(writes))
+    if clash:
+        raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first)")
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        print(f"note: {out} keeps {len(others)} file(s) tlm did not write: {shown}", file=sys.stderr)
+    return others
+
+
+# ---- folder locks ---------------------------------------------------------------------------------
+_held: dict[Path, tuple[int, int]] = {}
+"""Locks this process holds: path -> (file descriptor, depth), so that nested writers (demo -> compare
+-> train) may take the lock of a folder they already hold."""
+
+
+def lock_path(out: Path) -> Path:
+    return out.parent / f".{out.name}.lock"
+
+
+@contextlib.contextmanager
+def folder_lock(out: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the output folder `out` for the block. A second writer gets a one-line
+    UserError naming the holder's pid. Stale .OUT.tmp-* of a killed writer are removed once it is held."""
+    out = Path(out).absolute()
+    path = lock_path(out)
+    if path in _held:
+        fd, depth = _held[path]
+        _held[path] = (fd, depth + 1)
+    else:
+        ensure_writable(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _held[path] = (_acquire(path, out), 1)
+        clean_stale_temps(out)
+    try:
+        yield
+    finally:
+        fd, depth = _held[path]
+        if depth > 1:
+            _held[path] = (fd, depth - 1)
+        else:
+            del _held[path]
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            os.close(fd)  # closing drops the flock
+
+
+def _acquire(path: Path, out: Path) -> int:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UserError(f"{out} is being written by another tlm process (pid {holder})") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # else the holder removed the file between our open and flock: lock the new one
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
