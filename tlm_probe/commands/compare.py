@@ -98,7 +98,7 @@ def write_sweep(out: Path) -> Path | None:
     """sweep.csv (each arm's paired difference to uniform) and sweep_heatmap.png, once there are pairs."""
     import pandas as pd
 
-    from tlm_probe.models.io import atomic_write_text
+    from tlm_probe.fileio import atomic_write_text, folder_lock, record
     from tlm_probe.plotting.style import save_figure
     from tlm_probe.plotting.sweep import plot_sweep
     from tlm_probe.stats.sweep import sweep_table
@@ -106,10 +106,11 @@ def write_sweep(out: Path) -> Path | None:
     if not (out / "paired.csv").is_file() or (out / "paired.csv").stat().st_size < 2:
         return None
     table = sweep_table(pd.read_csv(out / "paired.csv"))
-    atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
-    if not (table["ratio"].astype(str) != "").any():
-        return None
-    return save_figure(plot_sweep(table), out / "sweep_heatmap.png")
+    on_grid = (table["ratio"].astype(str) != "").any()
+    with folder_lock(out):
+        record(out, ["sweep.csv", "sweep_heatmap.png"], "sweep")
+        atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
+        return save_figure(plot_sweep(table), out / "sweep_heatmap.png") if on_grid else None
 
 
 _FLAGS = {
