@@ -73,12 +73,12 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--schedule", default="cosine:1.5:0.5")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--data", help="a `tlm data prepare` folder: real batches (default: random tokens)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     names = [v for v in args.variants.split(",") if v]
-    g = torch.Generator().manual_seed(1)
-    batches = [torch.randint(0, args.vocab, (args.batch, args.seq_len + 1), generator=g) for _ in range(4)]
+    batches = make_batches(args, max(4, args.loss_steps))
     built = {n: build(args, VARIANTS[n][0], VARIANTS[n][2]) for n in names}
     for n in names:  # warm-up: compilation and allocator
         for b in batches[:2]:
@@ -115,8 +115,21 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
 
 
+def make_batches(args, n: int) -> list[torch.Tensor]:
+    """n batches of (batch, seq_len + 1) ids: the trainer's own batch order on real data, or random ids."""
+    if not args.data:
+        g = torch.Generator().manual_seed(1)
+        return [torch.randint(0, args.vocab, (args.batch, args.seq_len + 1), generator=g) for _ in range(n)]
+    from tlm_probe.data.stream import BatchOrder, load_token_data
+
+    data = load_token_data(args.data)
+    args.vocab = data.vocab_size
+    order = BatchOrder(data.train, args.seq_len, seed=0)
+    return [torch.as_tensor(order.micro_batch(i, 0, 0, args.batch, 1, 1)).long() for i in range(n)]
+
+
 def loss_check(args, names, batches) -> dict:
-    """Train each variant from the same weights on the same real-looking batches; final mean loss."""
+    """Train each variant from the same weights on the same batches; mean loss of the last 5 steps."""
     out = {}
     for n in names:
         run, model, opt = build(args, VARIANTS[n][0], VARIANTS[n][2])
