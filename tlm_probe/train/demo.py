@@ -18,7 +18,7 @@ import numpy as np
 
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.models.io import atomic_write_text
-from tlm_probe.train.compare import compare, run_name
+from tlm_probe.train.compare import compare, make_arms, run_name
 from tlm_probe.train.config import TrainConfig
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
@@ -32,8 +32,8 @@ PROBE_TOKENS = {"full": 16384, "quick": 1024}
 
 
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
-                threads: int = 0) -> TrainConfig:
-    opts = dict(QUICK if quick else FULL)
+                threads: int = 0, mixer: str = "attention") -> TrainConfig:
+    opts = dict(QUICK if quick else FULL, mixer=mixer)
     if steps:
         opts["steps"] = steps
         opts["eval_interval"] = min(opts["eval_interval"], steps)
@@ -42,16 +42,18 @@ def demo_config(quick: bool = False, steps: int | None = None, device: str = "au
 
 def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
              seeds: list[int] | None = None, overwrite: bool = False, device: str = "auto", threads: int = 0,
-             train_fn: Callable | None = None, probe: bool = True) -> dict:
+             train_fn: Callable | None = None, probe: bool = True, mixer: str = "attention") -> dict:
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
-    base = demo_config(quick, steps, device, threads)
+    base = demo_config(quick, steps, device, threads, mixer)
     data = load_token_data(base.data, base.tokenizer)
+    arms = [a.name for a in make_arms([mixer], ARMS)]
     result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
     trained = time.perf_counter() - started
     doc = {
         "out": str(out),
-        "arms": ARMS,
+        "mixer": mixer,
+        "arms": arms,
         "seeds": seeds,
         "config": base.to_dict(),
         "summary": result["summary"],
@@ -60,7 +62,7 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     }
     doc["figures"] = {"loss_curves": _curves(out)}
     if probe:
-        doc.update(_probe_and_plot(out, data.val, base, seeds, "quick" if quick else "full"))
+        doc.update(_probe_and_plot(out, data.val, base, arms, seeds, "quick" if quick else "full"))
     doc["wall_seconds"] = time.perf_counter() - started
     atomic_write_text(out / "demo.json", json.dumps(doc, indent=2, default=str) + "\n")
     return doc
@@ -75,7 +77,8 @@ def _curves(out: Path) -> str:
     return str(path)
 
 
-def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, seeds: list[int], size: str) -> dict:
+def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[str], seeds: list[int],
+                    size: str) -> dict:
     """Probe every trained model on the same validation ids; one figure of alignment against depth."""
     import pandas as pd
 
@@ -86,7 +89,7 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, seeds: list[i
     tables, folders = [], {}
     ids = np.asarray(val, dtype=np.int64)  # the exact validation ids the trainer evaluated on
     for seed in seeds:
-        for arm in ARMS:
+        for arm in arms:
             name = run_name(arm, seed)
             res = probe(
                 out / "runs" / name,
