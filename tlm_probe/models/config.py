@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.schedules import ScheduleSpec, make_schedule
+from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
@@ -165,8 +165,10 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMCo
     n_layers = kwargs.get("n_layers", TLMConfig.n_layers)
     levels = len(kwargs.get("cms_periods", TLMConfig.cms_periods))
     if kwargs.get("mixer") == "hope_attention":
-        if d_ff % levels:
-            raise ConfigError(f"d_ff={d_ff} is not divisible by the {levels} continuum-memory levels")
+        spec = parse_schedule(spec) if isinstance(spec, str) else spec
+        if d_ff % (levels * spec.multiple_of):
+            raise ConfigError(f"hope_attention splits d_ff={d_ff} over {levels} continuum-memory levels: "
+                              f"d_ff must be divisible by {levels}·multiple_of = {levels * spec.multiple_of}")
         d_ff //= levels
     sched = make_schedule(spec, n_layers, d_ff)
     return TLMConfig(d_ff=sched.widths, schedule={**sched.spec.to_dict(), "d_ff": d_ff}, **kwargs)

@@ -29,14 +29,15 @@ NO_MOMENTUM = -1e4  # log η of a padded token: exp() is exactly 0 in float32, d
 
 
 def memory_rates(logits: torch.Tensor, valid: torch.Tensor | None, lr_max: float):
-    """(log(1−α), θ, log η), each (N, T), from raw logits (N, T, 3); pads write and forget nothing."""
+    """(log(1−α), log η, θ), each (N, T), from raw logits (N, T, 3) of (α, θ, η); pads write and forget
+    nothing. The order is the argument order of memory_chunked / memory_reference."""
     a, th, e = logits.to(_dtype(logits)).unbind(-1)
     log_keep, theta, log_eta = F.logsigmoid(-a), lr_max * torch.sigmoid(th), F.logsigmoid(e)
     if valid is not None:
         log_keep = log_keep * valid
         theta = theta * valid
         log_eta = torch.where(valid, log_eta, torch.full_like(log_eta, NO_MOMENTUM))
-    return log_keep, theta, log_eta
+    return log_keep, log_eta, theta
 
 
 def _dtype(x: torch.Tensor) -> torch.dtype:
@@ -83,19 +84,21 @@ def _read(W0, S0, A, d, C, keys, grads, x):
     return base - (C * (x @ keys.transpose(-1, -2))) @ grads
 
 
-def _chunk(state, q, k, v, log_keep, log_eta, theta):
+def _chunk(state, q, k, v, coeffs, qk):
+    """One chunk: read-outs of its b tokens and the state after it. coeffs = _decays(...) of this chunk,
+    qk = q kᵀ (N, b, b), both precomputed for all chunks at once (they do not depend on the state)."""
     W1, W2, S1, S2 = state
+    C, d, A, E, carry = coeffs
     h_k, r, delta = _grad_signals(W1, W2, k, v)
-    C, d, A, E, carry = _decays(log_keep, log_eta, theta)
-    h_q = F.silu(_read(W1, S1, A, d, C, k, delta, q))  # hidden of M_t(q_t), (N, b, d_m)
+    z_q = A[..., None] * (q @ W1.transpose(-1, -2)) + d[..., None] * (q @ S1.transpose(-1, -2))
+    h_q = F.silu(z_q - (C * qk) @ delta)  # hidden of M_t(q_t), (N, b, d_m)
     y = _read(W2, S2, A, d, C, h_k, r, h_q)  # (N, b, d_h)
-    cb = C[..., -1, :, None]  # (N, b, 1): c_{b,i}
-    G1, G2 = (delta * cb).transpose(-1, -2) @ k, (r * cb).transpose(-1, -2) @ h_k
-    M1 = A[..., -1, None, None] * W1 + d[..., -1, None, None] * S1 - G1
-    M2 = A[..., -1, None, None] * W2 + d[..., -1, None, None] * S2 - G2
-    m = carry[..., None]
-    S1n = E[..., -1, None, None] * S1 - (delta * m).transpose(-1, -2) @ k
-    S2n = E[..., -1, None, None] * S2 - (r * m).transpose(-1, -2) @ h_k
+    a_b, d_b, e_b = A[..., -1, None, None], d[..., -1, None, None], E[..., -1, None, None]
+    cb, m = C[..., -1, :, None], carry[..., None]  # (N, b, 1): c_{b,i} and θ_i E_b/E_i
+    M1 = a_b * W1 + d_b * S1 - (delta * cb).transpose(-1, -2) @ k
+    M2 = a_b * W2 + d_b * S2 - (r * cb).transpose(-1, -2) @ h_k
+    S1n = e_b * S1 - (delta * m).transpose(-1, -2) @ k
+    S2n = e_b * S2 - (r * m).transpose(-1, -2) @ h_k
     return (M1, M2, S1n, S2n), y
 
 
@@ -114,16 +117,16 @@ def memory_chunked(q, k, v, log_keep, log_eta, theta, W1, W2, chunk: int) -> tor
     q, k, v: (N, T, d_h); log_keep, log_eta, theta: (N, T) (see memory_rates); W1 (N, d_m, d_h) and
     W2 (N, d_h, d_m): initial memory weights; the momentum starts at zero. A last partial chunk is padded
     at the end with tokens that write nothing, which cannot change earlier read-outs."""
-    T, dt = q.shape[1], _dtype(q)
+    (N, T, dh), dt = q.shape, _dtype(q)
     n = -(-T // chunk) * chunk
-    q, k, v = (_pad_to(x.to(dt), n, 1) for x in (q, k, v))
-    log_keep, theta = _pad_to(log_keep, n, 1), _pad_to(theta, n, 1)
-    log_eta = _pad_to(log_eta, n, 1)
+    q, k, v = (_pad_to(x.to(dt), n, 1).view(N, n // chunk, chunk, dh) for x in (q, k, v))
+    rates = (_pad_to(x, n, 1).view(N, n // chunk, chunk) for x in (log_keep, log_eta, theta))
+    coeffs = _decays(*rates)  # every chunk at once: (N, n_chunks, b, b) and (N, n_chunks, b)
+    qk = q @ k.transpose(-1, -2)  # (N, n_chunks, b, b)
     state = (W1.to(dt), W2.to(dt), torch.zeros_like(W1, dtype=dt), torch.zeros_like(W2, dtype=dt))
     outs = []
-    for s in range(0, n, chunk):
-        sl = slice(s, s + chunk)
-        state, y = _chunk(state, q[:, sl], k[:, sl], v[:, sl], log_keep[:, sl], log_eta[:, sl], theta[:, sl])
+    for c in range(n // chunk):
+        state, y = _chunk(state, q[:, c], k[:, c], v[:, c], [x[:, c] for x in coeffs], qk[:, c])
         outs.append(y)
     return torch.cat(outs, dim=1)[:, :T]
 
