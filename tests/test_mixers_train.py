@@ -114,7 +114,7 @@ def test_compare_grid_pairs_each_mixer_with_its_own_uniform(tmp_path):
 
 def test_cli_mixer_flags(tmp_path):
     corpus = tmp_path / "c.txt"
-    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    corpus.write_text("\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13}" for i in range(200)))
     common = ["--data", str(corpus), "--d-model", "32", "--layers", "2", "--heads", "2", "--d-ff", "64",
               "--multiple-of", "16", "--seq-len", "16", "--batch-size", "2", "--steps", "2",
               "--eval-tokens", "64", "--eval-interval", "2", "--warmup", "1", "--threads", "1"]
