@@ -115,19 +115,20 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    result = {"config": vars(args), "mixers": bench_mixers(args, device), "memory": bench_memory(args, device)}
+    result = {"config": vars(args), "mixers": bench_mixers(args, device),
+              "memory": bench_memory(args, device)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
     print(f"forward+backward, B={args.batch} T={args.seq_len} d={args.d_model} L={args.layers} "
           f"({args.device}, median of {args.rounds} interleaved rounds)")
     for row in result["mixers"]:
-        print(f"  {row['mixer']:>16}: {row['tokens_per_s']:>10,.0f} tok/s  x{row['relative_to_attention']:.3f} "
-              f"of attention  ({row['params']:,} params)")
+        print(f"  {row['mixer']:>16}: {row['tokens_per_s']:>10,.0f} tok/s  "
+              f"x{row['relative_to_attention']:.3f} of attention  ({row['params']:,} params)")
     m = result["memory"]
-    print(f"Titans memory ({m['memories']} memories x {m['tokens']} tokens, chunk {m['chunk']}): chunk-parallel "
-          f"{m['chunked_s'] * 1e3:.1f} ms, token-by-token reference {m['reference_s'] * 1e3:.1f} ms "
-          f"-> {m['speedup']:.1f}x")
+    print(f"Titans memory ({m['memories']} memories x {m['tokens']} tokens, chunk {m['chunk']}): "
+          f"chunk-parallel {m['chunked_s'] * 1e3:.1f} ms, token-by-token reference "
+          f"{m['reference_s'] * 1e3:.1f} ms -> {m['speedup']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -177,8 +177,9 @@ def test_accounting_equals_numel_on_meta_for_every_preset_and_mixer(preset, mixe
 
 
 def test_hope_splits_the_mlp_budget_over_its_levels():
-    att, hope = (config_with_schedule(parse_schedule("cosine:1.5:0.5", 16), 128, vocab_size=61, d_model=32, n_layers=4,
-                                      n_heads=4, mixer=m) for m in ("attention", "hope_attention"))
+    spec = parse_schedule("cosine:1.5:0.5", 16)
+    att, hope = (config_with_schedule(spec, 128, vocab_size=61, d_model=32, n_layers=4, n_heads=4, mixer=m)
+                 for m in ("attention", "hope_attention"))
     assert [2 * w for w in hope.d_ff] == list(att.d_ff) and count_params(att).mlp == count_params(hope).mlp
     with pytest.raises(ConfigError, match="divisible"):
         config_with_schedule("uniform", 96, mixer="hope_attention", cms_periods=(1, 2, 4, 8, 16))
@@ -190,8 +191,8 @@ def test_checkpoint_and_auto_model_round_trip(tmp_path, mixer):
 
     import tlm_probe  # noqa: F401  (registers model_type "tlm")
 
-    cfg = config_with_schedule(parse_schedule("cosine", 16), 128, vocab_size=61, d_model=32, n_layers=3, n_heads=4,
-                               max_seq_len=40, **MIXER_KW[mixer])
+    cfg = config_with_schedule(parse_schedule("cosine", 16), 128, vocab_size=61, d_model=32, n_layers=3,
+                               n_heads=4, max_seq_len=40, **MIXER_KW[mixer])
     model = TaperedLM(cfg).eval()
     save_tlm(model, tmp_path / "a")
     x = tokens()

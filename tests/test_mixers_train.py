@@ -114,7 +114,8 @@ def test_compare_grid_pairs_each_mixer_with_its_own_uniform(tmp_path):
 
 def test_cli_mixer_flags(tmp_path):
     corpus = tmp_path / "c.txt"
-    corpus.write_text("\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13}" for i in range(200)))
+    text = "\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13}" for i in range(200))
+    corpus.write_text(text)
     common = ["--data", str(corpus), "--d-model", "32", "--layers", "2", "--heads", "2", "--d-ff", "64",
               "--multiple-of", "16", "--seq-len", "16", "--batch-size", "2", "--steps", "2",
               "--eval-tokens", "64", "--eval-interval", "2", "--warmup", "1", "--threads", "1"]
@@ -124,8 +125,9 @@ def test_cli_mixer_flags(tmp_path):
     info = runner.invoke(app, ["info", str(tmp_path / "t"), "--json"])
     doc = json.loads(info.stdout)
     assert doc["params"] == doc["uniform_params"] and doc["config"]["mixer"] == "titans"
-    r = runner.invoke(app, ["compare", "--out", str(tmp_path / "c"), "--mixers", "gated_attention,hope_attention",
-                            "--schedules", "uniform,cosine:1.5:0.5", "--seeds", "0", *common])
+    r = runner.invoke(app, ["compare", "--out", str(tmp_path / "c"), "--mixers",
+                            "gated_attention,hope_attention", "--schedules", "uniform,cosine:1.5:0.5",
+                            "--seeds", "0", *common])
     assert r.exit_code == 0, r.output
     assert set(pd.read_csv(tmp_path / "c" / "results.csv")["mixer"]) == {"gated_attention", "hope_attention"}
     r = runner.invoke(app, ["train", "--out", str(tmp_path / "bad"), "--mixer", "mamba", *common])
@@ -141,6 +143,7 @@ def test_schedule_command_prints_preset_counts_side_by_side(mixer):
                             "cosine:1.5:0.5", "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["params"] == doc["uniform_params"] == count_params(preset_config("tlm-760m", mixer=mixer)).total
+    expected = count_params(preset_config("tlm-760m", mixer=mixer)).total
+    assert doc["params"] == doc["uniform_params"] == expected
     assert doc["flops_per_token"] == doc["uniform_flops_per_token"] and doc["parity"]
     assert len(doc["widths"]) == 28 and doc["widths"][0] > doc["widths"][-1]
