@@ -241,6 +241,7 @@ class Trainer:
             "tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,
             "d_ff": list(self.plan.cfg.d_ff),
             "schedule": self.tc.schedule,
+            "mixer": self.plan.cfg.mixer,
             "seed": self.tc.seed,
             **{k: last_eval.get(k) for k in ("val_loss", "val_ppl", "val_bpb")},
         }
