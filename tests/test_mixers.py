@@ -13,7 +13,7 @@ import tlm_probe.models.titans as titans_module
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.models.config import MIXER_KINDS, ConfigError, TLMConfig, config_with_schedule
 from tlm_probe.models.io import load_tlm, save_tlm
-from tlm_probe.models.memory import memory_chunked, memory_rates, memory_reference
+from tlm_probe.models.memory import GRAD_CLIP, memory_chunked, memory_rates, memory_reference
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.presets import PRESETS, preset_config
 from tlm_probe.schedules import parse_schedule
@@ -73,7 +73,7 @@ def test_chunk_parallel_memory_equals_token_by_token_reference(chunk):
 
 def test_chunk_size_one_is_plain_online_gradient_descent():
     """With b = 1 both forms reduce to the textbook recurrence, written out here by hand for a 1-token
-    memory step: S = η S − θ ∇, M = (1 − α) M + S, y = M(q)."""
+    memory step: S = η S − θ ∇ (∇ clipped to norm GRAD_CLIP), M = (1 − α) M + S, y = M(q)."""
     q, k, v, logits, W1, W2 = (t.detach() for t in _memory_inputs(N=1, T=2))
     keep, eta, theta = (x[0] for x in memory_rates(logits, None, 0.1))
     keep, eta = keep.exp(), eta.exp()
@@ -84,6 +84,8 @@ def test_chunk_size_one_is_plain_online_gradient_descent():
         r = 2 * (W2a @ h - v[0, t])
         g2 = torch.outer(r, h)
         g1 = torch.outer((W2a.T @ r) * torch.sigmoid(z) * (1 + z * (1 - torch.sigmoid(z))), k[0, t])
+        clip = min(1.0, GRAD_CLIP / float(torch.cat([g1.flatten(), g2.flatten()]).norm()))
+        g1, g2 = g1 * clip, g2 * clip
         S1, S2 = eta[t] * S1 - theta[t] * g1, eta[t] * S2 - theta[t] * g2
         W1a, W2a = keep[t] * W1a + S1, keep[t] * W2a + S2
         y = W2a @ F.silu(W1a @ q[0, t])

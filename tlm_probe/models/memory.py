@@ -5,6 +5,7 @@ Each head owns a 2-layer memory M(x) = W2 silu(W1 x) (W1: d_m x d_h, W2: d_h x d
 Per token t, with data-dependent rates α_t (forget), θ_t (step size), η_t (momentum) in (0, 1):
     associative loss        ℓ(M; k_t, v_t) = ‖M(k_t) − v_t‖²                              (paper eq. 12)
     surprise with momentum  S_t = η_t S_{t−1} − θ_t ∇ℓ(M_{t'}; k_t, v_t)                    (eq. 10)
+                            (∇ clipped to norm GRAD_CLIP per token: our stabiliser, see below)
     forgetting              M_t = (1 − α_t) M_{t−1} + S_t                                   (eq. 13)
     read-out                y_t = M_t(q_t), a forward pass without a weight update           (eq. 15)
 Parallel training (section 3.2): the sequence is cut into chunks of b tokens and every gradient inside a
@@ -26,6 +27,12 @@ import torch
 import torch.nn.functional as F
 
 NO_MOMENTUM = -1e4  # log η of a padded token: exp() is exactly 0 in float32, differences stay finite
+GRAD_CLIP = 1.0
+"""Each token's inner gradient is clipped to this norm (over both layers) before it enters the momentum.
+Not in the paper's equations: a stabiliser like titans-pytorch's max_grad_norm option. Without it the
+chunk-parallel update (b gradients taken at one point, amplified by momentum) diverged in our CPU runs
+(memory weights ~1e20 and a NaN loss within 20 steps); with it a token moves the memory by at most
+θ_t·GRAD_CLIP, so the memory can grow at most polynomially in T, never overflow."""
 
 
 def memory_rates(logits: torch.Tensor, valid: torch.Tensor | None, lr_max: float):
@@ -52,12 +59,20 @@ def _fwd(W1, W2, x):
 
 
 def _grad_signals(W1, W2, k, v):
-    """Per-token gradient factors of ‖M(k) − v‖² at (W1, W2): ∇W2 = r hᵀ, ∇W1 = δ kᵀ."""
+    """Per-token gradient factors of ‖M(k) − v‖² at (W1, W2): ∇W2 = r hᵀ, ∇W1 = δ kᵀ, both scaled so
+    that each token's gradient has norm at most GRAD_CLIP (‖r hᵀ‖ = ‖r‖‖h‖ for outer products)."""
     z, h, y = _fwd(W1, W2, k)
     r = 2.0 * (y - v)  # (N, b, d_h)
     s = torch.sigmoid(z)
     delta = (r @ W2) * (s * (1 + z * (1 - s)))  # silu'(z); (N, b, d_m)
-    return h, r, delta
+    sq = (r.square().sum(-1) * h.square().sum(-1) + delta.square().sum(-1) * k.square().sum(-1))
+    scale = _clip_scale(sq)[..., None]
+    return h, r * scale, delta * scale
+
+
+def _clip_scale(sq_norm: torch.Tensor) -> torch.Tensor:
+    """min(1, GRAD_CLIP/‖g‖) from the squared norm ‖g‖² of a token's gradient."""
+    return (GRAD_CLIP * torch.rsqrt(sq_norm.clamp_min(1e-30))).clamp(max=1.0)
 
 
 def _segsum(x: torch.Tensor) -> torch.Tensor:
@@ -146,6 +161,8 @@ def memory_reference(q, k, v, log_keep, log_eta, theta, W1, W2, chunk: int) -> t
         with torch.enable_grad():
             loss = (_fwd(*start, kt)[2] - vt).pow(2).sum()  # summed over N: per-memory gradients
             grads = torch.autograd.grad(loss, start, create_graph=True)
+        scale = _clip_scale(sum(g.square().sum((-2, -1)) for g in grads))[:, None, None]
+        grads = [g * scale for g in grads]
         keep, eta, lr = log_keep[:, t].exp(), log_eta[:, t].exp(), theta[:, t]
         S = [eta[:, None, None] * s - lr[:, None, None] * g for s, g in zip(S, grads, strict=True)]
         W = [keep[:, None, None] * w + s for w, s in zip(W, S, strict=True)]

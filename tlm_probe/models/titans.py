@@ -36,7 +36,7 @@ from tlm_probe.models.layers import RMSNorm
 from tlm_probe.models.memory import memory_chunked, memory_rates
 
 MEM_LR_MAX = 0.1
-"""Largest inner step size θ: the 2-layer memory's inner gradient descent diverges for θ near 1."""
+"""Largest inner step size θ (with each token's gradient clipped to norm 1, models/memory.py GRAD_CLIP)."""
 RATE_BIAS = (-4.0, 0.0, 0.0)
 """Initial logits of (α, θ, η): forget little (α ≈ 0.02), step θ ≈ lr_max/2, momentum η ≈ 0.5."""
 
@@ -96,7 +96,9 @@ class Titans(nn.Module):
 
         W1 = self.mem_W1.expand(B, *self.mem_W1.shape).reshape(-1, *self.mem_W1.shape[1:])
         W2 = self.mem_W2.expand(B, *self.mem_W2.shape).reshape(-1, *self.mem_W2.shape[1:])
-        y = memory_chunked(heads(q), heads(k), heads(v), *rates, W1, W2, self.chunk)
+        # the inner loop's products of decays and gradients run in float32 even under bf16 autocast
+        with torch.autocast(x.device.type, enabled=False):
+            y = memory_chunked(heads(q), heads(k), heads(v), *rates, W1, W2, self.chunk)
         return y.view(B, self.n_heads, T, self.d_head).transpose(1, 2).to(x.dtype)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None):
