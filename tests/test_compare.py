@@ -90,3 +90,25 @@ def test_unequal_budget_is_refused(monkeypatch):
     )
     with pytest.raises(UserError, match="not a fair comparison"):
         check_budget(BASE, ["uniform", "cosine:1.5:0.5"], 256)
+
+
+def test_folder_from_an_older_version_continues(tmp_path):
+    """A comparison written before manifests and before newer training options existed (its settings lack
+    them) is the same comparison: it continues without retraining and is adopted into a manifest."""
+    from tlm_probe.fileio import MANIFEST
+
+    out, data = tmp_path / "cmp", _data()
+    compare(BASE, ARMS[:2], [0], out, data=data)
+    (out / MANIFEST).unlink()
+    settings = json.loads((out / "compare_settings.json").read_text())
+    del settings["base"]["min_lr_ratio"]  # as if written by a version without this option
+    (out / "compare_settings.json").write_text(json.dumps(settings))
+    before = (out / "results.csv").read_text()
+
+    def must_not_train(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    compare(BASE, ARMS[:2], [0], out, data=data, train_fn=must_not_train)
+    assert (out / "results.csv").read_text() == before and (out / MANIFEST).is_file()
+    with pytest.raises(UserError, match="different comparison"):
+        compare(BASE.replace(min_lr_ratio=0.5), ARMS[:2], [0], out, data=data, train_fn=must_not_train)

@@ -1,11 +1,19 @@
 """Parameter and training-FLOP accounting for tapered and uniform configs, by formula (no allocation).
 
-Parameters: embeddings V·d (+ T_max·d learned positions), per block attention d·(H + 2·H_kv)·d_h + H·d_h·d
-(+ d·H·d_h for the G1 gate), MLP 3·d·d_l (SwiGLU) or 2·d·d_l (GELU), two norms (d for RMSNorm, 2d for
-LayerNorm), a final norm, and the unembedding V·d unless tied.
-Training FLOPs per token (Kaplan et al. 2020): 6·N_matmul + 6·L·T·H·d_h, where N_matmul counts every
-weight used in a matrix multiply (blocks and unembedding; not the embedding lookups or norms) and the
-second term is the attention score/value products at context T.
+Parameters: embeddings V·d (+ T_max·d learned positions), per block a token mixer (MIXER_PARAMS below),
+MLP 3·d·d_l (SwiGLU) or 2·d·d_l (GELU) per level (Hope-attention's continuum memory has K levels of width
+d_l, others one), two norms (d for RMSNorm, 2d for LayerNorm), a final norm, and the unembedding V·d
+unless tied. Mixers: attention d·(H + 2·H_kv)·d_h + H·d_h·d (+ d·H·d_h for the G1 gate); Titans adds to a
+sliding-window attention its memory layer: q/k/v 3·d·H·d_h, depthwise conv 3·H·d_h·k, rates 3·d·H + 3·H,
+memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h, output H·d_h·d, persistent tokens P·d.
+Training FLOPs per token (Kaplan et al. 2020): 6·N_matmul + 6·L·T_att·H·d_h (+ Titans' inner loop), where
+N_matmul counts every weight used in a multiply per token (blocks and unembedding; not the embedding
+lookups or norms), T_att is the context the attention sees (min(T, window) for Titans), and Titans'
+memory costs 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)) per token per layer: the multiply-accumulates of the
+chunk-parallel algorithm as implemented (models/memory.py: key forward and error backprop at the chunk's
+start 3·d_m·d_h, query read-out against W_0 and S_0 4·d_m·d_h, end-of-chunk weight and momentum updates
+4·d_m·d_h, the two b-wide dual-form products 2·b·(d_m + d_h)), times 3 for forward + backward.
+A schedule only moves MLP width between layers, so every count here is the same for tapered and uniform.
 """
 
 from __future__ import annotations
@@ -57,18 +65,47 @@ class ParamCount:
 
 
 def attention_params(cfg: TLMConfig) -> int:
+    """Parameters of the block's token mixer (named `attention` in the tables for every mixer)."""
+    return MIXER_PARAMS[cfg.mixer](cfg)
+
+
+def _softmax_attention(cfg: TLMConfig) -> int:
     d, dh = cfg.d_model, cfg.d_head
-    n = d * (cfg.n_heads + 2 * cfg.kv_heads) * dh + cfg.n_heads * dh * d
-    return n + (d * cfg.n_heads * dh if cfg.mixer == "gated_attention" else 0)
+    return d * (cfg.n_heads + 2 * cfg.kv_heads) * dh + cfg.n_heads * dh * d
+
+
+def _gated_attention(cfg: TLMConfig) -> int:
+    return _softmax_attention(cfg) + cfg.d_model * cfg.n_heads * cfg.d_head
+
+
+def _titans(cfg: TLMConfig) -> int:
+    d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
+    d_m = cfg.mem_expand * dh
+    memory = 3 * d * H * dh + 3 * H * dh * cfg.conv_kernel + 3 * d * H + 3 * H + 2 * H * d_m * dh
+    memory += dh + d * H * dh + H * dh * d + cfg.mem_persistent * d
+    return memory + _softmax_attention(cfg)
+
+
+MIXER_PARAMS = {
+    "attention": _softmax_attention,
+    "gated_attention": _gated_attention,
+    "titans": _titans,
+    "hope_attention": _softmax_attention,
+}
+# parameters of a mixer that are not multiplied with every token's activations (biases, initial memory
+# weights, persistent tokens, the read-out norm): left out of N_matmul
+_NOT_MATMUL = {
+    "titans": lambda c: 3 * c.n_heads + 2 * c.n_heads * c.mem_expand * c.d_head**2 + c.mem_persistent
+    * c.d_model + c.d_head,
+}
 
 
 def count_params(cfg: TLMConfig) -> ParamCount:
     d = cfg.d_model
     norm = NORM_PARAMS[cfg.norm] * d
     attn = attention_params(cfg)
-    layers = tuple(
-        LayerParams(l, w, attn, MLP_MATRICES[cfg.mlp] * d * w, 2 * norm) for l, w in enumerate(cfg.d_ff)
-    )
+    per_width = cfg.cms_levels * MLP_MATRICES[cfg.mlp] * d
+    layers = tuple(LayerParams(l, w, attn, per_width * w, 2 * norm) for l, w in enumerate(cfg.d_ff))
     return ParamCount(
         embedding=cfg.vocab_size * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
@@ -80,12 +117,23 @@ def count_params(cfg: TLMConfig) -> ParamCount:
 
 def matmul_params(cfg: TLMConfig) -> int:
     pc = count_params(cfg)
-    return sum(l.attention + l.mlp for l in pc.layers) + cfg.vocab_size * cfg.d_model
+    static = _NOT_MATMUL.get(cfg.mixer, lambda c: 0)(cfg) * cfg.n_layers
+    return sum(l.attention + l.mlp for l in pc.layers) - static + cfg.vocab_size * cfg.d_model
+
+
+def memory_flops_per_token(cfg: TLMConfig) -> int:
+    """Training FLOPs per token of Titans' inner loop, summed over layers (0 for other mixers)."""
+    if cfg.mixer != "titans":
+        return 0
+    dh, d_m, b = cfg.d_head, cfg.mem_expand * cfg.d_head, cfg.mem_chunk
+    return 6 * cfg.n_layers * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
 
 
 def train_flops_per_token(cfg: TLMConfig, seq_len: int | None = None) -> int:
     T = seq_len or cfg.max_seq_len
-    return 6 * matmul_params(cfg) + 6 * cfg.n_layers * T * cfg.n_heads * cfg.d_head
+    T_att = min(T, cfg.window) if cfg.mixer == "titans" else T
+    attention = 6 * cfg.n_layers * T_att * cfg.n_heads * cfg.d_head
+    return 6 * matmul_params(cfg) + attention + memory_flops_per_token(cfg)
 
 
 def comparison(tapered: TLMConfig, uniform: TLMConfig, seq_len: int | None = None) -> dict:

@@ -1,6 +1,9 @@
 """Model presets at the paper's three scales: Llama-style (SwiGLU, RMSNorm, RoPE, tied embeddings),
 Llama-3 tokenizer (vocab 128,256), 4K context. Exact parameter counts are printed by `tlm info` and
 checked in tests; the schedule only moves MLP width between layers, so every schedule has the same count.
+Every preset exists for every mixer (`mixer=`): Hope-attention splits the MLP budget over its continuum
+memory's levels (same MLP parameters as attention); Titans adds its memory layer to the attention (so it
+is larger: see `tlm schedule --preset P --mixer titans`) and attends over a window of MIXER_DEFAULTS.
 """
 
 from __future__ import annotations
@@ -22,11 +25,16 @@ PRESETS: dict[str, dict] = {
 }
 _DEFAULTS = dict(vocab_size=LLAMA3_VOCAB, max_seq_len=4096, mlp="swiglu", norm="rmsnorm",
                  positions="rope", tie_embeddings=True)
+# paper-scale Titans attends over a quarter of the 4K context (our choice; the Titans paper does not fix
+# one window for its MAL language models); the CPU presets keep TLMConfig's default window
+_PAPER_SCALE = ("tlm-440m", "tlm-760m", "tlm-1.3b")
+MIXER_DEFAULTS = {("titans", name): dict(window=1024) for name in _PAPER_SCALE}
 
 
-def preset_config(name: str, schedule: ScheduleSpec | str = "uniform", **overrides) -> TLMConfig:
+def preset_config(name: str, schedule: ScheduleSpec | str = "uniform", mixer: str = "attention",
+                  **overrides) -> TLMConfig:
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    kw = {**_DEFAULTS, **PRESETS[name], **overrides}
+    kw = {**_DEFAULTS, **PRESETS[name], "mixer": mixer, **MIXER_DEFAULTS.get((mixer, name), {}), **overrides}
     d_ff = kw.pop("d_ff")
     return config_with_schedule(schedule, d_ff, **kw)

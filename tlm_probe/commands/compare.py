@@ -1,5 +1,5 @@
-"""`tlm compare` / `tlm sweep`: train several width schedules x seeds on identical data and budget; tidy
-tables out. A sweep is a comparison whose arms include a grid of shape x start:end ratio (--shapes,
+"""`tlm compare` / `tlm sweep`: train several (mixer x) width schedules x seeds on identical data and budget;
+tidy tables out. A sweep is a comparison whose arms include a grid of shape x start:end ratio (--shapes,
 --ratios); it also writes sweep.csv and the heatmap sweep_heatmap.png."""
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ def _compare_command():
         shapes: str = typer.Option(None, help="Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."),
         ratios: str = typer.Option("1.25:0.75,1.5:0.5,1.75:0.25", help="Sweep grid: start:end ratios."),
         seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (initial weights and batch order)."),
+        mixer: opt.Mixer = None,
+        mixers: str = typer.Option(
+            None, help="Comma-separated token mixers: a mixer x schedule grid of arms (overrides --mixer)."
+        ),
         config: opt.Config = None,
         preset: opt.Preset = None,
         d_model: opt.DModel = None,
@@ -59,15 +63,20 @@ def _compare_command():
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
     ):
-        """Train each schedule (or each --shapes x --ratios grid arm) with each seed on the same tokens;
-        write results, summary and paired tests (a grid also: sweep.csv, sweep_heatmap.png).
+        """Train each schedule (or each --shapes x --ratios grid arm) of each mixer with each seed on the same
+        tokens; write results, summary and paired tests (each arm against the uniform arm of its own mixer;
+        a grid also: sweep.csv, sweep_heatmap.png).
 
         Re-running the same command continues an interrupted comparison where it stopped."""
-        from tlm_probe.train.compare import parse_seeds
+        from tlm_probe.train.compare import make_arms, parse_list, parse_seeds
 
         flags = {k: v for k, v in locals().items() if v is not None and k in _FLAGS}
         base = build_config(config, flags)
-        arms, seed_list = arm_list(schedules, shapes, ratios), parse_seeds(seeds)
+        mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
+        for m in mixer_list:  # a bad name fails here, with the list of mixers
+            base.replace(mixer=m)
+        arms = make_arms(mixer_list, arm_list(schedules, shapes, ratios))
+        seed_list = parse_seeds(seeds)
         result = run_compare(base, arms, seed_list, out, overwrite)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
@@ -114,6 +123,7 @@ def write_sweep(out: Path) -> Path | None:
 
 
 _FLAGS = {
+    "mixer",
     "threads",
     "multiple_of",
     "preset",
@@ -152,8 +162,10 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool) -> dict:
 
 
 def print_summary(result: dict) -> None:
-    table = Table(title=f"validation after training (baseline {result['baseline']})")
-    for col in ("arm", "seeds", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "p (paired t)"):
+    base = result["baseline"]
+    title = base if isinstance(base, str) else ", ".join(base.values())
+    table = Table(title=f"validation after training (baseline {title})")
+    for col in ("arm", "seeds", "params", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "p (paired t)"):
         table.add_column(col, justify="right")
     paired = {p["arm"]: p for p in result["paired"]}
     for s in result["summary"]:
@@ -161,6 +173,7 @@ def print_summary(result: dict) -> None:
         table.add_row(
             s["arm"],
             str(s["n_seeds"]),
+            f"{s['params']:,}",
             _pm(s, "val_loss"),
             _pm(s, "val_ppl"),
             _pm(s, "val_bpb"),
@@ -168,8 +181,12 @@ def print_summary(result: dict) -> None:
             _num(p.get("val_loss_p"), ".3g"),
         )
     console.print(table)
-    b = next(iter(result["budget"].values()))
-    console.print(f"every arm: {b['params']:,} parameters, {b['flops_per_token']:,} training FLOPs per token")
+    counts = {(b["params"], b["flops_per_token"]) for b in result["budget"].values()}
+    if len(counts) == 1:
+        params, flops = counts.pop()
+        console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token")
+    else:
+        console.print("the schedules of each mixer have equal parameters and training FLOPs per token")
 
 
 def _num(x, fmt: str) -> str:

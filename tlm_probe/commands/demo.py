@@ -18,6 +18,9 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(None, help="Training steps per model (default 300; 20 with --quick)."),
         quick: bool = typer.Option(False, "--quick", help="A tiny model and 20 steps: seconds, for testing."),
         seeds: str = typer.Option("0", help="Comma-separated seeds (more seeds give a paired test)."),
+        mixer: str = typer.Option(
+            "attention", help="Token mixer: attention | gated_attention | titans | hope_attention."
+        ),
         device: str = typer.Option("auto", help="auto | cpu | cuda."),
         threads: int = typer.Option(0, help="CPU threads (0: all cores; 1 is faster on a busy machine)."),
         no_probe: bool = typer.Option(False, "--no-probe", help="Skip probing and the alignment figure."),
@@ -42,6 +45,7 @@ def register(app: typer.Typer) -> None:
                 device=device,
                 train_fn=run_training,
                 probe=not no_probe,
+                mixer=mixer,
             )
         except KeyboardInterrupt:
             err_console.print(f"interrupted; re-run the same command to continue in {out}")

@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         cfg = TLMConfig.from_dict(raw)
         check_weights(checkpoint, cfg)
         pc = count_params(cfg)
+        uniform = _uniform(cfg)
         result = {
             "config": cfg.to_dict(),
             "layers": [{"layer": l.layer, "d_ff": l.d_ff, "attention": l.attention, "mlp": l.mlp,
@@ -35,11 +36,21 @@ def register(app: typer.Typer) -> None:
             "params": pc.total,
             "non_embedding_params": pc.non_embedding,
             "train_flops_per_token": train_flops_per_token(cfg),
+            "uniform_params": count_params(uniform).total,
+            "uniform_train_flops_per_token": train_flops_per_token(uniform),
         }
         if json_out:
             print_json(result)
             return
         _print(checkpoint, cfg, result)
+
+
+def _uniform(cfg: TLMConfig) -> TLMConfig:
+    """The same model with every MLP at the mean width: the uniform twin a tapered model is matched to."""
+    L = cfg.n_layers
+    if sum(cfg.d_ff) % L:  # not from a schedule (hand-set widths): the nearest uniform twin
+        return cfg.replace(d_ff=(round(cfg.mean_d_ff),) * L, schedule={})
+    return cfg.replace(d_ff=(sum(cfg.d_ff) // L,) * L, schedule={})
 
 
 def _print(path: Path, cfg: TLMConfig, r: dict) -> None:
@@ -54,5 +65,6 @@ def _print(path: Path, cfg: TLMConfig, r: dict) -> None:
     for row in r["layers"]:
         layers.add_row(*(f"{row[c]:,}" for c in ("layer", "d_ff", "attention", "mlp", "norms", "total")))
     console.print(layers)
-    console.print(f"parameters {r['params']:,} (non-embedding {r['non_embedding_params']:,}); "
-                  f"training FLOPs/token at T={cfg.max_seq_len}: {r['train_flops_per_token']:,}")
+    console.print(f"parameters {r['params']:,} (non-embedding {r['non_embedding_params']:,}), uniform twin "
+                  f"{r['uniform_params']:,}; training FLOPs/token at T={cfg.max_seq_len}: "
+                  f"{r['train_flops_per_token']:,}, uniform twin {r['uniform_train_flops_per_token']:,}")

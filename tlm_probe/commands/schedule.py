@@ -8,7 +8,8 @@ from rich.table import Table
 from tlm_probe.accounting import comparison, count_params
 from tlm_probe.commands.common import command, console, print_json
 from tlm_probe.errors import UserError
-from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
+from tlm_probe.presets import preset_config
 from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 
 
@@ -28,16 +29,25 @@ def register(app: typer.Typer) -> None:
         vocab_size: int = typer.Option(32000, help="Vocabulary size, for the parameter accounting."),
         mlp: str = typer.Option("swiglu", help="swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights)."),
         seq_len: int = typer.Option(4096, help="Context length for the attention FLOP term."),
+        preset: str = typer.Option(None, help="A model preset (tlm-440m, ...): its layers, widths and "
+                                   "architecture replace the flags above."),
+        mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
     ):
         """Print the per-layer MLP widths of a schedule and its parameter/FLOP parity with uniform."""
+        if mixer not in MIXER_KINDS:
+            raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
-        sched = make_schedule(spec, layers, d_ff)
-        base = dict(vocab_size=vocab_size, d_model=d_model, n_layers=layers,
-                    n_heads=max(1, d_model // 64), mlp=mlp, max_seq_len=seq_len)
-        tapered = TLMConfig(d_ff=sched.widths, **base)
-        uniform = TLMConfig(d_ff=(d_ff,) * layers, **base)
-        result = _result(sched, tapered, uniform, seq_len)
+        if preset:
+            tapered, uniform = preset_config(preset, spec, mixer), preset_config(preset, "uniform", mixer)
+            seq_len = tapered.max_seq_len
+        else:
+            base = dict(vocab_size=vocab_size, d_model=d_model, n_layers=layers,
+                        n_heads=max(1, d_model // 64), mlp=mlp, max_seq_len=seq_len, mixer=mixer)
+            tapered = config_with_schedule(spec, d_ff, **base)
+            uniform = config_with_schedule("uniform", d_ff, **base)
+        sched = make_schedule(spec, tapered.n_layers, tapered.schedule["d_ff"])
+        result = {"preset": preset, "mixer": mixer, **_result(sched, tapered, uniform, seq_len)}
         if json_out:
             print_json(result)
         else:
@@ -60,7 +70,7 @@ def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:
-    pc = count_params(tapered)
+    pc, pu = count_params(tapered), count_params(uniform)
     return {
         "schedule": sched.spec.to_dict(),
         "layers": sched.n_layers,
@@ -72,18 +82,23 @@ def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict
         "total": sched.total,
         "uniform_total": sched.uniform_total,
         "layer_params": [l.total for l in pc.layers],
+        "uniform_layer_params": [l.total for l in pu.layers],
         "mlp_params": pc.mlp,
+        "uniform_mlp_params": pu.mlp,
         **comparison(tapered, uniform, seq_len),
     }
 
 
 def _print_table(r: dict, cfg: TLMConfig) -> None:
-    table = Table(title=f"{r['schedule']['name']} schedule, L={r['layers']}, d_ff={r['d_ff']}")
-    for col in ("layer", "depth", "width", "ratio", "block params"):
+    what = f"{r['preset']} ({r['mixer']})" if r["preset"] else r["mixer"]
+    table = Table(title=f"{what}: {r['schedule']['name']} schedule, L={r['layers']}, d_ff={r['d_ff']}"
+                  + (f" per level x {cfg.cms_levels} levels" if cfg.cms_levels > 1 else ""))
+    for col in ("layer", "depth", "width", "ratio", "block params", "uniform block params"):
         table.add_column(col, justify="right")
     L = r["layers"]
-    for l, (w, ratio, p) in enumerate(zip(r["widths"], r["ratios"], r["layer_params"], strict=True)):
-        table.add_row(str(l), f"{l / max(L - 1, 1):.3f}", str(w), f"{ratio:.3f}", f"{p:,}")
+    rows = zip(r["widths"], r["ratios"], r["layer_params"], r["uniform_layer_params"], strict=True)
+    for l, (w, ratio, p, u) in enumerate(rows):
+        table.add_row(str(l), f"{l / max(L - 1, 1):.3f}", str(w), f"{ratio:.3f}", f"{p:,}", f"{u:,}")
     console.print(table)
     console.print(f"widths total {r['total']:,} (uniform {r['uniform_total']:,}); effective ratios "
                   f"{r['effective_start']:.3f} -> {r['effective_end']:.3f}")

@@ -74,6 +74,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (checkpoint + metrics)."),
         config: opt.Config = None,
         preset: opt.Preset = None,
+        mixer: opt.Mixer = None,
         schedule: str = typer.Option(
             None, help="MLP width schedule, e.g. uniform, cosine:1.5:0.5, wider-early."
         ),
@@ -120,6 +121,7 @@ def register(app: typer.Typer) -> None:
 
 _FLAG_NAMES = {
     "preset",
+    "mixer",
     "schedule",
     "d_model",
     "layers",

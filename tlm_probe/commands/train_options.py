@@ -10,6 +10,9 @@ import typer
 from tlm_probe.data.sources import SOURCE_HELP
 
 Config = Annotated[Path, typer.Option(help="YAML or TOML file of training options (flags override it).")]
+Mixer = Annotated[str, typer.Option(
+    help="Token mixer: attention | gated_attention | titans | hope_attention (default attention)."
+)]
 Preset = Annotated[str, typer.Option(help="Model preset: tlm-tiny, tlm-small, tlm-440m, tlm-760m, tlm-1.3b.")]
 DModel = Annotated[int, typer.Option(help="Residual width (default 128).")]
 Layers = Annotated[int, typer.Option(help="Number of blocks (default 4).")]

@@ -1,4 +1,5 @@
-"""Causal self-attention with grouped-query heads and an optional per-head sigmoid output gate."""
+"""Causal self-attention with grouped-query heads, an optional per-head sigmoid output gate and an optional
+sliding window (Titans' MAL block attends to the last `window` tokens only)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from tlm_probe.models.layers import Rotary
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: TLMConfig):
+    def __init__(self, cfg: TLMConfig, window: int = 0):
         super().__init__()
+        self.window = window  # 0 = full causal attention
         self.n_heads, self.kv_heads, self.d_head = cfg.n_heads, cfg.kv_heads, cfg.d_head
         d_attn = cfg.n_heads * cfg.d_head
         self.W_Q = nn.Linear(cfg.d_model, d_attn, bias=False)
@@ -33,8 +35,10 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, n, self.d_head)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None):
         B, T, _ = x.shape
+        if self.window and self.window < T:
+            mask = window_mask(positions, mask, self.window)
         q = self.hook_q(self._heads(self.W_Q(x), self.n_heads)).transpose(1, 2)  # (B, H, T, dh)
         k = self.hook_k(self._heads(self.W_K(x), self.kv_heads)).transpose(1, 2)
         v = self.hook_v(self._heads(self.W_V(x), self.kv_heads)).transpose(1, 2)
@@ -51,3 +55,13 @@ class Attention(nn.Module):
             z = z * self.hook_gate(torch.sigmoid(self._heads(self.W_G(x), self.n_heads)))
         z = self.hook_z(z)
         return self.W_O(z.reshape(B, T, -1))
+
+
+def window_mask(positions: torch.Tensor, mask: torch.Tensor | None, window: int) -> torch.Tensor:
+    """(B, 1, T, T) boolean mask: causal (and padding-aware when `mask` is given) with each query seeing
+    the keys fewer than `window` real tokens behind it."""
+    T = positions.shape[1]
+    if mask is None:
+        mask = torch.ones(T, T, dtype=torch.bool, device=positions.device).tril()[None, None]
+    near = (positions[:, :, None] - positions[:, None, :]) < window  # (B, T, T)
+    return mask & near[:, None]

@@ -7,12 +7,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.schedules import ScheduleSpec, make_schedule
+from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "learned")
-MIXER_KINDS = ("attention", "gated_attention")
+MIXER_KINDS = ("attention", "gated_attention", "titans", "hope_attention")
 
 
 class ConfigError(UserError, ValueError):
@@ -42,7 +42,23 @@ class TLMConfig:
     positions: str = "rope"
     """rope | learned"""
     mixer: str = "attention"
-    """attention | gated_attention (per-head elementwise sigmoid output gate, Qiu et al. 2025 G1)"""
+    """attention | gated_attention (per-head elementwise sigmoid output gate, Qiu et al. 2025 G1) | titans
+    (MAL: neural long-term memory, then sliding-window attention; models/titans.py) | hope_attention
+    (attention + continuum memory system in place of the MLP; models/cms.py)"""
+    window: int = 64
+    """titans: sliding-window attention span in tokens (the query and window-1 tokens before it)."""
+    mem_chunk: int = 16
+    """titans: chunk size of the parallel memory update (gradients inside a chunk are taken at the
+    memory of the chunk's start)."""
+    mem_expand: int = 2
+    """titans: hidden width of each head's 2-layer memory MLP, as a multiple of the head dimension."""
+    mem_persistent: int = 0
+    """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
+    conv_kernel: int = 4
+    """titans: width of the depthwise causal convolution after the q/k/v projections."""
+    cms_periods: tuple[int, ...] = (1, 4)
+    """hope_attention: update period C_i (optimizer steps) of each continuum-memory level, in chain
+    order; every level of block l has the block's MLP width d_l."""
     tie_embeddings: bool = True
     """Share the input embedding and the unembedding matrix."""
     max_seq_len: int = 256
@@ -60,6 +76,7 @@ class TLMConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "d_ff", tuple(int(w) for w in self.d_ff))
+        object.__setattr__(self, "cms_periods", tuple(int(c) for c in self.cms_periods))
         self.validate()
 
     @property
@@ -69,6 +86,11 @@ class TLMConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def cms_levels(self) -> int:
+        """MLP levels per block: the continuum memory's chain for hope_attention, else one MLP."""
+        return len(self.cms_periods) if self.mixer == "hope_attention" else 1
 
     @property
     def mean_d_ff(self) -> float:
@@ -94,13 +116,19 @@ class TLMConfig:
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
-        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "window", "mem_chunk",
+                    "mem_expand", "conv_kernel"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.mem_persistent < 0:
+            raise ConfigError(f"mem_persistent must be >= 0, got {self.mem_persistent}")
+        if not self.cms_periods or min(self.cms_periods) < 1:
+            raise ConfigError(f"cms_periods must be one or more periods >= 1, got {list(self.cms_periods)}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["d_ff"] = list(self.d_ff)
+        d["cms_periods"] = list(self.cms_periods)
         return {"model_type": "tlm", **d}
 
     @classmethod
@@ -129,7 +157,18 @@ _IGNORED_KEYS = {
 
 
 def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMConfig:
-    """A config whose per-layer widths come from a schedule with mean exactly d_ff."""
+    """A config whose per-layer widths come from a schedule with mean exactly d_ff.
+
+    d_ff is the block's MLP budget as one MLP's width. Hope-attention splits it evenly over its K
+    continuum-memory levels (each level of block l gets width d_l, the schedule applied to d_ff/K), so
+    every mixer gets the same MLP parameters for the same d_ff."""
     n_layers = kwargs.get("n_layers", TLMConfig.n_layers)
+    levels = len(kwargs.get("cms_periods", TLMConfig.cms_periods))
+    if kwargs.get("mixer") == "hope_attention":
+        spec = parse_schedule(spec) if isinstance(spec, str) else spec
+        if d_ff % (levels * spec.multiple_of):
+            raise ConfigError(f"hope_attention splits d_ff={d_ff} over {levels} continuum-memory levels: "
+                              f"d_ff must be divisible by {levels}·multiple_of = {levels * spec.multiple_of}")
+        d_ff //= levels
     sched = make_schedule(spec, n_layers, d_ff)
     return TLMConfig(d_ff=sched.widths, schedule={**sched.spec.to_dict(), "d_ff": d_ff}, **kwargs)

@@ -59,8 +59,12 @@ class TLMForCausalLM(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         # called for modules materialised from the meta device; loaded weights are overwritten afterwards
+        from tlm_probe.models.titans import Titans
+
         if isinstance(module, Rotary):
             module.reset()
+        elif isinstance(module, Titans):
+            module.reset_memory()
         elif isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, self.cfg.init_scale)
 

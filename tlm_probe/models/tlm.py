@@ -3,6 +3,8 @@
 Every block exposes the contract's hook names (TransformerLens conventions), so `run_with_cache`,
 `run_with_hooks` and `nnsight.NNsight(model)` work on it directly:
     resid_pre -> attn_out -> resid_mid = resid_pre + attn_out -> mlp_out -> resid_post = resid_mid + mlp_out
+The token mixer (models/mixers.py: attention, gated attention, Titans, Hope-attention) always sits at
+`blocks.{l}.attn` and its output is `hook_attn_out`; Hope-attention's MLP is its continuum memory.
 """
 
 from __future__ import annotations
@@ -15,26 +17,25 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from tlm_probe.models.attention import Attention
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.layers import make_norm
-from tlm_probe.models.mlp import MLPS
+from tlm_probe.models.mixers import make_mixer, make_mlp
 
 
 class Block(nn.Module):
     def __init__(self, cfg: TLMConfig, layer: int):
         super().__init__()
         self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg)
+        self.attn = make_mixer(cfg)  # named `attn` whatever the mixer: the adapters' path (contract)
         self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        self.mlp = MLPS[cfg.mlp](cfg.d_model, cfg.d_ff[layer])
+        self.mlp = make_mlp(cfg, layer)
         self.drop = nn.Dropout(cfg.dropout)
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())  # each (B, T, d_model)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None):
         resid_pre = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid_pre), positions, mask)))
+        attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid_pre), positions, mask, valid)))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(resid_mid))))
         return self.hook_resid_post(resid_mid + mlp_out)
@@ -95,8 +96,9 @@ class TaperedLM(HookedRootModule):
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions)
         x = self.drop(self.hook_embed(x))  # (B, T, d_model)
+        valid = None if attention_mask is None else attention_mask.bool()
         for block in self.blocks:
-            x = block(x, positions, mask)
+            x = block(x, positions, mask, valid)
         logits = self.unembed(self.ln_final(x))  # (B, T, V)
         if return_type == "loss":
             return lm_loss(logits, input_ids if labels is None else labels, attention_mask)

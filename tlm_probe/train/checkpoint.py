@@ -1,7 +1,8 @@
 """Resumable training state, written atomically and pruned to the last k.
 
-RUN/state/step_NNNNNNN/ holds model.safetensors (weights), trainer.pt (optimizer state and torch RNG
-states: tensors and plain containers only, so torch.load(weights_only=True) reads it) and state.json
+RUN/state/step_NNNNNNN/ holds model.safetensors (weights), trainer.pt (optimizer state, torch RNG
+states and any other training state, e.g. accumulated gradients of slow continuum-memory levels under
+"extra": tensors and plain containers only, so torch.load(weights_only=True) reads it) and state.json
 (step, tokens, Python and NumPy RNG states). Each folder is written under a temporary name and renamed
 into place, so a crash mid-write leaves the previous checkpoint intact; the newest complete folder wins.
 The data position needs no saving: the batch order is a function of the step (data.stream.BatchOrder).
@@ -31,6 +32,8 @@ class Restored:
     step: int
     tokens: int
     folder: Path
+    extra: dict
+    """Further training state saved with the checkpoint ({} when none)."""
 
 
 def step_folders(run: Path) -> list[Path]:
@@ -61,16 +64,20 @@ def set_rng_state(tensors: dict, plain: dict) -> None:
     random.setstate((v, tuple(state), g))
 
 
-def save_state(run: Path, model_sd: dict, optim_sd: dict, step: int, tokens: int, keep_last: int) -> Path:
+def save_state(
+    run: Path, model_sd: dict, optim_sd: dict, step: int, tokens: int, keep_last: int,
+    extra: dict | None = None,
+) -> Path:
     """Write RUN/state/step_<step> atomically and keep only the newest `keep_last` folders. A full disk
-    is one UserError; the partial folder is removed and the previous checkpoints stay."""
+    is one UserError; the partial folder is removed and the previous checkpoints stay. `extra`: trainer
+    state beyond the optimizer (e.g. Hope's accumulated slow-level gradients)."""
     root = run / STATE_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:07d}"
     tensors, plain = rng_state()
     with temp_folder(final, need=nbytes(model_sd) + nbytes(optim_sd)) as tmp:
         _save_weights(model_sd, tmp / "model.safetensors")
-        torch.save({"optimizer": optim_sd, "rng": tensors}, tmp / "trainer.pt")
+        torch.save({"optimizer": optim_sd, "rng": tensors, "extra": extra or {}}, tmp / "trainer.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, "tokens": tokens, "rng": plain}) + "\n")
         follow_umask(tmp)
         replace_entry(tmp, final)  # re-saving the same step (Ctrl-C right after a checkpoint) swaps it
@@ -119,4 +126,5 @@ def load_state(run: Path) -> tuple[dict, dict, Restored]:
     except Exception as e:  # truncated or foreign files
         raise UserError(f"cannot read checkpoint {folder}: {str(e).splitlines()[0]}") from None
     set_rng_state(blob["rng"], meta["rng"])
-    return model_sd, blob["optimizer"], Restored(int(meta["step"]), int(meta["tokens"]), folder)
+    restored = Restored(int(meta["step"]), int(meta["tokens"]), folder, blob.get("extra", {}))
+    return model_sd, blob["optimizer"], restored

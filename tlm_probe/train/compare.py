@@ -1,8 +1,13 @@
-"""Comparative training: every arm (width schedule) x seed on the same tokens, budget and seeds.
+"""Comparative training: every arm (token mixer x width schedule) x seed on the same tokens and seeds.
 
+An arm is an `Arm(mixer, schedule)`; its name (run folders `runs/<name>-s<seed>/`, the `arm` column) is
+the schedule for the default mixer, attention (so attention-only comparisons read as before), and
+`<mixer>-<schedule>` otherwise. `make_arms(mixers, schedules)` builds the grid, mixer-major.
 Same data: the corpus is tokenized once and handed to every run; the batch order depends only on the data
 and the seed (data.stream.BatchOrder), so arm A and arm B with seed s see identical batches. Same budget:
-parameters and training FLOPs per token are checked equal across arms before anything trains.
+parameters and training FLOPs per token are checked equal across the schedules of each mixer before
+anything trains (different mixers differ in size; the tables give each arm's counts). Paired tests are
+against the uniform arm (else the first) of the same mixer.
 Crash safety: each finished run leaves run.json; the tables are rewritten atomically after every run, and
 re-running the same comparison skips finished runs and resumes unfinished ones from their checkpoints.
 """
@@ -14,6 +19,7 @@ import math
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +29,7 @@ from scipy import stats
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_write_text, claim, record, remove_owned
+from tlm_probe.fileio import atomic_write_text, claim, read_manifest, record, remove_owned
 from tlm_probe.models.device import resolve_device
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
@@ -33,9 +39,11 @@ from tlm_probe.train.run import check_device, writer_lock
 SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
 # that must match when an interrupted comparison is continued
-PER_RUN_OR_MACHINE = ("schedule", "seed", "progress", "device", "threads")
+PER_RUN_OR_MACHINE = ("schedule", "mixer", "seed", "progress", "device", "threads")
+DEFAULT_MIXER = "attention"
 RESULT_COLUMNS = [
     "arm",
+    "mixer",
     "schedule",
     "seed",
     "val_loss",
@@ -66,26 +74,67 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in items]
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a comparison: a token mixer and a width schedule (trained with every seed)."""
+
+    mixer: str
+    schedule: str
+
+    @property
+    def name(self) -> str:
+        return self.schedule if self.mixer == DEFAULT_MIXER else f"{self.mixer}-{self.schedule}"
+
+    def config(self, base: TrainConfig, seed: int | None = None) -> TrainConfig:
+        tc = base.replace(mixer=self.mixer, schedule=self.schedule)
+        return tc if seed is None else tc.replace(seed=seed)
+
+
+def make_arms(mixers: list[str], schedules: list[str]) -> list[Arm]:
+    """The mixer x schedule grid, mixer-major."""
+    return [Arm(m, s) for m in mixers for s in schedules]
+
+
+def as_arms(base: TrainConfig, arms: list) -> list[Arm]:
+    """Arms given as Arm objects, or as schedule strings of the base config's mixer."""
+    out = [a if isinstance(a, Arm) else Arm(base.mixer, a) for a in arms]
+    names = [a.name for a in out]
+    if len(set(names)) != len(names):
+        raise UserError(f"an arm is listed twice: {', '.join(names)}")
+    return out
+
+
 def run_name(arm: str, seed: int) -> str:
     return f"{arm}-s{seed}"
 
 
-def check_budget(base: TrainConfig, arms: list[str], vocab_size: int) -> dict[str, dict]:
-    """Parameters and FLOPs per token of each arm; a UserError unless all are equal."""
-    budget = {}
+def baselines(arms: list[Arm]) -> dict[str, str]:
+    """Mixer -> the name of its baseline arm: its uniform schedule if listed, else its first arm."""
+    out: dict[str, str] = {}
+    for a in arms:
+        out.setdefault(a.mixer, a.name)
+        if a.schedule == "uniform":
+            out[a.mixer] = a.name
+    return out
+
+
+def check_budget(base: TrainConfig, arms: list, vocab_size: int) -> dict[str, dict]:
+    """Parameters and FLOPs per token of each arm; a UserError unless equal across each mixer's arms."""
+    arms = as_arms(base, arms)
+    budget, first = {}, {}
     for arm in arms:
-        cfg = base.replace(schedule=arm).model_config(vocab_size)
-        budget[arm] = {
+        cfg = arm.config(base).model_config(vocab_size)
+        b = budget[arm.name] = {
             "params": count_params(cfg).total,
             "flops_per_token": train_flops_per_token(cfg, base.seq_len),
             "d_ff": list(cfg.d_ff),
         }
-    ref = budget[arms[0]]
-    for arm, b in budget.items():
+        ref_name = first.setdefault(arm.mixer, arm.name)
+        ref = budget[ref_name]
         if (b["params"], b["flops_per_token"]) != (ref["params"], ref["flops_per_token"]):
             raise UserError(
-                f"arm {arm!r} has {b['params']:,} params / {b['flops_per_token']:,} FLOPs per token, "
-                f"{arms[0]!r} has {ref['params']:,} / {ref['flops_per_token']:,}: not a fair comparison"
+                f"arm {arm.name!r} has {b['params']:,} params / {b['flops_per_token']:,} FLOPs per token, "
+                f"{ref_name!r} has {ref['params']:,} / {ref['flops_per_token']:,}: not a fair comparison"
             )
     return budget
 
@@ -96,29 +145,43 @@ COMPARE_FILES = (SETTINGS, "results.csv", "summary.csv", "paired.csv", "compare.
 def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     """A folder tlm did not write, or one from an earlier, different comparison, is refused (unless
     --overwrite); the same comparison continues."""
-    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False)
     path = out / SETTINGS
-    if overwrite or not path.is_file():
+    old = _saved_settings(path)
+    if old == settings and not read_manifest(out):  # written before manifests existed: the same
+        record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")  # comparison, adopt it
+    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False)
+    if overwrite or old is None or old == settings:
         return
+    changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+    raise UserError(
+        f"{out} holds a different comparison (changed: {', '.join(changed)}); pass --overwrite to replace it"
+    )
+
+
+def _saved_settings(path: Path) -> dict | None:
+    """The settings a comparison folder was started with; training options added to TrainConfig since
+    then take their defaults (which is what that comparison trained with)."""
+    if not path.is_file():
+        return None
     old = json.loads(path.read_text())
-    if old != settings:
-        changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-        raise UserError(
-            f"{out} holds a different comparison (changed: {', '.join(changed)}); "
-            "pass --overwrite to replace it"
-        )
+    if isinstance(old.get("base"), dict):
+        defaults = {k: v for k, v in TrainConfig(steps=1).to_dict().items() if k not in PER_RUN_OR_MACHINE}
+        old["base"] = {**{k: defaults[k] for k in defaults.keys() - old["base"].keys()}, **old["base"]}
+    return old
 
 
-def paired_table(results: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Each arm minus the baseline, paired by seed, with scipy's paired t-test on each metric."""
+def paired_table(results: pd.DataFrame, baseline: str | dict[str, str]) -> pd.DataFrame:
+    """Each arm minus its mixer's baseline arm (one name for all, or mixer -> name), paired by seed, with
+    scipy's paired t-test on each metric."""
     rows = []
-    base = results[results["arm"] == baseline].set_index("seed")
-    for arm in dict.fromkeys(results["arm"]):
-        if arm == baseline:
+    for arm, mixer in dict.fromkeys(zip(results["arm"], results["mixer"], strict=True)):
+        ref = baseline if isinstance(baseline, str) else baseline.get(mixer)
+        if arm == ref or ref is None or not (results["arm"] == ref).any():
             continue
+        base = results[results["arm"] == ref].set_index("seed")
         mine = results[results["arm"] == arm].set_index("seed")
         seeds = sorted(set(mine.index) & set(base.index))
-        row = {"arm": arm, "baseline": baseline, "n_pairs": len(seeds)}
+        row = {"arm": arm, "mixer": mixer, "baseline": ref, "n_pairs": len(seeds)}
         for m in METRICS:
             row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
         rows.append(row)
@@ -147,6 +210,7 @@ def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
 def summary_table(results: pd.DataFrame) -> pd.DataFrame:
     g = results.groupby("arm", sort=False)
     out = g.agg(
+        mixer=("mixer", "first"),
         schedule=("schedule", "first"),
         n_seeds=("seed", "nunique"),
         params=("params", "first"),
@@ -159,11 +223,13 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def write_tables(out: Path, rows: list[dict], settings: dict, budget: dict, baseline: str) -> None:
+def write_tables(
+    out: Path, rows: list[dict], settings: dict, budget: dict, baseline: str | dict[str, str]
+) -> None:
     results = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     results["d_ff"] = results["d_ff"].map(lambda w: " ".join(map(str, w)))
     summary = summary_table(results)
-    paired = paired_table(results, baseline) if (results["arm"] == baseline).any() else pd.DataFrame()
+    paired = paired_table(results, baseline)
     for name, table in (("results", results), ("summary", summary), ("paired", paired)):
         atomic_write_text(out / f"{name}.csv", table.to_csv(index=False))
     doc = {
@@ -203,7 +269,7 @@ def _provenance() -> dict:
 
 def compare(
     base: TrainConfig,
-    arms: list[str],
+    arms: list,
     seeds: list[int],
     out: str | Path,
     *,
@@ -211,31 +277,38 @@ def compare(
     data: TokenData | None = None,
     train_fn: Callable | None = None,
 ) -> dict:
-    """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json."""
+    """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.
+
+    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer."""
     out = Path(out)
     check_device(base.device)
+    arms = as_arms(base, arms)
     for arm in arms:  # cheap checks before the corpus is tokenized
-        base.replace(schedule=arm)
+        arm.config(base)
     data = data if data is not None else load_token_data(base.data, base.tokenizer)
     settings = {
-        "arms": arms,
+        "arms": [a.name for a in arms],
         "seeds": seeds,
         "base": {k: v for k, v in base.to_dict().items() if k not in PER_RUN_OR_MACHINE},
     }
     budget = check_budget(base, arms, data.vocab_size)
     check_settings(out, settings, overwrite)
+    by_mixer = baselines(arms)
+    # one baseline name when every arm shares a mixer (compare.json as before), else mixer -> name
+    baseline = next(iter(by_mixer.values())) if len(by_mixer) == 1 else by_mixer
     # under torchrun every rank runs every arm together (DDP/FSDP inside each run); rank 0 writes
     with writer_lock(out):
-        return _compare(base, arms, seeds, out, overwrite, data, settings, budget, train_fn)
+        return _compare(base, arms, seeds, out, overwrite, data, settings, budget, train_fn, baseline)
 
 
-def _compare(base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn) -> dict:
-    baseline = "uniform" if "uniform" in arms else arms[0]
+def _compare(
+    base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn, baseline
+) -> dict:
     dist.init(resolve_device(base.device).type)
     if dist.is_main():
         if overwrite and out.exists():
             remove_owned(out)
-        runs = [f"runs/{run_name(arm, seed)}" for seed in seeds for arm in arms]
+        runs = [f"runs/{run_name(arm.name, seed)}" for seed in seeds for arm in arms]
         record(out, [*COMPARE_FILES[:-1], *runs], "compare")
         (out / "runs").mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
@@ -244,23 +317,25 @@ def _compare(base, arms, seeds, out: Path, overwrite: bool, data, settings, budg
         for arm in arms:
             dist.barrier()
             summary = _run_arm(base, arm, seed, out, data, train_fn)
-            rows.append({**summary, "arm": arm, "schedule": arm, "seed": seed, **budget[arm]})
+            row = {"arm": arm.name, "mixer": arm.mixer, "schedule": arm.schedule, "seed": seed}
+            rows.append({**summary, **row, **budget[arm.name]})
             if dist.is_main():
                 write_tables(out, rows, settings, budget, baseline)
     dist.barrier()
     return json.loads((out / "compare.json").read_text())
 
 
-def _run_arm(base: TrainConfig, arm: str, seed: int, out: Path, data: TokenData, train_fn) -> dict:
-    run = out / "runs" / run_name(arm, seed)
+def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData, train_fn) -> dict:
+    run = out / "runs" / run_name(arm.name, seed)
     done = run / "run.json"
     if done.is_file():  # finished in an earlier invocation
         return json.loads(done.read_text())
     if dist.is_main() and run.is_dir() and not step_folders(run):  # died before its first checkpoint
         remove_owned(run)
     dist.barrier()
-    tc = base.replace(schedule=arm, seed=seed)
-    summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=run_name(arm, seed))
+    tc = arm.config(base, seed)
+    name = run_name(arm.name, seed)
+    summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=name)
     if summary.get("interrupted"):
         raise KeyboardInterrupt  # Ctrl-C inside a run: its checkpoint is saved; stop the whole comparison
     return summary

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.models.config import TLMConfig, config_with_schedule
+from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import PRESETS, preset_config
 from tlm_probe.schedules import parse_schedule
 
@@ -56,6 +56,8 @@ class TrainConfig:
     vocab_size: int = 0
     """Model vocabulary; 0 = the tokenizer's."""
     mlp: str = "swiglu"
+    mixer: str = "attention"
+    """Token mixer: attention | gated_attention | titans | hope_attention (see models/mixers.py)."""
     seq_len: int = 128
     """Training context length (must not exceed the model's max_seq_len)."""
     max_seq_len: int = 0
@@ -97,6 +99,8 @@ class TrainConfig:
     def __post_init__(self):
         _check_positive(self)
         parse_schedule(self.schedule, self.multiple_of)  # raises a UserError naming a bad spec
+        if self.mixer not in MIXER_KINDS:
+            raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if self.preset and self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         if self.steps <= 0 and self.tokens <= 0:
@@ -113,7 +117,7 @@ class TrainConfig:
     def model_config(self, vocab_size: int) -> TLMConfig:
         """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset."""
         arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
-        extra = dict(mlp=self.mlp, dropout=self.dropout)
+        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer)
         if self.max_seq_len:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
@@ -251,5 +255,6 @@ def _read_json(path: Path) -> dict:
 def config_differences(old: dict, new: TrainConfig) -> list[str]:
     """Fields (outside RESUME_MAY_CHANGE) whose value differs between a saved run and a new request."""
     cur = new.to_dict()
+    old = {**{f.name: f.default for f in fields(TrainConfig)}, **old}  # fields added since: defaults
     keys = sorted((set(old) | set(cur)) - RESUME_MAY_CHANGE)
     return [f"{k}: {old.get(k)!r} -> {cur.get(k)!r}" for k in keys if old.get(k) != cur.get(k)]

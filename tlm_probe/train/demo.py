@@ -19,7 +19,7 @@ import numpy as np
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import atomic_write_text, claim, record
-from tlm_probe.train.compare import compare, run_name
+from tlm_probe.train.compare import compare, make_arms, run_name
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
 
@@ -35,8 +35,8 @@ DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")
 
 
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
-                threads: int = 0) -> TrainConfig:
-    opts = dict(QUICK if quick else FULL)
+                threads: int = 0, mixer: str = "attention") -> TrainConfig:
+    opts = dict(QUICK if quick else FULL, mixer=mixer)
     if steps is not None and steps < 1:
         raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
@@ -47,10 +47,10 @@ def demo_config(quick: bool = False, steps: int | None = None, device: str = "au
 
 def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
              seeds: list[int] | None = None, overwrite: bool = False, device: str = "auto", threads: int = 0,
-             train_fn: Callable | None = None, probe: bool = True) -> dict:
+             train_fn: Callable | None = None, probe: bool = True, mixer: str = "attention") -> dict:
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
-    base = demo_config(quick, steps, device, threads)
+    base = demo_config(quick, steps, device, threads, mixer)
     claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False)  # compare checks the rest
     data = load_token_data(base.data, base.tokenizer)
     with writer_lock(out):  # compare() takes the same lock again; the demo holds it to the end
@@ -58,13 +58,15 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
 
 
 def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:
+    arms = [a.name for a in make_arms([base.mixer], ARMS)]
     result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
     names = [f"probe/{run_name(arm, seed)}" for seed in seeds for arm in ARMS]
     record(out, [*names, *DEMO_FILES[1:]], "demo")
     trained = time.perf_counter() - started
     doc = {
         "out": str(out),
-        "arms": ARMS,
+        "mixer": base.mixer,
+        "arms": arms,
         "seeds": seeds,
         "config": base.to_dict(),
         "summary": result["summary"],
@@ -73,7 +75,7 @@ def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, start
     }
     doc["figures"] = {"loss_curves": _curves(out)}
     if probe:
-        doc.update(_probe_and_plot(out, data.val, base, seeds, "quick" if quick else "full"))
+        doc.update(_probe_and_plot(out, data.val, base, arms, seeds, "quick" if quick else "full"))
     doc["wall_seconds"] = time.perf_counter() - started
     atomic_write_text(out / "demo.json", json.dumps(doc, indent=2, default=str) + "\n")
     return doc
@@ -88,7 +90,8 @@ def _curves(out: Path) -> str:
     return str(path)
 
 
-def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, seeds: list[int], size: str) -> dict:
+def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[str], seeds: list[int],
+                    size: str) -> dict:
     """Probe every trained model on the same validation ids; one figure of alignment against depth."""
     import pandas as pd
 
@@ -99,7 +102,7 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, seeds: list[i
     tables, folders = [], {}
     ids = np.asarray(val, dtype=np.int64)  # the exact validation ids the trainer evaluated on
     for seed in seeds:
-        for arm in ARMS:
+        for arm in arms:
             name = run_name(arm, seed)
             res = probe(
                 out / "runs" / name,

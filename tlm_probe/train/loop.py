@@ -24,6 +24,7 @@ from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.metrics import MetricsLog
+from tlm_probe.train.multifreq import MultiFrequency
 from tlm_probe.train.optim import lr_at, make_optimizer, set_lr
 from tlm_probe.train.run import RunPlan, prepare_folder
 
@@ -79,6 +80,7 @@ class Trainer:
         raw = TaperedLM(self.plan.cfg).to(self.device).train()
         self.raw = dist.wrap_fsdp(raw) if fsdp and dist.active() else raw
         self.opt = make_optimizer(self.raw, self.tc, self.device.type)
+        self.multifreq = MultiFrequency.for_model(raw, fsdp and dist.active())  # Hope's slow CMS levels
         self.step, self.tokens = 0, 0
         if self.plan.resume:
             model_sd, optim_sd, restored = checkpoint.load_state(self.plan.out)
@@ -86,6 +88,8 @@ class Trainer:
                 self.raw, self.opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=LOAD
             )
             self.step, self.tokens = restored.step, restored.tokens
+            if self.multifreq is not None:
+                self.multifreq.load_state_dict(restored.extra.get("multifreq", {}))
             self.log.truncate_after(self.step)
         use_ddp = dist.active() and not fsdp
         self.model = dist.wrap_ddp(self.raw, self.device) if use_ddp else self.raw
@@ -123,6 +127,8 @@ class Trainer:
         gnorm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         if not (math.isfinite(mean_loss) and math.isfinite(gnorm)):  # same values on every rank
             raise self.diverged(f"loss {mean_loss:.4g}, gradient norm {gnorm:.4g}")
+        if self.multifreq is not None:
+            self.multifreq.hold(self.step + 1)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
@@ -155,8 +161,9 @@ class Trainer:
             raise self.diverged(f"non-finite weights in {bad[0]}")
         model_sd, optim_sd = get_state_dict(self.raw, self.opt, options=FULL)
         if dist.is_main():
+            extra = {"multifreq": self.multifreq.state_dict()} if self.multifreq is not None else None
             checkpoint.save_state(
-                self.plan.out, model_sd, optim_sd, self.step, self.tokens, self.tc.keep_last
+                self.plan.out, model_sd, optim_sd, self.step, self.tokens, self.tc.keep_last, extra
             )
             cpu = TaperedLM(self.plan.cfg)
             cpu.load_state_dict(model_sd)
@@ -247,6 +254,7 @@ class Trainer:
             "tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,
             "d_ff": list(self.plan.cfg.d_ff),
             "schedule": self.tc.schedule,
+            "mixer": self.plan.cfg.mixer,
             "seed": self.tc.seed,
             **{k: last_eval.get(k) for k in ("val_loss", "val_ppl", "val_bpb")},
         }

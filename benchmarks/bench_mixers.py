@@ -1,0 +1,135 @@
+"""Forward+backward throughput of each token mixer relative to attention at the same size, and Titans'
+chunk-parallel memory relative to its token-by-token reference.
+
+    .venv/bin/python benchmarks/bench_mixers.py [--d-model 128 --layers 4 --heads 4 --batch 8
+        --seq-len 128 --rounds 7 --threads 1 --device cpu --json]
+
+Models: the same d_model / layers / heads / mean MLP width for every mixer (Titans also carries its memory
+layer, so it is larger; the parameter counts are printed). Rounds are interleaved (one timed step of every
+mixer per round, so machine load hits them alike) and the median over rounds is reported. The memory
+comparison times forward+backward of models.memory.memory_chunked against memory_reference on the same
+inputs (B·H memories of one Titans layer at this size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from tlm_probe.accounting import count_params
+from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
+from tlm_probe.models.memory import memory_chunked, memory_rates, memory_reference
+from tlm_probe.models.tlm import TaperedLM
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device) -> float:
+    _sync(device)
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def bench_mixers(args, device) -> list[dict]:
+    models, steps = {}, {}
+    x = torch.randint(0, 256, (args.batch, args.seq_len), device=device)
+    for mixer in MIXER_KINDS:
+        torch.manual_seed(0)
+        cfg = config_with_schedule("uniform", 4 * args.d_model, vocab_size=256, d_model=args.d_model,
+                                   n_layers=args.layers, n_heads=args.heads, max_seq_len=args.seq_len,
+                                   mixer=mixer, mem_chunk=args.chunk)
+        models[mixer] = (cfg, TaperedLM(cfg).to(device).train())
+
+        def step(model=models[mixer][1]):
+            model.zero_grad(set_to_none=True)
+            model(x, return_type="loss").backward()
+
+        steps[mixer] = step
+    times = {m: [] for m in MIXER_KINDS}
+    for r in range(args.rounds + 1):  # round 0 warms up (allocation, kernels)
+        for mixer in MIXER_KINDS:
+            dt = _timed(steps[mixer], device)
+            if r:
+                times[mixer].append(dt)
+    tokens = args.batch * args.seq_len
+    base = tokens / statistics.median(times["attention"])
+    rows = []
+    for mixer in MIXER_KINDS:
+        tps = tokens / statistics.median(times[mixer])
+        rows.append({"mixer": mixer, "params": count_params(models[mixer][0]).total, "tokens_per_s": tps,
+                     "relative_to_attention": tps / base})
+    return rows
+
+
+def bench_memory(args, device) -> dict:
+    N, T, dh = args.batch * args.heads, args.seq_len, args.d_model // args.heads
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    inputs = [F.normalize(r(N, T, dh), dim=-1), F.normalize(r(N, T, dh), dim=-1), r(N, T, dh), r(N, T, 3),
+              r(N, 2 * dh, dh) / dh**0.5, r(N, dh, 2 * dh) / (2 * dh) ** 0.5]
+    inputs = [t.requires_grad_() for t in inputs]
+
+    def run(fn):
+        q, k, v, logits, W1, W2 = inputs
+        y = fn(q, k, v, *memory_rates(logits, None, 0.1), W1, W2, args.chunk)
+        y.sum().backward()
+
+    times = {"chunked": [], "reference": []}
+    for rnd in range(args.memory_rounds + 1):
+        for name, fn in (("chunked", memory_chunked), ("reference", memory_reference)):
+            dt = _timed(lambda fn=fn: run(fn), device)
+            if rnd:
+                times[name].append(dt)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"memories": N, "tokens": T, "chunk": args.chunk, "chunked_s": med["chunked"],
+            "reference_s": med["reference"], "speedup": med["reference"] / med["chunked"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--chunk", type=int, default=16, help="Titans memory chunk size.")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--memory-rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (0 = PyTorch's default).")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    result = {"config": vars(args), "mixers": bench_mixers(args, device),
+              "memory": bench_memory(args, device)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"forward+backward, B={args.batch} T={args.seq_len} d={args.d_model} L={args.layers} "
+          f"({args.device}, median of {args.rounds} interleaved rounds)")
+    for row in result["mixers"]:
+        print(f"  {row['mixer']:>16}: {row['tokens_per_s']:>10,.0f} tok/s  "
+              f"x{row['relative_to_attention']:.3f} of attention  ({row['params']:,} params)")
+    m = result["memory"]
+    print(f"Titans memory ({m['memories']} memories x {m['tokens']} tokens, chunk {m['chunk']}): "
+          f"chunk-parallel {m['chunked_s'] * 1e3:.1f} ms, token-by-token reference "
+          f"{m['reference_s'] * 1e3:.1f} ms -> {m['speedup']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
