@@ -38,8 +38,7 @@ def max_positions(pm: ProbeModel) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(cfg, key, None)
         if isinstance(value, int):
-            # RoBERTa-style position ids start after the padding index
-            return value - 2 if pm.model_type in ("roberta", "xlm-roberta", "camembert") else value
+            return value - pm.adapter.position_offset  # RoBERTa: position ids start after the pad index
     return None
 
 

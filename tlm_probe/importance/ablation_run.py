@@ -71,11 +71,15 @@ class AblationEffects:
         per_pass = max(1, self.max_rows // B)
         for start in range(0, len(self.ablations), per_pass):
             group = self.ablations[start : start + per_pass]
-            with ablating(group, B, self.calib):
+            with ablating(group, B, self.calib, mask.shape[1]):
                 out = self.forward(repeat_batch(batch, len(group)))
             for k, ab in enumerate(group):
                 vals, m = self.metric(clean, out[k * B : (k + 1) * B], batch, mask)
-                self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals[m])
+                self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals, m)
+
+    def all_reduce_(self) -> None:
+        for m in self.means.values():
+            m.all_reduce_()
 
     def rows(self) -> dict[str, list[dict]]:
         return {name: m.rows() for name, m in self.means.items()}

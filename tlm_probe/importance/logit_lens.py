@@ -38,10 +38,14 @@ class LogitLens:
         entropy = -(logp.exp() * logp).sum(-1)
         top1 = (logp.argmax(-1) == logq.argmax(-1)).double()
         for name, v in (("logit_lens_kl", kl), ("logit_lens_entropy", entropy), ("logit_lens_top1", top1)):
-            self.means[name].add(layer, v[mask])
+            self.means[name].add(layer, v, mask)
         next_mask = mask[:, :-1] & mask[:, 1:]
         ce = -logp[:, :-1].gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-        self.means["logit_lens_ce"].add(layer, ce[next_mask])
+        self.means["logit_lens_ce"].add(layer, ce, next_mask)
+
+    def all_reduce_(self) -> None:
+        for m in self.means.values():
+            m.all_reduce_()
 
     def rows(self) -> dict[str, list[dict]]:
         return {name: m.rows() for name, m in self.means.items()}
