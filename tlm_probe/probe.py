@@ -65,7 +65,8 @@ class ProbeOptions:
     backend: str = "native"
     """native | transformer-lens | nnsight"""
     seq_len: int | None = None
-    """Tokens per sequence (None: 256, or the model's context if shorter)."""
+    """Tokens per sequence (None: the row length of a 2-D token array, else 256 or the model's context if
+    shorter)."""
     max_tokens: int | None = 65_536
     """Stop after this many tokens (None: all the data)."""
     batch_size: int = 8
@@ -168,9 +169,9 @@ def run_probe(
             model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
         )
     )
-    opts = replace(
-        opts, seq_len=opts.seq_len or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
-    )
+    natural = sq.row_length(opts.data, opts.split)  # a 2-D token array: its rows are the sequences
+    default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
+    opts = replace(opts, seq_len=opts.seq_len or default)
     sq.check_seq_len(pm, opts.seq_len)
     accs = build_accumulators(plan.alignment, pm.n_layers, pm.d_ff)
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
@@ -185,18 +186,21 @@ def run_probe(
     if n_tokens == 0:
         _finish_dist(created)
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
-    rows, mats, info = _importance(pm, plan, imp_opts, stream.kept, world, progress and rank == 0)
+    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream.kept, world, progress and rank == 0)
     _finish_dist(created)
     from tlm_probe.report import build_provenance
 
     rows = [r for acc in accs for r in acc.rows()] + rows
-    rows += _agreement(rows, plan)
+    agreement, target = _agreement(rows, plan)
+    rows += agreement
     table = _table(pm, [r for r in rows if r["statistic"] in plan.asked])
     matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
     prov["ci_methods"] = imp.CI_METHODS
     if info is not None:
-        prov["importance"] = info
+        missing = {s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT}
+        info["skipped"].update({s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}})
+        prov["importance"] = {**info, "agreement_target": target}
     return ProbeResult(table, matrices, prov)
 
 
@@ -248,32 +252,39 @@ class _Stream:
 def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress: bool):
     """The second pass, on the kept sequences; refused statistics get their reason in provenance."""
     if not plan.importance:
-        return [], [], None
+        return [], [], None, {}
     refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
     stats = [s for s in plan.importance if s not in refused]
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]
         rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress))
     asked = set(plan.asked)
-    info["unavailable"] = {k: v for k, v in {**refused, **info["unavailable"]}.items() if k in asked}
+    info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
     info["sequences"] = all_reduce_int(sum(len(b["input_ids"]) for b in kept))
     info["statistic_needs"] = {s: sorted(imp.NEEDS.get(s, ())) for s in plan.importance if s in asked}
     info["options"] = {k: v for k, v in opts.__dict__.items() if k != "probe_labels"}
-    return rows, mats, info
+    return rows, mats, info, refused
 
 
-def _agreement(rows: list[dict], plan: StatPlan) -> list[dict]:
-    """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run."""
+def _why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
+    proxy = stat.removeprefix("spearman_")
+    why = skipped.get(proxy) or refused.get(proxy) or "constant or missing across layers"
+    return f"no agreement row: its proxy {proxy} is unavailable ({why})"
+
+
+def _agreement(rows: list[dict], plan: StatPlan) -> tuple[list[dict], str | None]:
+    """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run, and that
+    effect's name."""
     wanted = [s for s in plan.asked if s in imp.AGREEMENT]
     if not wanted or not rows:
-        return []
+        return [], None
     df = pd.DataFrame(rows)
     per_layer = {s: g.sort_values("layer")["value"].to_numpy() for s, g in df.groupby("statistic")}
     target = next((t for t in imp.TARGETS if t in per_layer), None)
     if target is None:
-        return []
+        return [], None
     out = [dict(layer=-1, std=float("nan"), **r) for r in imp.spearman_rows(per_layer, target)]
-    return [r for r in out if r["statistic"] in wanted]
+    return [r for r in out if r["statistic"] in wanted], target
 
 
 def _tracker(progress: bool):

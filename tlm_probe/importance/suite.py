@@ -14,6 +14,7 @@ participation ratio, linear probes) and weight statistics (stable rank). Returns
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -110,6 +111,16 @@ def _gradient_pass(pm, batches, opts, per_sequence: bool, track, counter) -> Gra
     return gi
 
 
+def _indexed(batches: list[dict]) -> list[dict]:
+    """Batches without a global sequence index (one process) get their running index."""
+    out, n = [], 0
+    for b in batches:
+        rows = b["input_ids"].shape[0]
+        out.append(b if "seq_index" in b else {**b, "seq_index": torch.arange(n, n + rows)})
+        n += rows
+    return out
+
+
 def _no_track(it, description):
     return it
 
@@ -122,9 +133,11 @@ def run_importance(pm, batches: list[dict], stats: list[str], opts: ImportanceOp
     the statistics that could not be computed on this input (name -> one-line reason).
     """
     opts = opts or ImportanceOptions()
+    kinds = tuple(a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats))
+    opts = replace(opts, ablations=kinds)
     need = needs(stats)
     device = next(pm.model.parameters()).device
-    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
+    batches = [{k: v.to(device) for k, v in b.items()} for b in _indexed(batches)]
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
     first, calib = (
         _first_pass(pm, batches, opts, need, track, counter) if need & FIRST_PASS else (None, None)

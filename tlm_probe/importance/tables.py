@@ -128,7 +128,7 @@ def _first_line(e: Exception) -> str:
 def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
     """(per-layer rows, matrix rows, info) of the `wanted` statistics from the passes that ran."""
     stats: dict[str, list[dict]] = {}
-    unavailable: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     if first is not None and first.lens is not None:
         stats.update(first.lens.rows())
     if effects is not None:
@@ -140,13 +140,13 @@ def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
             try:
                 stats.update(fn(pm, opts, first))
             except (ValueError, ArithmeticError, RuntimeError) as e:  # e.g. too few tokens for a probe
-                unavailable.update({n: f"cannot be computed on this input ({_first_line(e)})" for n in names})
+                skipped.update({n: f"cannot be computed on this input ({_first_line(e)})" for n in names})
     info = dict(
         seed=opts.seed,
         act_threshold=opts.act_threshold,
         freq_threshold=opts.freq_threshold,
         matrix_index=MATRIX_INDEX,
-        unavailable=unavailable,
+        skipped=skipped,
     )
     if first is not None:
         info.update(sample_tokens=first.sample.n, sample_seen=first.sample.seen)

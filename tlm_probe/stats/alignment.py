@@ -63,7 +63,7 @@ def build_accumulators(spec: str | tuple[str, ...], n_layers: int, d_ff: tuple[i
     names: list[str] = []
     for item in filter(None, items):
         if item not in (*STATISTICS, "alignment", "all"):
-            raise UserError(f"unknown alignment statistic {item!r}; choose from {', '.join(STATISTICS)}")
+            raise UserError(f"unknown statistic {item!r} (alignment statistics: {', '.join(STATISTICS)})")
         for name in STATISTICS if item in ("alignment", "all") else (item,):
             names += [name] if name not in names else []
     return [AlignmentAccumulator(n_layers, d_ff, tuple(names))] if names else []
