@@ -42,10 +42,12 @@ def _tlm(folder: Path) -> Path:
     return folder
 
 
-def build_all(root: Path) -> dict[str, tuple[Path, int]]:
+def build_all(root: Path, families=None) -> dict[str, tuple[Path, int]]:
     """family -> (model folder, vocabulary size)"""
-    out = {f: (build_model(f, root / f), VOCAB) for f in FAMILIES}
-    out["tlm"] = (_tlm(root / "tlm"), 256)
+    wanted = [*FAMILIES, "tlm"] if families is None else families
+    out = {f: (build_model(f, root / f), VOCAB) for f in FAMILIES if f in wanted}
+    if "tlm" in wanted:
+        out["tlm"] = (_tlm(root / "tlm"), 256)
     return out
 
 
@@ -60,9 +62,7 @@ def golden_tables(root: Path, families=None) -> tuple[pd.DataFrame, pd.DataFrame
     from tlm_probe.probe import probe
 
     tables, mats = [], []
-    for family, (folder, vocab) in build_all(root).items():
-        if families is not None and family not in families:
-            continue
+    for family, (folder, vocab) in build_all(root, families).items():
         for stats in ("all", "alignment"):
             try:
                 res = probe(
