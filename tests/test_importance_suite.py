@@ -43,7 +43,9 @@ CAUSAL_STATS = {
 def run_importance(pm, data, opts):
     """Every statistic this model can have (what `--stats importance` runs, less the agreement rows)."""
     skipped = reasons(list(STATISTICS), pm.is_causal and pm.lm_head() is not None, 1)
-    rows, mats, info = run_stats(pm, data, [s for s in STATISTICS if s not in skipped and s not in AGREEMENT], opts)
+    rows, mats, info = run_stats(
+        pm, data, [s for s in STATISTICS if s not in skipped and s not in AGREEMENT], opts
+    )
     return rows, mats, {**info, "skipped": {**skipped, **info["skipped"]}}
 
 

@@ -55,7 +55,7 @@ def test_two_gloo_ranks_equal_one_process(tmp_path):
 
 
 def test_importance_two_gloo_ranks_equal_one_process(tmp_path):
-    """Every importance statistic is all-reduced (sums, counts, Gram-like matrices) or refused with a reason."""
+    """Every importance statistic is all-reduced (sums, counts, Gram-like matrices) or refused (a reason)."""
     folder = build_model("gpt2", tmp_path / "gpt2")
     ids = np.random.default_rng(1).integers(0, 300, 7 * 24 + 5).astype(np.uint32)
     np.save(tmp_path / "ids.npy", ids)
@@ -82,8 +82,12 @@ def test_importance_two_gloo_ranks_equal_one_process(tmp_path):
     assert prov["importance"]["sequences"] == res.provenance["importance"]["sequences"] == 7
     merged = dist.merge(single, on=["layer", "statistic"], suffixes=("_d", "_s"))
     assert len(merged) == len(dist) and len(dist) > 60
-    means = merged[merged.statistic.str.match(r"(logit_lens|ablation|fisher|align|block|mlp_inf|attn_inf|norm|resid)")]
-    assert {"logit_lens_kl", "ablation_dnll_mlp_zero", "ablation_dnll_mlp_mean", "fisher_mlp"} <= set(means.statistic)
+    means = merged[
+        merged.statistic.str.match(r"(logit_lens|ablation|fisher|align|block|mlp_inf|attn_inf|norm|resid)")
+    ]
+    assert {"logit_lens_kl", "ablation_dnll_mlp_zero", "ablation_dnll_mlp_mean", "fisher_mlp"} <= set(
+        means.statistic
+    )
     assert (means.n_tokens_d == means.n_tokens_s).all()
     for col in ("value", "ci_low", "ci_high", "std"):
         assert np.allclose(means[f"{col}_d"], means[f"{col}_s"], atol=1e-6, rtol=0, equal_nan=True), col

@@ -21,7 +21,7 @@ FAST = {"grad_sequences": 2, "sample_size": 64, "pool_size": 16}
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """Tiny forwards: an intra-op thread pool on a busy 2-core machine costs 20x (measured 0.5 s vs 0.025 s)."""
+    """Tiny forwards: a thread pool on a busy 2-core machine costs 20x (measured 0.5 s vs 0.025 s)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -53,7 +53,9 @@ def test_2d_array_rows_are_sequences(gpt2, tmp_path):
     ref10 = probe(str(gpt2), str(tmp_path / "flat.npy"), seq_len=10, max_tokens=None)
     assert np.allclose(half.value, ref10.value, atol=1e-12)
     torch.save(torch.from_numpy(rows.astype(np.int64)), tmp_path / "rows.pt")
-    assert np.allclose(probe(str(gpt2), str(tmp_path / "rows.pt"), max_tokens=None).value, got.value, atol=1e-12)
+    assert np.allclose(
+        probe(str(gpt2), str(tmp_path / "rows.pt"), max_tokens=None).value, got.value, atol=1e-12
+    )
 
 
 def test_2d_array_longer_seq_len_and_3d_are_errors(gpt2, tmp_path):
@@ -82,10 +84,13 @@ def test_only_the_asked_statistic_runs(gpt2, tmp_path):
     df = probe(str(gpt2), str(tmp_path / "few.npy"), stats="probe_acc", seq_len=32, max_tokens=None)
     reason = df.attrs["provenance"]["importance"]["skipped"]["probe_acc"]
     assert "cannot be computed" in reason and "\n" not in reason
-    ab = probe(str(gpt2), str(tmp_path / "ids.npy"), stats="ablation_dnll_mlp_zero", seq_len=16, max_tokens=None)
+    ab = probe(
+        str(gpt2), str(tmp_path / "ids.npy"), stats="ablation_dnll_mlp_zero", seq_len=16, max_tokens=None
+    )
     passes = ab.attrs["provenance"]["importance"]["passes"]
-    assert passes == {"ablation": {"forward_calls": passes["ablation"]["forward_calls"], "forwards": 4.0,
-                                   "backwards": 0.0}}  # 1 clean + 3 layers
+    assert passes == {
+        "ablation": {"forward_calls": passes["ablation"]["forward_calls"], "forwards": 4.0, "backwards": 0.0}
+    }  # 1 clean + 3 layers
 
 
 def _check_alone(pm, ids, stat):
@@ -159,8 +164,13 @@ def test_importance_ci_is_sequence_clustered(gpt2, tmp_path):
 
 def test_importance_pass_is_bounded(gpt2, tmp_path):
     np.save(tmp_path / "rows.npy", _ids(4, (10, 16)))
-    df = probe(str(gpt2), str(tmp_path / "rows.npy"), stats="align_mlp_mid,logit_lens_kl", max_tokens=None,
-               importance={"max_sequences": 3})
+    df = probe(
+        str(gpt2),
+        str(tmp_path / "rows.npy"),
+        stats="align_mlp_mid,logit_lens_kl",
+        max_tokens=None,
+        importance={"max_sequences": 3},
+    )
     n = df.groupby("statistic").n_tokens.max()
     assert n["align_mlp_mid"] == 160 and n["logit_lens_kl"] == 48
     assert df.attrs["provenance"]["importance"]["sequences"] == 3

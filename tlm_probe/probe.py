@@ -198,8 +198,12 @@ def run_probe(
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
     prov["ci_methods"] = imp.CI_METHODS
     if info is not None:
-        missing = {s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT}
-        info["skipped"].update({s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}})
+        missing = {
+            s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
+        }
+        info["skipped"].update(
+            {s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}}
+        )
         prov["importance"] = {**info, "agreement_target": target}
     return ProbeResult(table, matrices, prov)
 
@@ -246,7 +250,9 @@ class _Stream:
         self.n_seqs += ids.shape[0]
         rows = (glob < self.keep).nonzero()[:, 0]
         if len(rows):
-            self.kept.append({"input_ids": ids[rows].cpu(), "attention_mask": mask[rows].cpu(), "seq_index": glob[rows]})
+            self.kept.append(
+                {"input_ids": ids[rows].cpu(), "attention_mask": mask[rows].cpu(), "seq_index": glob[rows]}
+            )
 
 
 def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress: bool):

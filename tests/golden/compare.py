@@ -1,6 +1,6 @@
 """Compare a fresh run of make_golden.py with the committed golden CSVs (used by tests/test_golden.py).
 
-    PYTHONPATH=$PWD python tests/golden/compare.py      # every family, prints the largest differences
+PYTHONPATH=$PWD python tests/golden/compare.py      # every family, prints the largest differences
 """
 
 from __future__ import annotations
@@ -55,9 +55,18 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         table, mats = golden_tables(Path(tmp))
     m = merged(table)
-    print("rows only in golden:", int((m._merge == "left_only").sum()), " only new:", int((m._merge == "right_only").sum()))
+    print(
+        "rows only in golden:",
+        int((m._merge == "left_only").sum()),
+        " only new:",
+        int((m._merge == "right_only").sum()),
+    )
     both = m[m._merge == "both"]
     print("max |difference| per column:", differences(both, set(STATISTICS)))
     print("matrices max |difference|:", matrix_difference(mats))
     new_ci = both[~both.statistic.isin(set(STATISTICS))]
-    print("importance CI columns changed (by design) on", int((new_ci.ci_low_old.fillna(0) != new_ci.ci_low_new.fillna(0)).sum()), "rows")
+    print(
+        "importance CI columns changed (by design) on",
+        int((new_ci.ci_low_old.fillna(0) != new_ci.ci_low_new.fillna(0)).sum()),
+        "rows",
+    )

@@ -35,7 +35,12 @@ def _tlm(folder: Path) -> Path:
 
     torch.manual_seed(0)
     cfg = config_with_schedule(
-        parse_schedule("cosine:1.5:0.5", 16), 64, d_model=32, n_layers=4, n_heads=2, vocab_size=256,
+        parse_schedule("cosine:1.5:0.5", 16),
+        64,
+        d_model=32,
+        n_layers=4,
+        n_heads=2,
+        vocab_size=256,
         max_seq_len=64,
     )
     save_tlm(TaperedLM(cfg), folder)
@@ -66,8 +71,14 @@ def golden_tables(root: Path, families=None) -> tuple[pd.DataFrame, pd.DataFrame
         for stats in ("all", "alignment"):
             try:
                 res = probe(
-                    str(folder), str(token_file(root, vocab)), stats=stats, seq_len=SEQ_LEN,
-                    batch_size=BATCH, max_tokens=None, importance=dict(IMPORTANCE), full=True,
+                    str(folder),
+                    str(token_file(root, vocab)),
+                    stats=stats,
+                    seq_len=SEQ_LEN,
+                    batch_size=BATCH,
+                    max_tokens=None,
+                    importance=dict(IMPORTANCE),
+                    full=True,
                 )
                 break
             except Exception as e:  # noqa: BLE001  (what the code of the day cannot probe: no golden row)

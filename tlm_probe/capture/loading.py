@@ -142,7 +142,9 @@ def wrap_model(
         d_ff=(),
         is_causal=adapter.is_causal,
         vocab_size=int(config.vocab_size),
-        d_model=int(next(getattr(config, k) for k in ("d_model", "hidden_size", "n_embd") if hasattr(config, k))),
+        d_model=int(
+            next(getattr(config, k) for k in ("d_model", "hidden_size", "n_embd") if hasattr(config, k))
+        ),
         path=path,
     )
     layers = pm.base.get_submodule(adapter.layers)

@@ -77,7 +77,9 @@ def _load_ids(data, split: str) -> np.ndarray:
         data = data.cpu().numpy()
     if isinstance(data, np.ndarray):
         if data.ndim > 2:
-            raise UserError(f"token array of shape {tuple(data.shape)}: expected 1-D or 2-D (rows = sequences)")
+            raise UserError(
+                f"token array of shape {tuple(data.shape)}: expected 1-D or 2-D (rows = sequences)"
+            )
         return data
     from tlm_probe.data.tokens import load_token_rows
 

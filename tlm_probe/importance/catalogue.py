@@ -24,7 +24,13 @@ PER_LAYER = (
     "stable_rank_mlp_out",
     "probe_acc",
 )
-MATRICES = ("angular_distance", "angular_distance_last", "cka_linear", "drop_block_best", "drop_block_best_last")
+MATRICES = (
+    "angular_distance",
+    "angular_distance_last",
+    "cka_linear",
+    "drop_block_best",
+    "drop_block_best_last",
+)
 AGREEMENT = tuple(f"spearman_{p}" for p in PROXIES)
 STATISTICS = PER_LAYER + MATRICES + AGREEMENT
 
@@ -32,7 +38,10 @@ STATISTICS = PER_LAYER + MATRICES + AGREEMENT
 # neurons, calib), "ablation", "grad" (summed gradient), "grad_per_sequence" (Fisher); () = weights only
 NEEDS: dict[str, frozenset[str]] = {
     **{s: frozenset({"lens"}) for s in LENS_STATS},
-    **{s: frozenset({"ablation"} | ({"calib"} if "_mean" in s or "_resample" in s else set())) for s in ABLATION_STATS},
+    **{
+        s: frozenset({"ablation"} | ({"calib"} if "_mean" in s or "_resample" in s else set()))
+        for s in ABLATION_STATS
+    },
     "taylor_mlp": frozenset({"grad"}),
     "grad_norm_mlp": frozenset({"grad"}),
     "fisher_mlp": frozenset({"grad", "grad_per_sequence"}),
@@ -48,15 +57,23 @@ NEEDS: dict[str, frozenset[str]] = {
     "angular_distance_last": frozenset({"angular_last"}),
     "drop_block_best_last": frozenset({"angular_last"}),
 }
-FIRST_PASS = frozenset({"lens", "angular", "angular_last", "anisotropy", "sample", "labels", "neurons", "calib"})
+FIRST_PASS = frozenset(
+    {"lens", "angular", "angular_last", "anisotropy", "sample", "labels", "neurons", "calib"}
+)
 
 NO_LM = "encoder without a causal LM head: no next-token distribution or loss"
 HAS_LM = "causal LM: its ablation effect is the NLL increase, ablation_dnll_*"
 NEEDS_LM = (*LENS_STATS, *GRADIENT_STATS, *(s for s in ABLATION_STATS if s.startswith("ablation_dnll_")))
 NEEDS_ENCODER = tuple(s for s in ABLATION_STATS if s.startswith("ablation_shift_"))
 # a seeded sample (or pool) drawn per rank is not the sample one process draws: refused under torchrun
-SAMPLED = ("effective_rank", "participation_ratio", "cka_linear", "probe_acc", "ablation_dnll_mlp_resample",
-           "ablation_shift_mlp_resample")
+SAMPLED = (
+    "effective_rank",
+    "participation_ratio",
+    "cka_linear",
+    "probe_acc",
+    "ablation_dnll_mlp_resample",
+    "ablation_shift_mlp_resample",
+)
 PER_RANK = "uses a seeded token sample that differs per rank under torchrun; run it in one process"
 
 CI_METHODS = {

@@ -78,8 +78,9 @@ class FirstPass:
             self._count(labels)
             self.sample.update(list(store["resid"]), mask, labels)  # r = 0..L, like the matrices
         if self.lens is not None:
+            final = self.lens.final(out)
             for l in range(self.pm.n_layers):
-                self.lens.update(l, store["resid"][l + 1], out, batch["input_ids"], mask)
+                self.lens.update(l, store["resid"][l + 1], final, batch["input_ids"], mask)
 
     def all_reduce_(self) -> None:
         """Merge ranks: every streamed part is a sum (the token sample is refused under torchrun)."""

@@ -34,6 +34,7 @@ class GradientImportance:
         self.params = [p for g in self.groups for p in g]
         self.grad_sum = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
         self.tokens = 0
+        self.sequences = 0
         self.backwards = 0
         self.fisher = TokenMean(len(self.layers))  # one "token" per sequence here
 
@@ -47,6 +48,7 @@ class GradientImportance:
         for acc, g in zip(self.grad_sum, grads, strict=True):
             acc += g.double()
         self.tokens += n
+        self.sequences += int(batch["input_ids"].shape[0])
         return grads, n
 
     def update_batch(self, batch: dict, loss_fn: SequenceLoss) -> None:
@@ -72,6 +74,7 @@ class GradientImportance:
         for g in self.grad_sum:
             all_reduce_(g)
         self.tokens = all_reduce_int(self.tokens)
+        self.sequences = all_reduce_int(self.sequences)
         self.fisher.all_reduce_()
 
     def _per_group(self, fn) -> np.ndarray:

@@ -43,5 +43,7 @@ class TokenMean:
         for i in range(self.moments.state.shape[0]):
             s = self.moments.summary(i)
             row = {k: s[k] for k in ("value", "ci_low", "ci_high", "std")}
-            out.append({**{k: float(v) if v == v else math.nan for k, v in row.items()}, "n_tokens": s["n_tokens"]})
+            out.append(
+                {**{k: float(v) if v == v else math.nan for k, v in row.items()}, "n_tokens": s["n_tokens"]}
+            )
         return out

@@ -24,7 +24,7 @@ from tlm_probe.importance.catalogue import FIRST_PASS, needs
 from tlm_probe.importance.first_pass import FirstPass
 from tlm_probe.importance.gradients import GradientImportance
 from tlm_probe.importance.options import ImportanceOptions
-from tlm_probe.importance.passes import PassCounter
+from tlm_probe.importance.passes import PassCounter, head_share
 from tlm_probe.importance.tables import finish_tables
 from tlm_probe.importance.taps import ablation_plan, capturing, output_tensor
 
@@ -57,6 +57,10 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
             mask_ref["mask"] = token_mask(batch, opts.exclude_bos)
             out = forward(batch)
             acc.update(store, out, batch, mask_ref["mask"])
+    if acc.lens is not None:
+        counter.extra(
+            "clean", pm.n_layers * head_share(pm) * sum(len(b["input_ids"]) for b in batches) / counter.rows
+        )
     acc.all_reduce_()
     calib.all_reduce_(targets)
     return acc, calib
@@ -65,7 +69,9 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
 def _ablation_pass(pm, batches, opts, calib, track, counter) -> AblationEffects:
     metric = "dnll" if pm.is_causal and pm.lm_head() is not None else "shift"
     plan = ablation_plan(pm, opts.ablations)
-    eff = AblationEffects(_forward(pm, counter, "ablation"), plan, pm.n_layers, metric, calib, opts.ablation_rows)
+    eff = AblationEffects(
+        _forward(pm, counter, "ablation"), plan, pm.n_layers, metric, calib, opts.ablation_rows
+    )
     for batch in track(batches, "importance: ablations"):
         eff.update(batch, token_mask(batch, opts.exclude_bos))
     eff.all_reduce_()
@@ -102,7 +108,9 @@ def _gradient_pass(pm, batches, opts, per_sequence: bool, track, counter) -> Gra
         for p in params:  # weight gradients only where needed: the backward skips everything else
             p.requires_grad_(id(p) in mine)
         with torch.enable_grad():
-            for seq in track(list(_chosen(batches, opts.grad_sequences, per_sequence)), "importance: gradients"):
+            for seq in track(
+                list(_chosen(batches, opts.grad_sequences, per_sequence)), "importance: gradients"
+            ):
                 update(seq, loss_fn)
     finally:
         for p, flag in zip(params, saved, strict=True):
@@ -125,7 +133,9 @@ def _no_track(it, description):
     return it
 
 
-def run_importance(pm, batches: list[dict], stats: list[str], opts: ImportanceOptions | None = None, track=_no_track):
+def run_importance(
+    pm, batches: list[dict], stats: list[str], opts: ImportanceOptions | None = None, track=_no_track
+):
     """The importance statistics `stats` of `pm` (names from catalogue.STATISTICS, computable here).
 
     batches: dicts of input_ids, attention_mask (B, T) and seq_index (B,) (global sequence index).
@@ -133,15 +143,15 @@ def run_importance(pm, batches: list[dict], stats: list[str], opts: ImportanceOp
     the statistics that could not be computed on this input (name -> one-line reason).
     """
     opts = opts or ImportanceOptions()
-    kinds = tuple(a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats))
+    kinds = tuple(
+        a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats)
+    )
     opts = replace(opts, ablations=kinds)
     need = needs(stats)
     device = next(pm.model.parameters()).device
     batches = [{k: v.to(device) for k, v in b.items()} for b in _indexed(batches)]
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
-    first, calib = (
-        _first_pass(pm, batches, opts, need, track, counter) if need & FIRST_PASS else (None, None)
-    )
+    first, calib = _first_pass(pm, batches, opts, need, track, counter) if need & FIRST_PASS else (None, None)
     effects = _ablation_pass(pm, batches, opts, calib, track, counter) if "ablation" in need else None
     causal = pm.is_causal and pm.lm_head() is not None
     grads = None

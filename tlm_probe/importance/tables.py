@@ -59,18 +59,25 @@ def _probe_rows(pm, opts, first) -> dict[str, list[dict]]:
     reps = first.sample.reps or []
     rows = [probe_accuracy(reps[r].numpy()[keep], y[keep], seed=opts.seed) for r in range(1, len(reps))]
     first.probe_info = dict(
-        labels=how, model=PROBE_MODEL, n_labelled=int(keep.sum()), majority_baseline=majority_baseline(y[keep])
+        labels=how,
+        model=PROBE_MODEL,
+        n_labelled=int(keep.sum()),
+        majority_baseline=majority_baseline(y[keep]),
     )
     return {"probe_acc": rows}
 
 
 def _neuron_rows(pm, opts, first) -> dict[str, list[dict]]:
-    return {"dead_neuron_frac": [_plain(a.dead_fraction(opts.freq_threshold), a.count) for a in first.neurons]}
+    return {
+        "dead_neuron_frac": [_plain(a.dead_fraction(opts.freq_threshold), a.count) for a in first.neurons]
+    }
 
 
 def _stable_rank_rows(pm, opts, first) -> dict[str, list[dict]]:
     return {
-        "stable_rank_mlp_out": [_plain(stable_rank(weight_matrix(pm.mlp_down(l))), 0) for l in range(pm.n_layers)]
+        "stable_rank_mlp_out": [
+            _plain(stable_rank(weight_matrix(pm.mlp_down(l))), 0) for l in range(pm.n_layers)
+        ]
     }
 
 
@@ -87,7 +94,9 @@ FAMILIES = {
 def _matrix_rows(model: str, name: str, m: np.ndarray) -> list[dict]:
     R = m.shape[0]
     return [
-        dict(model=model, layer_i=i, layer_j=j, statistic=name, value=float(m[i, j])) for i in range(R) for j in range(R)
+        dict(model=model, layer_i=i, layer_j=j, statistic=name, value=float(m[i, j]))
+        for i in range(R)
+        for j in range(R)
     ]
 
 
@@ -125,6 +134,27 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
 
 
+def _info(opts, first, effects, grads, skipped: dict) -> dict:
+    info = dict(
+        seed=opts.seed,
+        act_threshold=opts.act_threshold,
+        freq_threshold=opts.freq_threshold,
+        matrix_index=MATRIX_INDEX,
+        skipped=skipped,
+    )
+    if first is not None:
+        info.update(sample_tokens=first.sample.n, sample_seen=first.sample.seen)
+        if getattr(first, "probe_info", None):
+            info["probe"] = first.probe_info
+    if effects is not None:
+        info.update(
+            ablation_metric=effects.metric_name, ablations=list(opts.ablations), resample_pool=opts.pool_size
+        )
+    if grads is not None:
+        info.update(grad_sequences=grads.sequences, grad_tokens=grads.tokens)
+    return info
+
+
 def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
     """(per-layer rows, matrix rows, info) of the `wanted` statistics from the passes that ran."""
     stats: dict[str, list[dict]] = {}
@@ -141,21 +171,6 @@ def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
                 stats.update(fn(pm, opts, first))
             except (ValueError, ArithmeticError, RuntimeError) as e:  # e.g. too few tokens for a probe
                 skipped.update({n: f"cannot be computed on this input ({_first_line(e)})" for n in names})
-    info = dict(
-        seed=opts.seed,
-        act_threshold=opts.act_threshold,
-        freq_threshold=opts.freq_threshold,
-        matrix_index=MATRIX_INDEX,
-        skipped=skipped,
-    )
-    if first is not None:
-        info.update(sample_tokens=first.sample.n, sample_seen=first.sample.seen)
-        if getattr(first, "probe_info", None):
-            info["probe"] = first.probe_info
-    if effects is not None:
-        info.update(ablation_metric=effects.metric_name, ablations=list(opts.ablations), resample_pool=opts.pool_size)
-    if grads is not None:
-        info["grad_sequences"] = int(grads.fisher.count[0]) if grads.backwards and "fisher_mlp" in wanted else 0
-        info["grad_tokens"] = grads.tokens
+    info = _info(opts, first, effects, grads, skipped)
     rows = [r for r in _per_layer(pm, stats) if r["statistic"] in wanted]
     return rows, [m for m in _matrices(pm, first, wanted) if m["statistic"] in wanted], info

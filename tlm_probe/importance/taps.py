@@ -47,8 +47,11 @@ def capturing(pm, resid: bool = True, post: bool = True):
     resid_post and mlp_post taps."""
     L = pm.n_layers
     store: dict = {"resid": [None] * (L + 1), "post": [None] * L}
-    slots = {"resid_pre": lambda l: ("resid", 0), "resid_post": lambda l: ("resid", l + 1),
-             "mlp_post": lambda l: ("post", l)}
+    slots = {
+        "resid_pre": lambda l: ("resid", 0),
+        "resid_post": lambda l: ("resid", l + 1),
+        "mlp_post": lambda l: ("post", l),
+    }
 
     def on_value(layer: int, piece: str, value: torch.Tensor) -> None:
         key, i = slots[piece](layer)

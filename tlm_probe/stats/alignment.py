@@ -56,8 +56,9 @@ class AlignmentAccumulator(Accumulator):
         return out
 
 
-
-def build_accumulators(spec: str | tuple[str, ...], n_layers: int, d_ff: tuple[int, ...]) -> list[Accumulator]:
+def build_accumulators(
+    spec: str | tuple[str, ...], n_layers: int, d_ff: tuple[int, ...]
+) -> list[Accumulator]:
     """'alignment' | 'all' | alignment statistic names (comma list or tuple) -> accumulators ([] if none)."""
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     names: list[str] = []
