@@ -71,15 +71,15 @@ class Calibration:
         order = keys.argsort()[: self.pool_size]  # bottom-k keys: a uniform sample without replacement
         self.pools[key] = (keys[order], torch.cat([vecs, v.float()])[order])
 
-    def all_reduce_(self, modules: list[nn.Module]) -> None:
-        """Means are exact across ranks (sums and counts); the resample pools are per rank (refused under
-        torchrun by the engine)."""
+    def all_reduce_(self, modules: list[nn.Module], width: int) -> None:
+        """Means are exact across ranks (sums and counts; a rank without tokens adds zeros of `width`); the
+        resample pools are per rank (refused under torchrun by the engine)."""
         from tlm_probe.stats import all_reduce_
 
         for m in modules:
-            if id(m) in self.sums:
-                all_reduce_(self.sums[id(m)])
-                self.counts[id(m)] = int(all_reduce_(torch.tensor([float(self.counts[id(m)])])).item())
+            total = self.sums.get(id(m), torch.zeros(width, dtype=torch.float64))
+            self.sums[id(m)] = all_reduce_(total)
+            self.counts[id(m)] = int(all_reduce_(torch.tensor([float(self.counts.get(id(m), 0))])).item())
 
     def mean(self, module: nn.Module) -> torch.Tensor:
         return (self.sums[id(module)] / self.counts[id(module)]).float()

@@ -48,7 +48,7 @@ class GradientImportance:
         for acc, g in zip(self.grad_sum, grads, strict=True):
             acc += g.double()
         self.tokens += n
-        self.sequences += int(batch["input_ids"].shape[0])
+        self.sequences += len(next(iter(batch.values())))  # rows of the batch
         return grads, n
 
     def update_batch(self, batch: dict, loss_fn: SequenceLoss) -> None:

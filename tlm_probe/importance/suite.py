@@ -62,7 +62,7 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
             "clean", pm.n_layers * head_share(pm) * sum(len(b["input_ids"]) for b in batches) / counter.rows
         )
     acc.all_reduce_()
-    calib.all_reduce_(targets)
+    calib.all_reduce_(targets, pm.d_model)
     return acc, calib
 
 
