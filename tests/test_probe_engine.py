@@ -189,3 +189,18 @@ def test_backends_agree_without_tokenizer(family, tmp_path):
         tables[backend] = probe(pm, str(tmp_path / "ids.npy"), seq_len=16, max_tokens=None, backend=backend)
     for b in ("transformer-lens", "nnsight"):
         assert np.allclose(tables[b].value, tables["native"].value, atol=1e-5), b
+
+
+def test_probe_accuracy_ci_is_clustered_and_split_unchanged():
+    from tlm_probe.importance.linear_probes import probe_accuracy
+    from tlm_probe.importance.streaming import clustered_ci
+
+    rng = np.random.default_rng(6)
+    values, groups = rng.random(40), np.repeat(np.arange(8), 5)
+    mean, lo, hi = _clustered_ci([values[groups == g] for g in range(8)])
+    assert clustered_ci(values, groups) == pytest.approx((lo, hi), abs=1e-12)
+    x, y = rng.normal(size=(200, 6)), rng.integers(0, 3, 200)
+    x[:, 0] += y  # informative
+    plain, grouped = probe_accuracy(x, y), probe_accuracy(x, y, groups=np.repeat(np.arange(20), 10))
+    assert grouped["value"] == plain["value"] and grouped["n_tokens"] == plain["n_tokens"]
+    assert grouped["ci_low"] != plain["ci_low"]

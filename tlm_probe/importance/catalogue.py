@@ -80,7 +80,7 @@ CI_METHODS = {
     "alignment (align_*, *_influence, norm_ratio_mlp, resid_norm_growth)": CI_CLUSTERED,
     "logit_lens_*, ablation_*": CI_CLUSTERED,
     "fisher_mlp": CI_CLUSTERED + " (one value per sequence)",
-    "probe_acc": "binomial normal interval over held-out sampled tokens",
+    "probe_acc": CI_CLUSTERED + " (held-out sampled tokens, clustered by their sequence)",
     "spearman_*": "Fisher-z with Bonett-Wright variance, 95% (n = layers)",
     "taylor_mlp, grad_norm_mlp, effective_rank, participation_ratio, anisotropy, dead_neuron_frac, "
     "stable_rank_mlp_out": "none (not a mean over tokens): NaN",

@@ -76,7 +76,8 @@ class FirstPass:
         if "sample" in self.need:
             labels = self.labels(batch, mask)
             self._count(labels)
-            self.sample.update(list(store["resid"]), mask, labels)  # r = 0..L, like the matrices
+            groups = batch.get("seq_index")
+            self.sample.update(list(store["resid"]), mask, labels, groups)  # r = 0..L, like the matrices
         if self.lens is not None:
             final = self.lens.final(out)
             for l in range(self.pm.n_layers):

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from tlm_probe.stats.moments import SequenceMoments
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile (Fisher-z and binomial intervals)
 CI_CLUSTERED = "t interval over sequences (sequence-clustered ratio estimator), 95%"
+
+
+def clustered_ci(values: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """The same sequence-clustered 95% interval for any per-token values (groups: sequence of each)."""
+    _, seq = np.unique(groups, return_inverse=True)
+    m = SequenceMoments(1)
+    m.add(0, torch.as_tensor(values, dtype=torch.float64), torch.as_tensor(seq), int(seq.max()) + 1)
+    s = m.summary(0)
+    return s["ci_low"], s["ci_high"]
 
 
 class TokenMean:

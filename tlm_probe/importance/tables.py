@@ -57,7 +57,11 @@ def _probe_rows(pm, opts, first) -> dict[str, list[dict]]:
     y, how = _probe_labels(first, opts)
     keep = y >= 0
     reps = first.sample.reps or []
-    rows = [probe_accuracy(reps[r].numpy()[keep], y[keep], seed=opts.seed) for r in range(1, len(reps))]
+    groups = first.sample.groups.numpy()[keep]
+    rows = [
+        probe_accuracy(reps[r].numpy()[keep], y[keep], seed=opts.seed, groups=groups)
+        for r in range(1, len(reps))
+    ]
     first.probe_info = dict(
         labels=how,
         model=PROBE_MODEL,
