@@ -95,10 +95,10 @@ def _build_bridge(pm):
     """
     from transformer_lens.model_bridge.sources import build_bridge_from_module
 
-    module, arch = _bridge_module(pm)
     level = logging.getLogger().level
     logging.disable(logging.WARNING)  # the bridge logs several lines per boot about aliases and defaults
     try:
+        module, arch = _bridge_module(pm)
         return build_bridge_from_module(
             module, arch, hf_config=pm.model.config, tokenizer=pm.tokenizer, model_name=pm.name
         )
