@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from models_zoo import build_model
 
 from tlm_probe.capture import load_probe_model, wrap_model
-from tlm_probe.importance.suite import ImportanceOptions, run_importance
+from tlm_probe.importance import AGREEMENT, STATISTICS, reasons
+from tlm_probe.importance.suite import ImportanceOptions
+from tlm_probe.importance.suite import run_importance as run_stats
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.schedules import parse_schedule
@@ -36,6 +38,15 @@ CAUSAL_STATS = {
     "stable_rank_mlp_out",
     "probe_acc",
 }
+
+
+def run_importance(pm, data, opts):
+    """Every statistic this model can have (what `--stats importance` runs, less the agreement rows)."""
+    skipped = reasons(list(STATISTICS), pm.is_causal and pm.lm_head() is not None, 1)
+    rows, mats, info = run_stats(
+        pm, data, [s for s in STATISTICS if s not in skipped and s not in AGREEMENT], opts
+    )
+    return rows, mats, {**info, "skipped": {**skipped, **info["skipped"]}}
 
 
 def batches(vocab, n=2, B=3, T=12, seed=0):
@@ -66,7 +77,7 @@ def test_causal_families(tmp_path, family):
     pm = load_probe_model(build_model(family, tmp_path / family))
     rows, mats, info = run_importance(pm, batches(pm.vocab_size), OPTS)
     df = check_common(rows, mats, pm.n_layers)
-    assert set(df.statistic) == CAUSAL_STATS and info["skipped"] == {}
+    assert set(df.statistic) == CAUSAL_STATS and not set(info["skipped"]) & CAUSAL_STATS
     last = df[df.layer == pm.n_layers - 1].set_index("statistic")["value"]
     assert last["logit_lens_kl"] == pytest.approx(0, abs=1e-5) and last["logit_lens_top1"] == 1
     assert np.isfinite(df[df.statistic != "probe_acc"].value).all()

@@ -47,7 +47,17 @@ def test_backends_agree_on_our_tapered_model(tmp_path):
         assert np.allclose(out[b].value, out["native"].value, atol=1e-5, rtol=0), b
 
 
-def test_transformer_lens_refuses_what_the_bridge_cannot_wrap(tmp_path):
-    folder = build_model("roberta", tmp_path / "roberta")
+def test_transformer_lens_refuses_what_the_bridge_cannot_wrap(tmp_path, monkeypatch):
+    import transformer_lens.model_bridge.sources as sources
+
+    folder = build_model("roberta", tmp_path / "roberta")  # wrapped since issue 9 (RobertaForMaskedLM)
+    ref = probe(str(folder), TEXTS, seq_len=16, max_tokens=50)
+    tl = probe(str(folder), TEXTS, backend="transformer-lens", seq_len=16, max_tokens=50)
+    assert np.allclose(tl.value, ref.value, atol=1e-5)
+
+    def refuse(*args, **kwargs):
+        raise ValueError("Could not determine supported architecture from config.\nmore lines")
+
+    monkeypatch.setattr(sources, "build_bridge_from_module", refuse)
     with pytest.raises(UserError, match="use --backend native"):
         probe(str(folder), TEXTS, backend="transformer-lens", seq_len=16, max_tokens=50)

@@ -52,3 +52,45 @@ def test_two_gloo_ranks_equal_one_process(tmp_path):
     assert np.allclose(dist.value, single.value, atol=1e-6, rtol=0)
     assert np.allclose(dist.ci_low, single.ci_low, atol=1e-6, rtol=0)
     assert np.allclose(dist["std"], single["std"], atol=1e-6, rtol=0)
+
+
+def test_importance_two_gloo_ranks_equal_one_process(tmp_path):
+    """Every importance statistic is all-reduced (sums, counts, Gram-like matrices) or refused (a reason)."""
+    folder = build_model("gpt2", tmp_path / "gpt2")
+    ids = np.random.default_rng(1).integers(0, 300, 7 * 24 + 5).astype(np.uint32)
+    np.save(tmp_path / "ids.npy", ids)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    options = ["grad_sequences=5", "sample_size=64", "pool_size=16", "max_sequences=7"]
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        str(ROOT / "cli.py"), "probe", str(folder), "--data", str(tmp_path / "ids.npy"), "--out",
+        str(tmp_path / "dist"), "--seq-len", "24", "--batch-size", "2", "--max-tokens", "0", "--stats", "all",
+        "--threads", "1", "--json", *[a for o in options for a in ("--importance-option", o)],
+    ]  # fmt: skip
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    dist, dist_m, prov = read_results(tmp_path / "dist")
+    imp = dict(o.split("=") for o in options)
+    res = probe(
+        str(folder), str(tmp_path / "ids.npy"), stats="all", seq_len=24, batch_size=2, max_tokens=None,
+        importance={k: int(v) for k, v in imp.items()}, full=True,
+    )  # fmt: skip
+    single = res.table
+    skipped = prov["importance"]["skipped"]
+    for name in ("probe_acc", "cka_linear", "effective_rank", "ablation_dnll_mlp_resample"):
+        assert "torchrun" in skipped[name] and name not in set(dist.statistic)
+    assert prov["importance"]["sequences"] == res.provenance["importance"]["sequences"] == 7
+    merged = dist.merge(single, on=["layer", "statistic"], suffixes=("_d", "_s"))
+    assert len(merged) == len(dist) and len(dist) > 60
+    means = merged[
+        merged.statistic.str.match(r"(logit_lens|ablation|fisher|align|block|mlp_inf|attn_inf|norm|resid)")
+    ]
+    assert {"logit_lens_kl", "ablation_dnll_mlp_zero", "ablation_dnll_mlp_mean", "fisher_mlp"} <= set(
+        means.statistic
+    )
+    assert (means.n_tokens_d == means.n_tokens_s).all()
+    for col in ("value", "ci_low", "ci_high", "std"):
+        assert np.allclose(means[f"{col}_d"], means[f"{col}_s"], atol=1e-6, rtol=0, equal_nan=True), col
+    assert np.allclose(merged.value_d, merged.value_s, atol=1e-6, rtol=1e-6, equal_nan=True)
+    mm = dist_m.merge(res.matrices, on=["layer_i", "layer_j", "statistic"])
+    assert len(mm) == len(dist_m) and np.allclose(mm.value_x, mm.value_y, atol=1e-9)

@@ -2,9 +2,14 @@
 
     df = probe("runs/demo/cosine", "builtin:pydoc", max_tokens=20_000)
 
-The backend (native hooks, TransformerLens, nnsight) only decides how each layer's pieces are captured;
-all of them feed the same StatSink and accumulators. Under torchrun (WORLD_SIZE > 1) each rank probes
-sequences i % world == rank and the accumulators' sums are all-reduced, which equals one process.
+Two passes, both driven from here:
+1. the stream: the backend (native hooks, TransformerLens, nnsight) captures each layer's pieces and
+   feeds the StatSink and the alignment accumulators (stats/); the first `max_sequences` sequences' ids
+   are kept (nothing else) when importance statistics were asked;
+2. the importance pass (importance/suite.py) over those sequences, on the same adapter taps: clean
+   forward, batched ablations, gradients, only the parts the asked statistics need.
+Under torchrun (WORLD_SIZE > 1) each rank probes sequences i % world == rank; every statistic is a sum
+all-reduced across ranks (equal to one process), or refused under torchrun with its reason in provenance.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from tlm_probe import importance as imp
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.errors import UserError
-from tlm_probe.stats import Batch, TokenIndex, build_accumulators
+from tlm_probe.stats import STATISTICS as ALIGNMENT
+from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 
 # backend name -> "module:class", imported on use (nnsight and transformer_lens are heavy)
 BACKENDS = {
@@ -58,7 +65,8 @@ class ProbeOptions:
     backend: str = "native"
     """native | transformer-lens | nnsight"""
     seq_len: int | None = None
-    """Tokens per sequence (None: 256, or the model's context if shorter)."""
+    """Tokens per sequence (None: the row length of a 2-D token array, else 256 or the model's context if
+    shorter)."""
     max_tokens: int | None = 65_536
     """Stop after this many tokens (None: all the data)."""
     batch_size: int = 8
@@ -72,7 +80,40 @@ class ProbeOptions:
     guardrails: bool = True
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
     importance: dict = field(default_factory=dict)
-    """Options of the importance set (tlm_probe.importance.suite.ImportanceOptions fields)."""
+    """Options of the importance set (tlm_probe.importance.options.ImportanceOptions fields)."""
+
+
+SETS = {"alignment": tuple(ALIGNMENT), "importance": imp.STATISTICS}
+SETS["all"] = SETS["alignment"] + SETS["importance"]
+
+
+@dataclass(frozen=True)
+class StatPlan:
+    """What --stats asked for (the rows written) and what must be computed for it (plus dependencies)."""
+
+    asked: tuple[str, ...]
+    alignment: tuple[str, ...]
+    importance: tuple[str, ...]
+
+
+def plan_stats(spec: str) -> StatPlan:
+    """Resolve set and statistic names; unknown names are a UserError before any model is loaded."""
+    asked: list[str] = []
+    for item in (s.strip() for s in str(spec).split(",") if s.strip()):
+        if item not in SETS and item not in SETS["all"]:
+            raise UserError(f"unknown statistic {item!r}; choose from: {', '.join([*SETS, *SETS['all']])}")
+        asked += [s for s in SETS.get(item, (item,)) if s not in asked]
+    if not asked:
+        raise UserError(f"--stats {spec!r} names no statistics")
+    computed = list(asked)
+    for s in asked:  # spearman_<proxy> needs its proxy and the ablation target
+        if s.startswith("spearman_"):
+            computed += [d for d in imp.spearman_parts(s) if d not in computed]
+    return StatPlan(
+        tuple(asked),
+        tuple(s for s in ALIGNMENT if s in computed),
+        tuple(s for s in imp.STATISTICS if s in computed and s not in imp.AGREEMENT),
+    )
 
 
 @dataclass
@@ -116,6 +157,9 @@ def run_probe(
 ) -> ProbeResult:
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
+    plan = plan_stats(opts.stats)  # names and options first: no model is loaded for a typo
+    imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})
+    backend_cls = _backend(opts.backend)
     rank, world, created = _dist()
     opts = replace(opts, device=_rank_device(opts.device, world))
     pm = (
@@ -125,50 +169,136 @@ def run_probe(
             model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
         )
     )
-    opts = replace(
-        opts, seq_len=opts.seq_len or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
-    )
+    natural = sq.row_length(opts.data, opts.split)  # a 2-D token array: its rows are the sequences
+    default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
+    opts = replace(opts, seq_len=opts.seq_len or default)
     sq.check_seq_len(pm, opts.seq_len)
-    accs = build_accumulators(opts.stats, pm.n_layers, pm.d_ff)
+    accs = build_accumulators(plan.alignment, pm.n_layers, pm.d_ff)
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
-    backend = _backend(opts.backend)(sink)
-    for acc in accs:  # sets that need the model itself (importance: ablations, gradients)
-        if hasattr(acc, "bind"):
-            acc.bind(pm, opts.exclude_bos, accs, opts.importance, progress and rank == 0)
+    backend = backend_cls(sink) if accs else None
+    keep = imp_opts.max_sequences if plan.importance else 0
     seqs = sq.limit_tokens(sq.token_sequences(pm, opts.data, opts.seq_len, opts.split), opts.max_tokens)
-    n_tokens = _run_batches(pm, sink, backend, sq.shard(seqs, rank, world), opts, progress and rank == 0)
-    n_tokens = _all_reduce(accs, n_tokens, world)
-    if created:
-        torch.distributed.destroy_process_group()
+    stream = _Stream(pm, sink, backend, opts, keep, rank, world)
+    stream.run(sq.shard(seqs, rank, world), progress and rank == 0)
+    for acc in accs:
+        acc.all_reduce_()
+    n_tokens = all_reduce_int(stream.n_tokens)
     if n_tokens == 0:
+        _finish_dist(created)
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
+    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream.kept, world, progress and rank == 0)
+    _finish_dist(created)
     from tlm_probe.report import build_provenance
 
-    table, matrices = _table(pm, accs), _matrices(pm, accs)
+    rows = [r for acc in accs for r in acc.rows()] + rows
+    agreement, target = _agreement(rows, plan)
+    rows += agreement
+    table = _table(pm, [r for r in rows if r["statistic"] in plan.asked])
+    matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
-    for acc in accs:
-        prov.update(getattr(acc, "provenance", dict)())
+    prov["ci_methods"] = imp.CI_METHODS
+    if info is not None:
+        missing = {
+            s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
+        }
+        info["skipped"].update(
+            {s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}}
+        )
+        prov["importance"] = {**info, "agreement_target": target}
     return ProbeResult(table, matrices, prov)
 
 
-def _run_batches(pm, sink, backend, seqs, opts: ProbeOptions, progress: bool) -> int:
-    full = any(a.needs_output for a in sink.accumulators)
-    n_tokens = 0
-    bar = _progress(progress)
-    with bar, torch.inference_mode():
-        task = bar.add_task("probing", total=opts.max_tokens) if progress else None
-        for ids, mask in sq.batches(seqs, opts.batch_size, sq.pad_id(pm), opts.device):
-            index = TokenIndex(mask, opts.exclude_bos)
-            sink.start_batch(index)
-            out = backend.run(ids, mask, full_output=full)
-            sink.end_batch()
-            batch = Batch(ids, mask, index, out)
-            for acc in sink.accumulators:
-                acc.end_batch(batch)
-            n_tokens += int(mask.sum())
-            if progress:
-                bar.update(task, advance=int(mask.sum()))
-    return n_tokens
+def _finish_dist(created: bool) -> None:
+    if created:
+        torch.distributed.destroy_process_group()
+
+
+class _Stream:
+    """The first pass: batches through the backend into the sink (if any alignment statistic was asked),
+    counting tokens, and keeping the ids of sequences with global index < keep for the importance pass."""
+
+    def __init__(self, pm, sink, backend, opts: ProbeOptions, keep: int, rank: int, world: int):
+        self.pm, self.sink, self.backend, self.opts = pm, sink, backend, opts
+        self.keep, self.rank, self.world = keep, rank, world
+        self.kept: list[dict] = []
+        self.n_tokens, self.n_seqs = 0, 0
+
+    def run(self, seqs, progress: bool) -> None:
+        bar = _progress(progress)
+        with bar, torch.inference_mode():
+            task = bar.add_task("probing", total=self.opts.max_tokens) if progress else None
+            for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
+                if self.backend is not None:
+                    self._forward(ids, mask)
+                self._keep(ids, mask)
+                self.n_tokens += int(mask.sum())
+                if progress:
+                    bar.update(task, advance=int(mask.sum()))
+
+    def _forward(self, ids, mask) -> None:
+        index = TokenIndex(mask, self.opts.exclude_bos)
+        self.sink.start_batch(index)
+        out = self.backend.run(ids, mask, full_output=any(a.needs_output for a in self.sink.accumulators))
+        self.sink.end_batch()
+        batch = Batch(ids, mask, index, out)
+        for acc in self.sink.accumulators:
+            acc.end_batch(batch)
+
+    def _keep(self, ids, mask) -> None:
+        """Local sequence j of this rank is global sequence j * world + rank (sq.shard deals round robin)."""
+        glob = (torch.arange(ids.shape[0]) + self.n_seqs) * self.world + self.rank
+        self.n_seqs += ids.shape[0]
+        rows = (glob < self.keep).nonzero()[:, 0]
+        if len(rows):
+            self.kept.append(
+                {"input_ids": ids[rows].cpu(), "attention_mask": mask[rows].cpu(), "seq_index": glob[rows]}
+            )
+
+
+def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress: bool):
+    """The second pass, on the kept sequences; refused statistics get their reason in provenance."""
+    if not plan.importance:
+        return [], [], None, {}
+    refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
+    stats = [s for s in plan.importance if s not in refused]
+    with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
+        batches = [{k: v.clone() for k, v in b.items()} for b in kept]
+        rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress))
+    asked = set(plan.asked)
+    info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
+    info["sequences"] = all_reduce_int(sum(len(b["input_ids"]) for b in kept))
+    info["statistic_needs"] = {s: sorted(imp.NEEDS.get(s, ())) for s in plan.importance if s in asked}
+    info["options"] = {k: v for k, v in opts.__dict__.items() if k != "probe_labels"}
+    return rows, mats, info, refused
+
+
+def _why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
+    proxy = stat.removeprefix("spearman_")
+    why = skipped.get(proxy) or refused.get(proxy) or "constant or missing across layers"
+    return f"no agreement row: its proxy {proxy} is unavailable ({why})"
+
+
+def _agreement(rows: list[dict], plan: StatPlan) -> tuple[list[dict], str | None]:
+    """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run, and that
+    effect's name."""
+    wanted = [s for s in plan.asked if s in imp.AGREEMENT]
+    if not wanted or not rows:
+        return [], None
+    df = pd.DataFrame(rows)
+    per_layer = {s: g.sort_values("layer")["value"].to_numpy() for s, g in df.groupby("statistic")}
+    target = next((t for t in imp.TARGETS if t in per_layer), None)
+    if target is None:
+        return [], None
+    out = [dict(layer=-1, std=float("nan"), **r) for r in imp.spearman_rows(per_layer, target)]
+    return [r for r in out if r["statistic"] in wanted], target
+
+
+def _tracker(progress: bool):
+    if not progress:
+        return lambda it, description: it
+    from rich.progress import track
+
+    return lambda it, description: track(it, description=description, transient=True)
 
 
 def _progress(enabled: bool):
@@ -191,31 +321,17 @@ class _NoBar(nullcontext):
         return None
 
 
-def _all_reduce(accs, n_tokens: int, world: int) -> int:
-    if world <= 1:
-        return n_tokens
-    import torch.distributed as dist
-
-    for acc in accs:
-        dist.all_reduce(acc.state, op=dist.ReduceOp.SUM)  # states are sums: the reduce is a merge
-    total = torch.tensor([n_tokens], dtype=torch.float64)
-    dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    return int(total.item())
-
-
-def _table(pm: ProbeModel, accs) -> pd.DataFrame:
-    rows = [r for acc in accs for r in acc.rows()]
-    df = pd.DataFrame(rows)
+def _table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=None if rows else ["layer", "statistic", "value"])
     df["model"] = pm.name
     per_layer = df["layer"] >= 0  # layer -1: per-model rows (importance proxy agreement)
     df["depth"] = (df["layer"] / max(pm.n_layers - 1, 1)).where(per_layer)
     df["d_ff"] = pd.array([pm.d_ff[l] if l >= 0 else None for l in df["layer"]], dtype="Int64")
     extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
-    return df[RESULT_COLUMNS + extra]
+    return df.reindex(columns=RESULT_COLUMNS + extra)
 
 
-def _matrices(pm: ProbeModel, accs) -> pd.DataFrame | None:
-    rows = [r for acc in accs for r in acc.matrix_rows()]
+def _matrices(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
     if not rows:
         return None
     df = pd.DataFrame(rows)

@@ -6,7 +6,6 @@ from tlm_probe.capture.adapters import (
     PIECES,
     Adapter,
     adapter_for,
-    supported_model_types,
 )
 from tlm_probe.capture.loading import DTYPES, ProbeModel, load_probe_model, wrap_model
 
@@ -19,6 +18,5 @@ __all__ = [
     "ProbeModel",
     "adapter_for",
     "load_probe_model",
-    "supported_model_types",
     "wrap_model",
 ]

@@ -1,6 +1,7 @@
 """The table of architecture adapters: where each model family keeps its layers and sublayers.
 
-All architecture knowledge lives in ADAPTERS; the capture backends read it and never branch on a family.
+All architecture knowledge lives in ADAPTERS (module paths, block kind, how the model is called, position
+offsets, how TransformerLens wraps it); nothing else in the package branches on a family or model type.
 A *tap* is "path:in" or "path:out": the first input or the (first) output of the module at `path`,
 relative to one layer ("" is the layer itself). Each row gives, per block kind, the taps that produce the
 contract's pieces (DESIGN.md section 2):
@@ -41,16 +42,11 @@ class Adapter:
     """Hugging Face `config.model_type` values served by this row."""
     layers: str
     """Path of the ModuleList of blocks, relative to the base model (`model.base_model`)."""
-    attn: str
-    """Attention module, relative to a layer."""
     mlp: str
-    """MLP module, relative to a layer (for OPT, which has no MLP module, the second linear)."""
+    """MLP module, relative to a layer (its parameters are the gradient-importance group; for OPT, which
+    has no MLP module, the second linear)."""
     mlp_down: str
     """MLP down projection (nn.Linear or Conv1D); its input is the neuron activity, its in-width is d_l."""
-    mlp_act: str | None
-    """Module whose output is the MLP post-activation; None for gated MLPs (use mlp_down's input)."""
-    ln1: str | None
-    ln2: str | None
     final_norm: str | None
     """Final norm, relative to the base model (None for post-LN encoders)."""
     lm_head: str | None
@@ -60,6 +56,16 @@ class Adapter:
     kind_of: Callable[[Any], str]
     """config -> block kind (a family may have several, e.g. GPT-NeoX with use_parallel_residual)."""
     is_causal: bool = True
+    inputs: str = "keywords"
+    """How the model is called: "keywords" (transformers: input_ids=, attention_mask=, use_cache=False)
+    or "positional" (our TaperedLM: input_ids, attention_mask=)."""
+    position_offset: int = 0
+    """Position ids reserved before the first token (RoBERTa starts after the padding index: 2)."""
+    tl_native: bool = False
+    """The model carries TransformerLens HookPoints itself: the TL backend runs it as is, no bridge."""
+    tl_architecture: str | None = None
+    """TransformerLens bridge architecture when it is not the model's own class (encoders load as bare
+    models; the bridge wants the masked-LM class around them, whose head the probe never uses)."""
     notes: str = field(default="", compare=False)
 
     def block_kind(self, config: Any) -> str:
@@ -119,16 +125,24 @@ _TLM_TAPS = {
 
 _LLAMA = dict(
     layers="layers",
-    attn="self_attn",
     mlp="mlp",
     mlp_down="mlp.down_proj",
-    mlp_act=None,
-    ln1="input_layernorm",
-    ln2="post_attention_layernorm",
     final_norm="norm",
     lm_head="lm_head",
     taps={SEQUENTIAL: _seq_taps("post_attention_layernorm", "self_attn", "mlp", "mlp.down_proj")},
     kind_of=_fixed(SEQUENTIAL),
+)
+
+_BERT = dict(
+    layers="encoder.layer",
+    mlp="output",
+    mlp_down="output.dense",
+    final_norm=None,
+    lm_head=None,
+    taps={POST_LN: _BERT_TAPS},
+    kind_of=_fixed(POST_LN),
+    is_causal=False,
+    notes="post-LN encoder: mlp_out is output.dense (before the residual add and LayerNorm)",
 )
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -136,28 +150,22 @@ ADAPTERS: tuple[Adapter, ...] = (
         "tlm",
         ("tlm",),
         layers="blocks",
-        attn="attn",
         mlp="mlp",
         mlp_down="mlp.W_out",
-        mlp_act="mlp.hook_post",
-        ln1="ln1",
-        ln2="ln2",
         final_norm="ln_final",
         lm_head="unembed",
         taps={SEQUENTIAL: _TLM_TAPS},
         kind_of=_fixed(SEQUENTIAL),
+        inputs="positional",
+        tl_native=True,
         notes="our tapered model; taps are its contract HookPoints",
     ),
     Adapter(
         "gpt2",
         ("gpt2",),
         layers="h",
-        attn="attn",
         mlp="mlp",
         mlp_down="mlp.c_proj",
-        mlp_act="mlp.act",
-        ln1="ln_1",
-        ln2="ln_2",
         final_norm="ln_f",
         lm_head="lm_head",
         taps={SEQUENTIAL: _seq_taps("ln_2", "attn", "mlp", "mlp.c_proj")},
@@ -168,12 +176,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         "gpt_neox",
         ("gpt_neox",),
         layers="layers",
-        attn="attention",
         mlp="mlp",
         mlp_down="mlp.dense_4h_to_h",
-        mlp_act="mlp.act",
-        ln1="input_layernorm",
-        ln2="post_attention_layernorm",
         final_norm="final_layer_norm",
         lm_head="lm_head",
         taps={
@@ -186,12 +190,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         "gptj",
         ("gptj",),
         layers="h",
-        attn="attn",
         mlp="mlp",
         mlp_down="mlp.fc_out",
-        mlp_act="mlp.act",
-        ln1="ln_1",
-        ln2=None,
         final_norm="ln_f",
         lm_head="lm_head",
         taps={PARALLEL: _par_taps("attn", "mlp", "mlp.fc_out")},
@@ -201,42 +201,25 @@ ADAPTERS: tuple[Adapter, ...] = (
         "opt",
         ("opt",),
         layers="decoder.layers",
-        attn="self_attn",
         mlp="fc2",
         mlp_down="fc2",
-        mlp_act="activation_fn",
-        ln1="self_attn_layer_norm",
-        ln2="final_layer_norm",
         final_norm="decoder.final_layer_norm",
         lm_head="lm_head",
         taps={SEQUENTIAL: _seq_taps("final_layer_norm", "self_attn", "fc2", "fc2")},
         kind_of=lambda c: SEQUENTIAL if getattr(c, "do_layer_norm_before", True) else POST_LN,
         notes="OPT-350m (do_layer_norm_before=False) is post-LN and not mapped yet",
     ),
+    Adapter("bert", ("bert", "electra"), **_BERT, tl_architecture="BertForMaskedLM"),
     Adapter(
-        "bert",
-        ("bert", "roberta", "xlm-roberta", "camembert", "electra"),
-        layers="encoder.layer",
-        attn="attention",
-        mlp="output",
-        mlp_down="output.dense",
-        mlp_act="intermediate",
-        ln1=None,
-        ln2="attention.output.LayerNorm",
-        final_norm=None,
-        lm_head=None,
-        taps={POST_LN: _BERT_TAPS},
-        kind_of=_fixed(POST_LN),
-        is_causal=False,
-        notes="post-LN encoder: mlp_out is output.dense (before the residual add and LayerNorm)",
+        "roberta",
+        ("roberta", "xlm-roberta", "camembert"),
+        **_BERT,
+        position_offset=2,
+        tl_architecture="RobertaForMaskedLM",
     ),
 )
 
 _BY_TYPE = {t: a for a in ADAPTERS for t in a.model_types}
-
-
-def supported_model_types() -> tuple[str, ...]:
-    return tuple(sorted(_BY_TYPE))
 
 
 def adapter_for(model_type: str | None) -> Adapter:

@@ -39,13 +39,18 @@ def guardrail_pieces(kind: str) -> set[str]:
     return {p for lhs, terms in ADDITIVITY[kind] for p in (lhs, *terms)} - set(DERIVED.get(kind, {}))
 
 
+# the layer output: its tap fires last in every block, so it is what tells a backend the layer is complete
+ALWAYS = {"resid_post"}
+
+
 def capture_set(kind: str, needs: set[str]) -> set[str]:
-    """Pieces to capture: what the statistics need (derived ones replaced by their terms) + guardrails."""
+    """Pieces to capture: what the statistics need (derived ones replaced by their terms), the guardrails'
+    pieces, and the layer output (post-LN guardrails read the sum before the LayerNorm, not the output)."""
     derived = DERIVED.get(kind, {})
     direct = {p for p in needs if p not in derived}
     for p in needs & set(derived):
         direct |= set(derived[p])
-    return direct | guardrail_pieces(kind)
+    return direct | guardrail_pieces(kind) | ALWAYS
 
 
 def add_derived(kind: str, raw: dict[str, torch.Tensor]) -> None:

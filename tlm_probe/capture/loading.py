@@ -45,6 +45,7 @@ class ProbeModel:
     d_ff: tuple[int, ...]
     is_causal: bool
     vocab_size: int
+    d_model: int = 0
     path: Path | None = None
 
     @property
@@ -52,13 +53,8 @@ class ProbeModel:
         """The module holding the blocks (the transformer without its LM head)."""
         return getattr(self.model, "base_model", self.model)
 
-    def submodule(self, path: str, root: nn.Module | None = None) -> nn.Module | None:
-        return (root if root is not None else self.base).get_submodule(path) if path else root
-
     def layer(self, l: int) -> nn.Module:
         return self.base.get_submodule(f"{self.adapter.layers}.{l}")
-
-    block = layer
 
     def layer_module(self, l: int, rel: str | None) -> nn.Module | None:
         """The module at `rel` inside layer l ("" is the layer itself)."""
@@ -66,25 +62,12 @@ class ProbeModel:
             return None
         return self.layer(l).get_submodule(rel) if rel else self.layer(l)
 
-    def attention(self, l: int) -> nn.Module:
-        return self.layer_module(l, self.adapter.attn)
-
     def mlp(self, l: int) -> nn.Module:
         return self.layer_module(l, self.adapter.mlp)
 
     def mlp_down(self, l: int) -> nn.Module:
         """Down projection (nn.Linear or Conv1D); its input is the neuron activity (width d_l)."""
         return self.layer_module(l, self.adapter.mlp_down)
-
-    def mlp_act(self, l: int) -> nn.Module | None:
-        """Module whose output is the post-activation; None for gated MLPs (use mlp_down's input)."""
-        return self.layer_module(l, self.adapter.mlp_act)
-
-    def ln1(self, l: int) -> nn.Module | None:
-        return self.layer_module(l, self.adapter.ln1)
-
-    def ln2(self, l: int) -> nn.Module | None:
-        return self.layer_module(l, self.adapter.ln2)
 
     def final_norm(self) -> nn.Module | None:
         return self.base.get_submodule(self.adapter.final_norm) if self.adapter.final_norm else None
@@ -98,9 +81,7 @@ class ProbeModel:
 
     def base_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[tuple, dict]:
         """(args, kwargs) for calling `self.base` on a batch."""
-        if self.family == "tlm":
-            return (input_ids,), {"attention_mask": attention_mask}
-        return (), {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+        return CALLS[self.adapter.inputs](input_ids, attention_mask)
 
     def forward_base(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """Run the blocks (no LM head: the probe statistics never need logits)."""
@@ -109,10 +90,17 @@ class ProbeModel:
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """The full model (logits for decoders, hidden states for encoders)."""
-        if self.family == "tlm":
-            return self.model(input_ids, attention_mask=attention_mask)
-        kwargs = {"use_cache": False} if self.is_causal else {}
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        args, kwargs = self.base_inputs(input_ids, attention_mask)
+        if not self.is_causal:  # encoders take no use_cache
+            kwargs.pop("use_cache", None)
+        return self.model(*args, **kwargs)
+
+
+# Adapter.inputs -> (input_ids, attention_mask) -> (args, kwargs) of a forward call
+CALLS = {
+    "positional": lambda ids, mask: ((ids,), {"attention_mask": mask}),
+    "keywords": lambda ids, mask: ((), {"input_ids": ids, "attention_mask": mask, "use_cache": False}),
+}
 
 
 def down_width(module: nn.Module) -> int:
@@ -142,6 +130,9 @@ def wrap_model(
         d_ff=(),
         is_causal=adapter.is_causal,
         vocab_size=int(config.vocab_size),
+        d_model=int(
+            next(getattr(config, k) for k in ("d_model", "hidden_size", "n_embd") if hasattr(config, k))
+        ),
         path=path,
     )
     layers = pm.base.get_submodule(adapter.layers)

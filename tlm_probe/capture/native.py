@@ -1,7 +1,7 @@
 """The default backend: PyTorch forward hooks that hand each layer's pieces to the sink and keep nothing.
 
-A layer's pieces are held only until its last tap (resid_post, the layer output) fires; then the sink
-updates the accumulators and the references are dropped, so memory does not grow with the data.
+A layer's pieces are held only until its last tap (resid_post, the layer output, always captured) fires;
+then the sink updates the accumulators and the references are dropped.
 """
 
 from __future__ import annotations
@@ -30,6 +30,22 @@ def tap_input(args: tuple, kwargs: dict) -> torch.Tensor | None:
     return first_tensor(args) if args else first_tensor(kwargs)
 
 
+def register_taps(pm, taps: dict[str, str], on_value, stack: contextlib.ExitStack, layers=None) -> None:
+    """Hook every (layer, piece) tap; on_value(layer, piece, tensor) receives what it captures. The handles
+    are removed when `stack` closes. Used by this backend and by the importance pass (same taps)."""
+    for layer in range(pm.n_layers) if layers is None else layers:
+        for piece, tap in taps.items():
+            path, where = split_tap(tap)
+            module = pm.layer_module(layer, path)
+            if where == "in":
+                fn = (lambda l, p: lambda m, a, k: on_value(l, p, tap_input(a, k)))(layer, piece)
+                handle = module.register_forward_pre_hook(fn, with_kwargs=True)
+            else:
+                fn = (lambda l, p: lambda m, a, o: on_value(l, p, first_tensor(o)))(layer, piece)
+                handle = module.register_forward_hook(fn)
+            stack.callback(handle.remove)
+
+
 class NativeBackend:
     name = "native"
 
@@ -46,17 +62,7 @@ class NativeBackend:
             self.sink.on_layer(layer, self._current.pop(layer))
 
     def _hooks(self, stack: contextlib.ExitStack) -> None:
-        for layer in range(self.pm.n_layers):
-            for piece, tap in self.sink.taps.items():
-                path, where = split_tap(tap)
-                module = self.pm.layer_module(layer, path)
-                if where == "in":
-                    fn = (lambda l, p: lambda m, a, k: self._store(l, p, tap_input(a, k)))(layer, piece)
-                    handle = module.register_forward_pre_hook(fn, with_kwargs=True)
-                else:
-                    fn = (lambda l, p: lambda m, a, o: self._store(l, p, first_tensor(o)))(layer, piece)
-                    handle = module.register_forward_hook(fn)
-                stack.callback(handle.remove)
+        register_taps(self.pm, self.sink.taps, self._store, stack)
 
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, full_output: bool = False):
         """One forward pass with hooks; returns the model output (logits when full_output)."""

@@ -3,7 +3,10 @@
 Text is tokenised document by document with the model's tokenizer and each document is cut into chunks of
 seq_len tokens (document-aligned; the last chunk of a document is shorter and padded in its batch). Special
 tokens ([CLS]/[SEP], BOS) are added to every chunk the way the tokenizer adds them to a sentence.
-Token-id data (.npy, .pt, our .tok shards, prepared folders) is cut into consecutive chunks of seq_len.
+Token-id data (.npy, .pt, our .tok shards, prepared folders) is cut into consecutive chunks of seq_len;
+a 2-D array's rows are its sequences: never packed across rows, seq_len defaults to the row length, a
+shorter seq_len cuts each row into chunks, and a longer one is refused (rows are not padded: an error
+says so, rather than a silent change of what a sequence is).
 Batches are right-padded, so real tokens keep positions 0..n-1 (the default position ids are correct) and
 position 0 is each sequence's first token.
 """
@@ -38,8 +41,7 @@ def max_positions(pm: ProbeModel) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(cfg, key, None)
         if isinstance(value, int):
-            # RoBERTa-style position ids start after the padding index
-            return value - 2 if pm.model_type in ("roberta", "xlm-roberta", "camembert") else value
+            return value - pm.adapter.position_offset  # RoBERTa: position ids start after the pad index
     return None
 
 
@@ -70,13 +72,26 @@ def token_sequences(pm: ProbeModel, data, seq_len: int, split: str = "all") -> I
 
 
 def _load_ids(data, split: str) -> np.ndarray:
+    """1-D (a token stream) or 2-D (one sequence per row) ids; anything else is a UserError."""
     if isinstance(data, torch.Tensor):
-        return data.reshape(-1).cpu().numpy()
+        data = data.cpu().numpy()
     if isinstance(data, np.ndarray):
-        return data.reshape(-1)
-    from tlm_probe.data import load_token_ids
+        if data.ndim > 2:
+            raise UserError(
+                f"token array of shape {tuple(data.shape)}: expected 1-D or 2-D (rows = sequences)"
+            )
+        return data
+    from tlm_probe.data.tokens import load_token_rows
 
-    return load_token_ids(data, split)
+    return load_token_rows(data, split)
+
+
+def row_length(data, split: str = "all") -> int | None:
+    """The row length of a 2-D token array (the default seq_len for it), else None."""
+    if not is_token_source(data):
+        return None
+    ids = _load_ids(data, split)
+    return int(ids.shape[1]) if ids.ndim == 2 else None
 
 
 def _id_chunks(ids: np.ndarray, seq_len: int, vocab: int, where: str) -> Iterator[list[int]]:
@@ -85,8 +100,14 @@ def _id_chunks(ids: np.ndarray, seq_len: int, vocab: int, where: str) -> Iterato
     top = int(ids.max())
     if top >= vocab or int(ids.min()) < 0:
         raise UserError(f"token id {top} in {where} is out of range for the model's vocabulary of {vocab}")
-    for i in range(0, ids.size, seq_len):
-        yield ids[i : i + seq_len].astype(np.int64).tolist()
+    if ids.ndim == 2 and seq_len > ids.shape[1]:
+        raise UserError(
+            f"--seq-len {seq_len} is longer than the rows of {where} ({ids.shape[1]} tokens): rows are "
+            "sequences and are not packed together; use --seq-len <= the row length"
+        )
+    for row in ids if ids.ndim == 2 else (ids,):
+        for i in range(0, row.size, seq_len):
+            yield row[i : i + seq_len].astype(np.int64).tolist()
 
 
 def _text_chunks(pm: ProbeModel, docs: Iterable[str], seq_len: int) -> Iterator[list[int]]:

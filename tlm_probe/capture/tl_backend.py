@@ -40,8 +40,6 @@ TL_NAMES = {
         "mlp_post": "mlp.hook_post",
     },
 }
-# encoders load as bare models; the bridge wants the masked-LM class around them (its head is unused)
-_ENCODER_WRAPPERS = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}
 
 
 class TransformerLensBackend:
@@ -51,7 +49,7 @@ class TransformerLensBackend:
         self.sink, self.pm = sink, sink.pm
         table = TL_NAMES[self.pm.block_kind]
         self.names = {(l, p): f"blocks.{l}.{table[p]}" for l in range(self.pm.n_layers) for p in sink.pieces}
-        self.runner = self.pm.model if self.pm.family == "tlm" else _boot_bridge(self.pm)
+        self.runner = self.pm.model if self.pm.adapter.tl_native else _build_bridge(self.pm)
         unknown = [n for n in self.names.values() if n not in self.runner.hook_dict]
         if unknown:
             raise UserError(
@@ -74,24 +72,35 @@ class TransformerLensBackend:
         return out
 
 
-def _boot_bridge(pm):
-    from transformer_lens.model_bridge import TransformerBridge
+def _bridge_module(pm):
+    """The module the bridge wraps, and its architecture name: the model itself, or for a bare encoder the
+    masked-LM class built around it (Adapter.tl_architecture; the head is never run by the probe)."""
+    arch = pm.adapter.tl_architecture
+    if arch is None:
+        return pm.model, type(pm.model).__name__
+    import transformers
 
-    hf_model = pm.model
-    if pm.model_type in _ENCODER_WRAPPERS:
-        import transformers
+    param = next(pm.model.parameters())
+    wrapper = getattr(transformers, arch)(pm.model.config)
+    setattr(wrapper, wrapper.base_model_prefix, pm.model)
+    return wrapper.to(param.device, param.dtype).eval(), arch
 
-        hf_model = getattr(transformers, _ENCODER_WRAPPERS[pm.model_type])(pm.model.config)
-        setattr(hf_model, hf_model.base_model_prefix, pm.model)
-        hf_model = hf_model.to(next(pm.model.parameters()).device, next(pm.model.parameters()).dtype).eval()
+
+def _build_bridge(pm):
+    """Wrap the already loaded module: no path, no hub, no tokenizer needed (token-id data works).
+
+    `build_bridge_from_module` is TransformerLens 4.x's public way to bridge a pre-loaded model
+    (transformer_lens.model_bridge.sources); `boot_transformers` would reload the config (and tokenizer)
+    by name, which fails for in-memory models and offline hub names.
+    """
+    from transformer_lens.model_bridge.sources import build_bridge_from_module
+
     level = logging.getLogger().level
     logging.disable(logging.WARNING)  # the bridge logs several lines per boot about aliases and defaults
     try:
-        return TransformerBridge.boot_transformers(
-            str(pm.path or pm.name),
-            hf_model=hf_model,
-            tokenizer=pm.tokenizer,
-            dtype=next(pm.model.parameters()).dtype,
+        module, arch = _bridge_module(pm)
+        return build_bridge_from_module(
+            module, arch, hf_config=pm.model.config, tokenizer=pm.tokenizer, model_name=pm.name
         )
     except Exception as e:  # the bridge does not cover every family transformers does
         raise UserError(

@@ -55,7 +55,9 @@ def register(app: typer.Typer) -> None:
         ),
         exclude_bos: bool = typer.Option(False, "--exclude-bos", help="Leave position 0 out of every mean."),
         seq_len: int = typer.Option(
-            0, help="Tokens per sequence (0: 256, or the model's context if shorter)."
+            0,
+            help="Tokens per sequence (0: a 2-D token array's row length, else 256 or the model's context "
+            "if shorter). Rows of a 2-D array are never packed together; a longer --seq-len is refused.",
         ),
         max_tokens: int = typer.Option(65_536, help="Stop after this many tokens (0: all the data)."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),

@@ -159,7 +159,14 @@ def load_token_ids(path: str | Path, split: str = "all") -> np.ndarray:
     """A 1-D uint32 array of token ids from a .npy, .pt, shard file, shard folder or prepared folder.
 
     `split` (train | val | all) selects subfolders of a prepared folder and is ignored for single files.
+    A 2-D array (sequences x tokens) is read row after row; load_token_rows keeps its rows.
     """
+    return load_token_rows(path, split).reshape(-1)
+
+
+def load_token_rows(path: str | Path, split: str = "all") -> np.ndarray:
+    """Like load_token_ids, but a 2-D array keeps its shape: its rows are separate sequences (a batch of
+    tokenised documents, e.g. [CLS] ... [SEP] per row). More than 2 dimensions is an error."""
     path = Path(path)
     if path.is_dir():
         ids = _load_folder(path, split)
@@ -173,8 +180,11 @@ def load_token_ids(path: str | Path, split: str = "all") -> np.ndarray:
 
 
 def _as_ids(ids: np.ndarray, path: Path) -> np.ndarray:
-    if ids.ndim != 1:
-        ids = ids.reshape(-1)
+    if ids.ndim > 2:
+        raise UserError(
+            f"{path} holds a {ids.ndim}-D array {tuple(ids.shape)}; token ids must be 1-D (a stream) or "
+            "2-D (one sequence per row)"
+        )
     if ids.size == 0:
         raise UserError(f"{path} holds no tokens")
     if ids.dtype == DTYPE or ids.dtype == np.uint32:

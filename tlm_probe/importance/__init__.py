@@ -11,6 +11,34 @@
 per model (layer = -1): spearman_<proxy> against the MLP zero-ablation effect (agreement.py), and
 layer x layer (matrices table): angular_distance[_last], cka_linear, drop_block_best[_last] (tables.py).
 
-suite.py runs it all on a ProbeModel; plugin.py plugs it into probe(). Importing this package registers
-nothing: the stats registry imports plugin.py on first use.
+catalogue.py says what each statistic needs; suite.py is the second pass that probe.py runs on a bounded
+set of the probed sequences. Nothing here is loaded by name: probe.py imports it.
 """
+
+from tlm_probe.importance.agreement import TARGETS, spearman_rows
+from tlm_probe.importance.catalogue import (
+    AGREEMENT,
+    CI_METHODS,
+    NEEDS,
+    STATISTICS,
+    needs,
+    reasons,
+    spearman_parts,
+)
+from tlm_probe.importance.options import ImportanceOptions, options_from
+from tlm_probe.importance.suite import run_importance
+
+__all__ = [
+    "AGREEMENT",
+    "CI_METHODS",
+    "NEEDS",
+    "STATISTICS",
+    "TARGETS",
+    "ImportanceOptions",
+    "needs",
+    "options_from",
+    "reasons",
+    "run_importance",
+    "spearman_parts",
+    "spearman_rows",
+]

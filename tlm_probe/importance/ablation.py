@@ -37,6 +37,11 @@ def with_first(output, tensor: torch.Tensor):
     return (tensor, *output[1:]) if isinstance(output, tuple) else tensor
 
 
+def as_tokens(x: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """Some models (OPT) flatten tokens to (B*T, d) inside a layer; view them as (B, T, d)."""
+    return x.view(-1, seq_len, x.shape[-1]) if x.ndim == 2 else x
+
+
 def block_input(args: tuple, kwargs: dict) -> torch.Tensor:
     """The hidden state a block was called with (positional in our model and in transformers 5)."""
     return args[0] if args else kwargs["hidden_states"]
@@ -58,13 +63,23 @@ class Calibration:
 
     def add(self, module: nn.Module, out: torch.Tensor, mask: torch.Tensor) -> None:
         key = id(module)
-        v = out.detach()[mask.bool()].cpu().double()  # (N, d)
+        v = as_tokens(out, mask.shape[1]).detach()[mask.bool()].cpu().double()  # (N, d)
         self.sums[key] = self.sums.get(key, 0) + v.sum(0)
         self.counts[key] = self.counts.get(key, 0) + v.shape[0]
         keys, vecs = self.pools.get(key, (torch.empty(0), torch.empty(0, v.shape[1])))
         keys = torch.cat([keys, torch.rand(v.shape[0], generator=self.gen)])
         order = keys.argsort()[: self.pool_size]  # bottom-k keys: a uniform sample without replacement
         self.pools[key] = (keys[order], torch.cat([vecs, v.float()])[order])
+
+    def all_reduce_(self, modules: list[nn.Module], width: int) -> None:
+        """Means are exact across ranks (sums and counts; a rank without tokens adds zeros of `width`); the
+        resample pools are per rank (refused under torchrun by the engine)."""
+        from tlm_probe.stats import all_reduce_
+
+        for m in modules:
+            total = self.sums.get(id(m), torch.zeros(width, dtype=torch.float64))
+            self.sums[id(m)] = all_reduce_(total)
+            self.counts[id(m)] = int(all_reduce_(torch.tensor([float(self.counts.get(id(m), 0))])).item())
 
     def mean(self, module: nn.Module) -> torch.Tensor:
         return (self.sums[id(module)] / self.counts[id(module)]).float()
@@ -100,27 +115,29 @@ def _replacement(ab: Ablation, out: torch.Tensor, inp: torch.Tensor | None, cali
     return table[ab.kind]()
 
 
-def _hook_for(ab: Ablation, rows: slice, calib: Calibration | None):
+def _hook_for(ab: Ablation, rows: slice, calib: Calibration | None, seq_len: int):
     def hook(module, args, kwargs, output):
         out = first_tensor(output)
-        inp = block_input(args, kwargs)[rows] if ab.kind == "skip" else None
-        new = out.clone()
-        new[rows] = _replacement(ab, out[rows], inp, calib)
-        return with_first(output, new)
+        inp = as_tokens(block_input(args, kwargs), seq_len)[rows] if ab.kind == "skip" else None
+        new = as_tokens(out, seq_len).clone()
+        new[rows] = _replacement(ab, new[rows], inp, calib)
+        return with_first(output, new.view(out.shape))
 
     return hook
 
 
 @contextmanager
-def ablating(ablations: list[Ablation], batch_size: int, calib: Calibration | None = None):
-    """Install ablation k on rows [k*B, (k+1)*B) of a batch repeated len(ablations) times."""
+def ablating(ablations: list[Ablation], batch_size: int, calib: Calibration | None = None, seq_len: int = 0):
+    """Install ablation k on rows [k*B, (k+1)*B) of a batch repeated len(ablations) times (T = seq_len:
+    needed only for modules that flatten tokens to (B*T, d))."""
     handles = []
     try:
         for k, ab in enumerate(ablations):
             if ab.kind not in KINDS:
                 raise ValueError(f"unknown ablation kind {ab.kind!r}")
             rows = slice(k * batch_size, (k + 1) * batch_size)
-            handles.append(ab.module.register_forward_hook(_hook_for(ab, rows, calib), with_kwargs=True))
+            hook = _hook_for(ab, rows, calib, seq_len)
+            handles.append(ab.module.register_forward_hook(hook, with_kwargs=True))
         yield
     finally:
         for h in handles:

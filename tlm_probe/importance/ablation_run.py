@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tlm_probe.importance.ablation import Ablation, Calibration, ablating
 from tlm_probe.importance.streaming import TokenMean
 
+Reference = Callable[[torch.Tensor, dict], torch.Tensor]
 Metric = Callable[[torch.Tensor, torch.Tensor, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -25,10 +26,9 @@ def token_nll(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     return -logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
 
 
-def lm_dnll(clean, ablated, batch, mask):
+def lm_dnll(clean_nll, ablated, batch, mask):
     """Per-token NLL increase; counted where both the predicting and the predicted token are valid."""
-    ids = batch["input_ids"]
-    return token_nll(ablated, ids) - token_nll(clean, ids), mask[:, :-1] & mask[:, 1:]
+    return token_nll(ablated, batch["input_ids"]) - clean_nll, mask[:, :-1] & mask[:, 1:]
 
 
 def hidden_shift(clean, ablated, batch, mask):
@@ -36,7 +36,11 @@ def hidden_shift(clean, ablated, batch, mask):
     return 1 - F.cosine_similarity(clean.float(), ablated.float(), dim=-1), mask
 
 
-METRICS: dict[str, Metric] = {"dnll": lm_dnll, "shift": hidden_shift}
+# metric -> (what of the clean output every ablation is compared with, computed once per batch; the metric)
+METRICS: dict[str, tuple[Reference, Metric]] = {
+    "dnll": (lambda clean, batch: token_nll(clean, batch["input_ids"]), lm_dnll),
+    "shift": (lambda clean, batch: clean, hidden_shift),
+}
 
 
 def repeat_batch(batch: dict, times: int) -> dict:
@@ -56,7 +60,7 @@ class AblationEffects:
         max_rows: int = 16,
     ):
         self.forward, self.ablations, self.calib = forward, ablations, calib
-        self.metric_name, self.metric = metric, METRICS[metric]
+        self.metric_name, (self.reference, self.metric) = metric, METRICS[metric]
         self.max_rows = max_rows
         names = dict.fromkeys(ab.name for ab in ablations)
         self.means = {f"ablation_{metric}_{n}": TokenMean(n_layers) for n in names}
@@ -67,15 +71,20 @@ class AblationEffects:
         if not self.ablations:  # nothing asked for: not even the clean pass
             return
         clean = self.forward(batch) if clean is None else clean
+        ref = self.reference(clean, batch)  # e.g. the clean NLL: once per batch, not once per ablation
         B = mask.shape[0]
         per_pass = max(1, self.max_rows // B)
         for start in range(0, len(self.ablations), per_pass):
             group = self.ablations[start : start + per_pass]
-            with ablating(group, B, self.calib):
+            with ablating(group, B, self.calib, mask.shape[1]):
                 out = self.forward(repeat_batch(batch, len(group)))
             for k, ab in enumerate(group):
-                vals, m = self.metric(clean, out[k * B : (k + 1) * B], batch, mask)
-                self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals[m])
+                vals, m = self.metric(ref, out[k * B : (k + 1) * B], batch, mask)
+                self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals, m)
+
+    def all_reduce_(self) -> None:
+        for m in self.means.values():
+            m.all_reduce_()
 
     def rows(self) -> dict[str, list[dict]]:
         return {name: m.rows() for name, m in self.means.items()}

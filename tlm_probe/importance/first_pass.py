@@ -1,4 +1,5 @@
-"""The suite's first pass: one clean forward per batch feeds every streaming and sampled statistic."""
+"""The importance pass's clean forward: one forward per batch feeds every streaming and sampled part the
+asked statistics need (and only those: see catalogue.NEEDS)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from tlm_probe.importance.linear_probes import next_token_labels
 from tlm_probe.importance.logit_lens import LogitLens
 from tlm_probe.importance.sample import TokenSample
 from tlm_probe.importance.utilisation import NeuronActivity
+from tlm_probe.stats import all_reduce_
 
 
 def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -18,18 +20,27 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class FirstPass:
-    def __init__(self, pm, opts):
+    def __init__(self, pm, opts, need: frozenset[str]):
         L = pm.n_layers
-        self.pm, self.opts = pm, opts
-        self.angular = AngularDistance(L + 1)
-        self.angular_last = AngularDistance(L + 1)
-        self.anisotropy: Anisotropy | None = None  # sized on the first batch (d_model)
+        self.pm, self.opts, self.need = pm, opts, need
+        self.angular = AngularDistance(L + 1) if "angular" in need else None
+        self.angular_last = AngularDistance(L + 1) if "angular_last" in need else None
+        self.anisotropy = Anisotropy(L + 1, pm.d_model) if "anisotropy" in need else None
         self.sample = TokenSample(opts.sample_size, opts.seed)
-        self.neurons = [NeuronActivity(w, opts.act_threshold) for w in pm.d_ff]
+        self.neurons = [NeuronActivity(w, opts.act_threshold) for w in pm.d_ff] if "neurons" in need else []
         head = pm.lm_head()
         norm = pm.final_norm() or torch.nn.Identity()
-        self.lens = LogitLens(L, norm, head) if pm.is_causal and head is not None else None
-        self.label_counts = torch.zeros(0, dtype=torch.float64)
+        lens = "lens" in need and pm.is_causal and head is not None
+        self.lens = LogitLens(L, norm, head) if lens else None
+        self.label_counts = torch.zeros(pm.vocab_size, dtype=torch.float64)
+
+    @property
+    def needs_output(self) -> bool:
+        return self.lens is not None
+
+    @property
+    def needs_resid(self) -> bool:
+        return bool(self.need & {"lens", "angular", "angular_last", "anisotropy", "sample"})
 
     def labels(self, batch: dict, mask: torch.Tensor) -> torch.Tensor:
         if self.opts.probe_labels is not None:
@@ -39,28 +50,46 @@ class FirstPass:
     def _count(self, labels: torch.Tensor) -> None:
         ok = labels[labels >= 0].cpu()
         counts = torch.bincount(ok, minlength=len(self.label_counts)).double()
-        if len(counts) > len(self.label_counts):
+        if len(counts) > len(self.label_counts):  # user labels beyond the vocabulary
             counts[: len(self.label_counts)] += self.label_counts
             self.label_counts = counts
         else:
             self.label_counts += counts
 
     @torch.no_grad()
-    def update(self, store: dict, out: torch.Tensor, batch: dict, mask: torch.Tensor) -> None:
-        """store: the capture of this forward; out: logits or last hidden state; mask: tokens to count."""
+    def update(self, store: dict, out: torch.Tensor | None, batch: dict, mask: torch.Tensor) -> None:
+        """store: the capture of this forward; out: logits (when the lens asked); mask: tokens to count."""
+        if self.needs_resid:
+            self._resid(store, out, batch, mask)
+        for acc, post in zip(self.neurons, store["post"], strict=False):
+            acc.update(post.reshape(*mask.shape, -1)[mask])
+
+    def _resid(self, store: dict, out, batch: dict, mask: torch.Tensor) -> None:
         reps = torch.stack(store["resid"])  # (L+1, B, T, d)
-        if self.anisotropy is None:
-            self.anisotropy = Anisotropy(reps.shape[0], reps.shape[-1])
         flat = reps[:, mask]  # (L+1, N, d)
-        self.angular.update(flat)
-        self.anisotropy.update(flat)
-        last = last_token_index(batch["attention_mask"])
-        self.angular_last.update(reps[:, torch.arange(reps.shape[1]), last])  # (L+1, B, d)
-        labels = self.labels(batch, mask)
-        self._count(labels)
-        self.sample.update(list(store["resid"]), mask, labels)  # r = 0..L, like the matrices
-        for acc, post in zip(self.neurons, store["post"], strict=True):
-            acc.update(post[mask])
+        for acc in (self.angular, self.anisotropy):
+            if acc is not None:
+                acc.update(flat)
+        if self.angular_last is not None:
+            last = last_token_index(batch["attention_mask"])
+            self.angular_last.update(reps[:, torch.arange(reps.shape[1]), last])  # (L+1, B, d)
+        if "sample" in self.need:
+            labels = self.labels(batch, mask)
+            self._count(labels)
+            groups = batch.get("seq_index")
+            self.sample.update(list(store["resid"]), mask, labels, groups)  # r = 0..L, like the matrices
         if self.lens is not None:
+            final = self.lens.final(out)
             for l in range(self.pm.n_layers):
-                self.lens.update(l, store["resid"][l + 1], out, batch["input_ids"], mask)
+                self.lens.update(l, store["resid"][l + 1], final, batch["input_ids"], mask)
+
+    def all_reduce_(self) -> None:
+        """Merge ranks: every streamed part is a sum (the token sample is refused under torchrun)."""
+        for acc in (self.angular, self.angular_last, self.anisotropy):
+            if acc is not None:
+                acc.all_reduce_()
+        for acc in self.neurons:
+            acc.all_reduce_()
+        if self.lens is not None:
+            self.lens.all_reduce_()
+        all_reduce_(self.label_counts)

@@ -12,6 +12,8 @@ import math
 import numpy as np
 import torch
 
+from tlm_probe.stats import all_reduce_, all_reduce_int
+
 _CHUNK = 2048  # tokens per einsum chunk: the (R, R, chunk) cosine tensor stays small
 
 
@@ -33,6 +35,10 @@ class AngularDistance:
             c = torch.einsum("rnd,snd->rsn", u[:, start : start + _CHUNK], u[:, start : start + _CHUNK])
             self.sum += torch.arccos(c.clamp(-1.0, 1.0)).sum(-1) / math.pi
         self.count += u.shape[1]
+
+    def all_reduce_(self) -> None:
+        all_reduce_(self.sum)
+        self.count = all_reduce_int(self.count)
 
     def matrix(self) -> np.ndarray:
         m = (self.sum / max(self.count, 1)).numpy()
@@ -118,6 +124,10 @@ class Anisotropy:
         """reps: (R, N, d) for N valid tokens."""
         self.sum += unit(reps.detach().cpu().double()).sum(1)
         self.count += reps.shape[1]
+
+    def all_reduce_(self) -> None:
+        all_reduce_(self.sum)
+        self.count = all_reduce_int(self.count)
 
     def values(self) -> np.ndarray:
         n = self.count

@@ -7,6 +7,8 @@ With G = dL/dtheta the gradient of the dataset-mean loss:
                    (L_s = mean NLL of sequence s; one backward pass per sequence, token-level Fisher would
                    need one per token). Its CI is over sequences.
 - `grad_norm_mlp` = ||G restricted to the group||.
+Taylor and the gradient norm need only the summed gradient: one backward per batch gives it. Fisher needs
+each sequence's own gradient: one backward per sequence. All states are sums: `all_reduce_` merges ranks.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import torch
 from torch import nn
 
 from tlm_probe.importance.streaming import TokenMean
+from tlm_probe.stats import all_reduce_, all_reduce_int
 
-# loss_fn(batch_of_one_sequence) -> (sum of per-token losses, number of tokens)
+# loss_fn(batch) -> (sum of per-token losses, number of tokens)
 SequenceLoss = Callable[[dict], tuple[torch.Tensor, int]]
 
 
@@ -31,26 +34,48 @@ class GradientImportance:
         self.params = [p for g in self.groups for p in g]
         self.grad_sum = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
         self.tokens = 0
+        self.sequences = 0
+        self.backwards = 0
         self.fisher = TokenMean(len(self.layers))  # one "token" per sequence here
 
-    def update(self, sequence: dict, loss_fn: SequenceLoss) -> None:
-        """One sequence (a batch of size 1): accumulate its summed gradient and its Fisher term."""
-        loss_sum, n = loss_fn(sequence)
+    def _grads(self, batch: dict, loss_fn: SequenceLoss) -> tuple[list[torch.Tensor], int]:
+        loss_sum, n = loss_fn(batch)
         if n == 0:
-            return
+            return [], 0
         grads = torch.autograd.grad(loss_sum, self.params, allow_unused=True)
+        self.backwards += 1
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads, strict=True)]
         for acc, g in zip(self.grad_sum, grads, strict=True):
             acc += g.double()
         self.tokens += n
+        self.sequences += len(next(iter(batch.values())))  # rows of the batch
+        return grads, n
+
+    def update_batch(self, batch: dict, loss_fn: SequenceLoss) -> None:
+        """Several sequences at once: their summed gradient (Taylor, gradient norm; no Fisher term)."""
+        self._grads(batch, loss_fn)
+
+    def update(self, sequence: dict, loss_fn: SequenceLoss) -> None:
+        """One sequence (a batch of size 1): accumulate its summed gradient and its Fisher term."""
+        grads, n = self._grads(sequence, loss_fn)
+        if n == 0:
+            return
         i = 0
+        one = torch.ones(1, 1, dtype=torch.bool)
         for slot, group in enumerate(self.groups):
             term = sum(
                 ((g.double() / n) * p.detach().double()).square().sum()
                 for p, g in zip(group, grads[i : i + len(group)], strict=True)
             )
-            self.fisher.add(slot, 0.5 * term.reshape(1))
+            self.fisher.add(slot, (0.5 * term).reshape(1, 1), one)
             i += len(group)
+
+    def all_reduce_(self) -> None:
+        for g in self.grad_sum:
+            all_reduce_(g)
+        self.tokens = all_reduce_int(self.tokens)
+        self.sequences = all_reduce_int(self.sequences)
+        self.fisher.all_reduce_()
 
     def _per_group(self, fn) -> np.ndarray:
         out, i = [], 0

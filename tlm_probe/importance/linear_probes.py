@@ -17,7 +17,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from tlm_probe.importance.streaming import Z95
+from tlm_probe.importance.streaming import Z95, clustered_ci
 
 PROBE_ALPHA = 1.0  # ridge penalty on standardised features
 PROBE_MODEL = f"StandardScaler + RidgeClassifier(alpha={PROBE_ALPHA}), 25% held out"
@@ -38,22 +38,33 @@ def top_k_filter(labels: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
     return np.where(keep, labels, -1)
 
 
-def probe_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0, test_frac: float = 0.25) -> dict:
-    """Held-out accuracy of a linear (ridge) probe; returns value, normal 95% CI and test size."""
+def probe_accuracy(
+    x: np.ndarray, y: np.ndarray, seed: int = 0, test_frac: float = 0.25, groups: np.ndarray | None = None
+) -> dict:
+    """Held-out accuracy of a linear (ridge) probe; returns value, 95% CI and test size. With `groups` (the
+    sequence of each token) the CI is clustered by sequence like every token mean; without, binomial."""
     classes, counts = np.unique(y, return_counts=True)
     if len(classes) < 2 or len(y) < 8:
         nan = math.nan
         return dict(value=nan, ci_low=nan, ci_high=nan, std=nan, n_tokens=int(len(y)))
     strat = y if counts.min() >= 2 else None
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_frac, random_state=seed, stratify=strat)
+    g = np.arange(len(y)) if groups is None else groups
+    xtr, xte, ytr, yte, _, gte = train_test_split(
+        x, y, g, test_size=test_frac, random_state=seed, stratify=strat
+    )  # the same split as without groups: one shuffle of the indices serves every array
     clf = make_pipeline(StandardScaler(), RidgeClassifier(alpha=PROBE_ALPHA))
     clf.fit(xtr, ytr)
-    acc = float((clf.predict(xte) == yte).mean())
-    half = Z95 * math.sqrt(acc * (1 - acc) / len(yte))
+    correct = (clf.predict(xte) == yte).astype(float)
+    acc = float(correct.mean())
+    if groups is not None:
+        lo, hi = clustered_ci(correct, gte)
+    else:
+        half = Z95 * math.sqrt(acc * (1 - acc) / len(yte))
+        lo, hi = acc - half, acc + half
     return dict(
         value=acc,
-        ci_low=max(0.0, acc - half),
-        ci_high=min(1.0, acc + half),
+        ci_low=max(0.0, lo),
+        ci_high=min(1.0, hi),
         std=math.sqrt(acc * (1 - acc)),
         n_tokens=int(len(yte)),
     )

@@ -26,22 +26,31 @@ class LogitLens:
         self.means = {name: TokenMean(n_layers) for name in LENS_STATS}
 
     @torch.no_grad()
-    def update(self, layer: int, resid: torch.Tensor, final_logits: torch.Tensor, input_ids, mask) -> None:
-        """resid (B, T, d) at the layer's output, final_logits (B, T, V), mask (B, T) of tokens to count.
+    def final(self, final_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log q, q, top-1 of q) of the model's own prediction: computed once per batch, used per layer."""
+        logq = F.log_softmax(final_logits.float(), -1)
+        return logq, logq.exp(), logq.argmax(-1)
 
-        Cross-entropy uses the next token, so it is averaged over tokens whose successor is real too.
+    @torch.no_grad()
+    def update(self, layer: int, resid: torch.Tensor, final, input_ids, mask) -> None:
+        """resid (B, T, d) at the layer's output, final = self.final(logits (B, T, V)), mask (B, T) of
+        tokens to count. Cross-entropy uses the next token: it averages over tokens with a real successor.
         """
         mask = mask.bool()
+        logq, q, top_q = final if isinstance(final, tuple) else self.final(final)
         logp = F.log_softmax(self.unembed(self.final_norm(resid)).float(), -1)  # (B, T, V)
-        logq = F.log_softmax(final_logits.float(), -1)
-        kl = (logq.exp() * (logq - logp)).sum(-1)
+        kl = (q * (logq - logp)).sum(-1)
         entropy = -(logp.exp() * logp).sum(-1)
-        top1 = (logp.argmax(-1) == logq.argmax(-1)).double()
+        top1 = (logp.argmax(-1) == top_q).double()
         for name, v in (("logit_lens_kl", kl), ("logit_lens_entropy", entropy), ("logit_lens_top1", top1)):
-            self.means[name].add(layer, v[mask])
+            self.means[name].add(layer, v, mask)
         next_mask = mask[:, :-1] & mask[:, 1:]
         ce = -logp[:, :-1].gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-        self.means["logit_lens_ce"].add(layer, ce[next_mask])
+        self.means["logit_lens_ce"].add(layer, ce, next_mask)
+
+    def all_reduce_(self) -> None:
+        for m in self.means.values():
+            m.all_reduce_()
 
     def rows(self) -> dict[str, list[dict]]:
         return {name: m.rows() for name, m in self.means.items()}

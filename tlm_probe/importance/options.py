@@ -30,6 +30,9 @@ class ImportanceOptions:
     """Rows per ablation forward pass: ablations are batched max(1, rows // batch) at a time."""
     pool_size: int = 1024
     """Vectors kept per module for resample ablation."""
+    max_sequences: int = 512
+    """The importance pass runs on the first max_sequences probed sequences (global order, across torchrun
+    ranks) and keeps only their token ids: its memory and time do not grow with --max-tokens."""
     exclude_bos: bool = False
     """Leave position 0 out of every token mean and sample."""
     ablations: tuple[str, ...] = DEFAULT_ABLATIONS
@@ -45,6 +48,7 @@ class ImportanceOptions:
             "grad_sequences": 0,
             "ablation_rows": 1,
             "pool_size": 1,
+            "max_sequences": 1,
         }
         for key, low in minimum.items():
             if getattr(self, key) < low:

@@ -19,10 +19,18 @@ class TokenSample:
         self.keys = torch.empty(0)
         self.reps: list[torch.Tensor] | None = None
         self.labels = torch.empty(0, dtype=torch.long)
+        self.groups = torch.empty(0, dtype=torch.long)  # the sequence each kept token came from
         self.seen = 0
 
-    def update(self, reps: list[torch.Tensor], mask: torch.Tensor, labels: torch.Tensor | None = None):
-        """reps: R tensors (B, T, d_r); mask (B, T) bool of valid tokens; labels (B, T) or None."""
+    def update(
+        self,
+        reps: list[torch.Tensor],
+        mask: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        groups: torch.Tensor | None = None,
+    ):
+        """reps: R tensors (B, T, d_r); mask (B, T) bool of valid tokens; labels (B, T) or None; groups (B,)
+        the sequence index of each row (for intervals clustered by sequence), or None."""
         mask = mask.bool().cpu()
         n = int(mask.sum())
         if n == 0:
@@ -38,6 +46,10 @@ class TokenSample:
         self.keys = keys[order]
         self.reps = [torch.cat([old, r])[order] for old, r in zip(self.reps, new, strict=True)]
         self.labels = torch.cat([self.labels, lab])[order]
+        grp = (
+            groups.cpu().long()[:, None].expand_as(mask)[mask] if groups is not None else torch.full((n,), -1)
+        )
+        self.groups = torch.cat([self.groups, grp])[order]
 
     @property
     def n(self) -> int:

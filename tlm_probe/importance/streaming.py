@@ -1,4 +1,9 @@
-"""Streaming token means with a 95% confidence interval, one value per layer, accumulated in float64."""
+"""Streaming token means of the importance statistics, with the same 95% CI as alignment.
+
+Every mean-over-tokens row of the probe has one definition of ci_low/ci_high: a t interval over sequences
+(tokens of one sequence are correlated, so sequences are the clusters; stats.moments.SequenceMoments).
+The state is a float64 sum, so a cross-rank all-reduce equals one process.
+"""
 
 from __future__ import annotations
 
@@ -7,46 +12,48 @@ import math
 import numpy as np
 import torch
 
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
+from tlm_probe.stats.moments import SequenceMoments
+
+Z95 = 1.959963984540054  # two-sided 95% normal quantile (Fisher-z and binomial intervals)
+CI_CLUSTERED = "t interval over sequences (sequence-clustered ratio estimator), 95%"
+
+
+def clustered_ci(values: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """The same sequence-clustered 95% interval for any per-token values (groups: sequence of each)."""
+    _, seq = np.unique(groups, return_inverse=True)
+    m = SequenceMoments(1)
+    m.add(0, torch.as_tensor(values, dtype=torch.float64), torch.as_tensor(seq), int(seq.max()) + 1)
+    s = m.summary(0)
+    return s["ci_low"], s["ci_high"]
 
 
 class TokenMean:
-    """Running sum and sum of squares of a per-token quantity for `n` layers (or any n slots)."""
+    """Per-slot (e.g. per-layer) token mean, token std and sequence-clustered CI of a per-token quantity."""
 
     def __init__(self, n: int):
-        self.sum = torch.zeros(n, dtype=torch.float64)
-        self.sumsq = torch.zeros(n, dtype=torch.float64)
-        self.count = torch.zeros(n, dtype=torch.float64)
+        self.moments = SequenceMoments(n)
 
-    def add(self, slot: int, values: torch.Tensor) -> None:
-        """Add the values (any shape, already restricted to valid tokens) to one slot."""
-        v = values.detach().reshape(-1).to("cpu", torch.float64)
-        self.sum[slot] += v.sum()
-        self.sumsq[slot] += v.square().sum()
-        self.count[slot] += v.numel()
+    def add(self, slot: int, values: torch.Tensor, mask: torch.Tensor) -> None:
+        """values and mask (B, T'): row b is sequence b; only values where mask is True count."""
+        mask = mask.bool()
+        seq = mask.nonzero()[:, 0].cpu()
+        v = values.detach()[mask].reshape(-1, 1).to("cpu", torch.float64)
+        self.moments.add_many(torch.tensor([slot]), v, seq, mask.shape[0])
 
-    def mean(self) -> np.ndarray:
-        return (self.sum / self.count.clamp_min(1)).numpy()
+    def all_reduce_(self) -> None:
+        self.moments.all_reduce_()
 
-    def std(self) -> np.ndarray:
-        n = self.count.clamp_min(2)
-        var = (self.sumsq - self.sum.square() / self.count.clamp_min(1)) / (n - 1)
-        return var.clamp_min(0).sqrt().numpy()
-
-    def ci(self) -> tuple[np.ndarray, np.ndarray]:
-        """Normal-approximation 95% interval of the mean (tokens treated as independent)."""
-        half = Z95 * self.std() / np.sqrt(np.maximum(self.count.numpy(), 1))
-        m = self.mean()
-        return m - half, m + half
+    @property
+    def count(self) -> torch.Tensor:
+        return self.moments.state[:, 1]
 
     def rows(self) -> list[dict]:
         """One dict per slot: value, ci_low, ci_high, std, n_tokens (NaN where nothing was added)."""
-        m, (lo, hi), s, n = self.mean(), self.ci(), self.std(), self.count.numpy()
         out = []
-        for i in range(len(m)):
-            empty = n[i] == 0
-            vals = (m[i], lo[i], hi[i], s[i])
-            vals = tuple(math.nan if empty else float(v) for v in vals)
-            row = dict(zip(("value", "ci_low", "ci_high", "std"), vals, strict=True))
-            out.append({**row, "n_tokens": int(n[i])})
+        for i in range(self.moments.state.shape[0]):
+            s = self.moments.summary(i)
+            row = {k: s[k] for k in ("value", "ci_low", "ci_high", "std")}
+            out.append(
+                {**{k: float(v) if v == v else math.nan for k, v in row.items()}, "n_tokens": s["n_tokens"]}
+            )
         return out

@@ -1,28 +1,32 @@
-"""The layer-importance suite on a ProbeModel: three passes over the same batches.
+"""The importance pass: probe.py's second pass over a bounded set of the probed batches.
 
-1. clean forward: residual geometry, neuron activity, logit lens, a seeded token sample, and the
-   calibration (means and pools) for mean/resample ablation;
-2. ablations, G at a time on the batch repeated G times;
-3. gradients, one backward per sequence for the first `grad_sequences` sequences (causal LMs only).
-Then the sampled statistics (CKA, effective rank, participation ratio, linear probes) and weight
-statistics (stable rank). Returns tidy rows; probe() adds them to its tables.
+Only the parts the asked statistics need run (catalogue.NEEDS):
+1. a clean forward per batch through the probe's tap hooks: residual streams (angular distance,
+   anisotropy, logit lens, the seeded token sample), neuron activity, and the calibration (means and
+   pools) for mean/resample ablation;
+2. ablations, G at a time on the batch repeated G times (one forward per ablation and batch);
+3. gradients: one backward per batch (Taylor, gradient norm) or per sequence (Fisher), on the sequences
+   whose global index is below `grad_sequences`, so that torchrun ranks together take the same ones.
+After each pass its sums are all-reduced across ranks; then the sampled statistics (CKA, effective rank,
+participation ratio, linear probes) and weight statistics (stable rank). Returns tidy rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from tlm_probe.importance.ablation import Calibration, calibrating
 from tlm_probe.importance.ablation_run import AblationEffects, token_nll
+from tlm_probe.importance.catalogue import FIRST_PASS, needs
 from tlm_probe.importance.first_pass import FirstPass
 from tlm_probe.importance.gradients import GradientImportance
-from tlm_probe.importance.options import DEFAULT_ABLATIONS, ImportanceOptions  # noqa: F401 (re-export)
+from tlm_probe.importance.options import ImportanceOptions
+from tlm_probe.importance.passes import PassCounter, head_share
 from tlm_probe.importance.tables import finish_tables
 from tlm_probe.importance.taps import ablation_plan, capturing, output_tensor
-
-NO_LM = "encoder without a causal LM head: no next-token distribution or loss"
 
 
 def token_mask(batch: dict, exclude_bos: bool) -> torch.Tensor:
@@ -32,91 +36,127 @@ def token_mask(batch: dict, exclude_bos: bool) -> torch.Tensor:
     return mask
 
 
-def _forward(pm) -> Callable[[dict], torch.Tensor]:
-    return lambda b: output_tensor(pm.forward(b["input_ids"], b["attention_mask"]))
+def _forward(pm, counter: PassCounter, name: str) -> Callable[[dict], torch.Tensor]:
+    def fwd(b: dict) -> torch.Tensor:
+        counter.forward(name, b["input_ids"].shape[0])
+        return output_tensor(pm.forward(b["input_ids"], b["attention_mask"]))
+
+    return fwd
 
 
 @torch.no_grad()
-def _first_pass(pm, batches, opts, track) -> tuple[FirstPass, Calibration]:
-    acc = FirstPass(pm, opts)
+def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Calibration]:
+    acc = FirstPass(pm, opts, need)
     calib = Calibration(opts.pool_size, opts.seed)
-    targets = list(dict.fromkeys(ab.module for ab in ablation_plan(pm, opts.ablations) if ab.kind != "skip"))
+    plan = [ab for ab in ablation_plan(pm, opts.ablations) if ab.kind != "skip"] if "calib" in need else []
+    targets = list(dict.fromkeys(ab.module for ab in plan))
     mask_ref: dict = {}
-    with capturing(pm) as store, calibrating(targets, calib, mask_ref):
+    forward = _forward(pm, counter, "clean")
+    with capturing(pm, acc.needs_resid, bool(acc.neurons)) as store, calibrating(targets, calib, mask_ref):
         for batch in track(batches, "importance: clean pass"):
             mask_ref["mask"] = token_mask(batch, opts.exclude_bos)
-            out = _forward(pm)(batch)
+            out = forward(batch)
             acc.update(store, out, batch, mask_ref["mask"])
+    if acc.lens is not None:
+        counter.extra(
+            "clean", pm.n_layers * head_share(pm) * sum(len(b["input_ids"]) for b in batches) / counter.rows
+        )
+    acc.all_reduce_()
+    calib.all_reduce_(targets, pm.d_model)
     return acc, calib
 
 
-def _ablation_pass(pm, batches, opts, calib, track) -> AblationEffects:
+def _ablation_pass(pm, batches, opts, calib, track, counter) -> AblationEffects:
     metric = "dnll" if pm.is_causal and pm.lm_head() is not None else "shift"
     plan = ablation_plan(pm, opts.ablations)
-    eff = AblationEffects(_forward(pm), plan, pm.n_layers, metric, calib, opts.ablation_rows)
+    eff = AblationEffects(
+        _forward(pm, counter, "ablation"), plan, pm.n_layers, metric, calib, opts.ablation_rows
+    )
     for batch in track(batches, "importance: ablations"):
         eff.update(batch, token_mask(batch, opts.exclude_bos))
+    eff.all_reduce_()
     return eff
 
 
-def _sequences(batches: Iterable[dict], limit: int):
-    n = 0
+def _chosen(batches: list[dict], limit: int, per_sequence: bool):
+    """The sequences (global index < limit) of each batch: one at a time, or as one smaller batch."""
     for batch in batches:
-        for i in range(batch["input_ids"].shape[0]):
-            if n >= limit:
-                return
-            n += 1
-            yield {k: v[i : i + 1] for k, v in batch.items()}
+        rows = (batch["seq_index"] < limit).nonzero()[:, 0]
+        if per_sequence:
+            yield from ({k: v[i : i + 1] for k, v in batch.items()} for i in rows.tolist())
+        elif len(rows):
+            yield {k: v[rows] for k, v in batch.items()}
 
 
-def _gradient_pass(pm, batches, opts, track) -> GradientImportance:
-    groups = {l: [p for p in pm.mlp(l).parameters()] for l in range(pm.n_layers)}
+def _gradient_pass(pm, batches, opts, per_sequence: bool, track, counter) -> GradientImportance:
+    groups = {l: list(pm.mlp(l).parameters()) for l in range(pm.n_layers)}
     gi = GradientImportance(groups)
     params = list(pm.model.parameters())
     saved = [p.requires_grad for p in params]
     mine = {id(p) for g in groups.values() for p in g}
-    forward = _forward(pm)
+    forward = _forward(pm, counter, "gradients")
 
     def loss_fn(seq):
         mask = token_mask(seq, opts.exclude_bos)
         nll = token_nll(forward(seq), seq["input_ids"])
         keep = mask[:, :-1] & mask[:, 1:]
+        counter.backward("gradients", seq["input_ids"].shape[0])
         return nll[keep].sum(), int(keep.sum())
 
+    update = gi.update if per_sequence else gi.update_batch
     try:
         for p in params:  # weight gradients only where needed: the backward skips everything else
             p.requires_grad_(id(p) in mine)
         with torch.enable_grad():
-            for seq in track(list(_sequences(batches, opts.grad_sequences)), "importance: gradients"):
-                gi.update(seq, loss_fn)
+            for seq in track(
+                list(_chosen(batches, opts.grad_sequences, per_sequence)), "importance: gradients"
+            ):
+                update(seq, loss_fn)
     finally:
         for p, flag in zip(params, saved, strict=True):
             p.requires_grad_(flag)
+    gi.all_reduce_()
     return gi
+
+
+def _indexed(batches: list[dict]) -> list[dict]:
+    """Batches without a global sequence index (one process) get their running index."""
+    out, n = [], 0
+    for b in batches:
+        rows = b["input_ids"].shape[0]
+        out.append(b if "seq_index" in b else {**b, "seq_index": torch.arange(n, n + rows)})
+        n += rows
+    return out
 
 
 def _no_track(it, description):
     return it
 
 
-def run_importance(pm, batches: list[dict], opts: ImportanceOptions | None = None, track=_no_track):
-    """All importance statistics of `pm` on `batches` (dicts of input_ids and attention_mask (B, T)).
+def run_importance(
+    pm, batches: list[dict], stats: list[str], opts: ImportanceOptions | None = None, track=_no_track
+):
+    """The importance statistics `stats` of `pm` (names from catalogue.STATISTICS, computable here).
 
-    Returns (rows, matrices, info): per-layer tidy rows, layer x layer rows and a provenance dict
-    (sample sizes, seeds, what was skipped and why).
+    batches: dicts of input_ids, attention_mask (B, T) and seq_index (B,) (global sequence index).
+    Returns (per-layer rows, layer x layer rows, info): info holds sample sizes, seeds, the passes run and
+    the statistics that could not be computed on this input (name -> one-line reason).
     """
     opts = opts or ImportanceOptions()
-    device = next(pm.model.parameters()).device
-    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
-    first, calib = _first_pass(pm, batches, opts, track)
-    effects = _ablation_pass(pm, batches, opts, calib, track)
-    causal = pm.is_causal and pm.lm_head() is not None
-    grads = _gradient_pass(pm, batches, opts, track) if causal else None
-    skipped = (
-        {}
-        if causal
-        else {
-            s: NO_LM for s in ("logit_lens_*", "ablation_dnll_*", "taylor_mlp", "fisher_mlp", "grad_norm_mlp")
-        }
+    kinds = tuple(
+        a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats)
     )
-    return finish_tables(pm, opts, first, effects, grads, skipped)
+    opts = replace(opts, ablations=kinds)
+    need = needs(stats)
+    device = next(pm.model.parameters()).device
+    batches = [{k: v.to(device) for k, v in b.items()} for b in _indexed(batches)]
+    counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
+    first, calib = _first_pass(pm, batches, opts, need, track, counter) if need & FIRST_PASS else (None, None)
+    effects = _ablation_pass(pm, batches, opts, calib, track, counter) if "ablation" in need else None
+    causal = pm.is_causal and pm.lm_head() is not None
+    grads = None
+    if "grad" in need and causal and opts.grad_sequences > 0:
+        grads = _gradient_pass(pm, batches, opts, "grad_per_sequence" in need, track, counter)
+    rows, matrices, info = finish_tables(pm, opts, set(stats), first, effects, grads)
+    info["passes"] = counter.summary()
+    return rows, matrices, info

@@ -1,20 +1,21 @@
 """What the importance suite hooks on a ProbeModel, read from the adapter row (never from the family name).
 
-- residual stream r = 0..L: the input of block 0, then the output of every block;
-- neuron activity of layer l: the input of the MLP down projection (width d_l), for every family;
+- residual stream r = 0..L: the resid_pre tap of block 0, then the resid_post tap of every block;
+- neuron activity of layer l: the mlp_post tap (input of the MLP down projection, width d_l);
 - ablation targets: the modules of the `mlp_out` and `attn_out` taps (by contract the sublayer outputs
   before the residual add, e.g. BERT's output.dense, not the LayerNorm after it) and the block itself.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import nn
 
 from tlm_probe.capture.adapters import split_tap
-from tlm_probe.importance.ablation import Ablation, block_input, first_tensor
+from tlm_probe.capture.native import register_taps
+from tlm_probe.importance.ablation import Ablation
 
 
 def tap_module(pm, layer: int, piece: str) -> nn.Module:
@@ -40,34 +41,30 @@ def ablation_plan(pm, kinds: tuple[str, ...]) -> list[Ablation]:
 
 
 @contextmanager
-def capturing(pm):
-    """Yield a dict filled by each forward: "resid" (L+1 of (B, T, d)) and "post" (L of (B, T, d_l))."""
+def capturing(pm, resid: bool = True, post: bool = True):
+    """Yield a dict filled by each forward: "resid" (L+1 of (B, T, d)) and "post" (L of (B, T, d_l)), through
+    the probe's own tap hooks (capture.native.register_taps) on the adapter's resid_pre (layer 0),
+    resid_post and mlp_post taps."""
     L = pm.n_layers
     store: dict = {"resid": [None] * (L + 1), "post": [None] * L}
+    slots = {
+        "resid_pre": lambda l: ("resid", 0),
+        "resid_post": lambda l: ("resid", l + 1),
+        "mlp_post": lambda l: ("post", l),
+    }
 
-    def block_hook(l):
-        def hook(module, args, kwargs, output):
-            if l == 0:
-                store["resid"][0] = block_input(args, kwargs).detach()
-            store["resid"][l + 1] = first_tensor(output).detach()
+    def on_value(layer: int, piece: str, value: torch.Tensor) -> None:
+        key, i = slots[piece](layer)
+        store[key][i] = value.detach()
 
-        return hook
-
-    def down_hook(l):
-        def hook(module, args):
-            store["post"][l] = args[0].detach()
-
-        return hook
-
-    handles = []
-    try:
-        for l in range(L):
-            handles.append(pm.layer(l).register_forward_hook(block_hook(l), with_kwargs=True))
-            handles.append(pm.mlp_down(l).register_forward_pre_hook(down_hook(l)))
+    taps = pm.taps()
+    with ExitStack() as stack:
+        if resid:
+            register_taps(pm, {"resid_pre": taps["resid_pre"]}, on_value, stack, layers=[0])
+            register_taps(pm, {"resid_post": taps["resid_post"]}, on_value, stack)
+        if post:
+            register_taps(pm, {"mlp_post": taps["mlp_post"]}, on_value, stack)
         yield store
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def output_tensor(out) -> torch.Tensor:

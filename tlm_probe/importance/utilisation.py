@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tlm_probe.importance.geometry import squared_singular_values
+from tlm_probe.stats import all_reduce_, all_reduce_int
 
 
 class NeuronActivity:
@@ -29,6 +30,10 @@ class NeuronActivity:
         rms = a.square().mean(-1, keepdim=True).sqrt()
         self.active += (a > self.act_threshold * rms).sum(0).cpu().double()
         self.count += a.shape[0]
+
+    def all_reduce_(self) -> None:
+        all_reduce_(self.active)
+        self.count = all_reduce_int(self.count)
 
     def frequency(self) -> np.ndarray:
         return (self.active / max(self.count, 1)).numpy()

@@ -1,20 +1,12 @@
 """Streaming statistics: accumulators that read captured pieces and keep float64 sums; no I/O."""
 
-from tlm_probe.stats import alignment  # noqa: F401  (registers the "alignment" set)
-from tlm_probe.stats.accumulator import (
-    PLUGINS,
-    Accumulator,
-    Batch,
-    available_stats,
-    build_accumulators,
-    register_accumulator,
-)
-from tlm_probe.stats.alignment import STATISTICS, AlignmentAccumulator
+from tlm_probe.stats.accumulator import Accumulator, Batch
+from tlm_probe.stats.alignment import STATISTICS, AlignmentAccumulator, build_accumulators
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces, TokenIndex
+from tlm_probe.stats.reduce import all_reduce_, all_reduce_int
 
 __all__ = [
-    "PLUGINS",
     "STATISTICS",
     "Accumulator",
     "AlignmentAccumulator",
@@ -22,7 +14,7 @@ __all__ = [
     "LayerPieces",
     "SequenceMoments",
     "TokenIndex",
-    "available_stats",
+    "all_reduce_",
+    "all_reduce_int",
     "build_accumulators",
-    "register_accumulator",
 ]

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import torch
 
-from tlm_probe.stats.accumulator import Accumulator, register_accumulator
+from tlm_probe.errors import UserError
+from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
 
@@ -55,4 +56,15 @@ class AlignmentAccumulator(Accumulator):
         return out
 
 
-register_accumulator("alignment", AlignmentAccumulator, tuple(STATISTICS))
+def build_accumulators(
+    spec: str | tuple[str, ...], n_layers: int, d_ff: tuple[int, ...]
+) -> list[Accumulator]:
+    """'alignment' | 'all' | alignment statistic names (comma list or tuple) -> accumulators ([] if none)."""
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    names: list[str] = []
+    for item in filter(None, items):
+        if item not in (*STATISTICS, "alignment", "all"):
+            raise UserError(f"unknown statistic {item!r} (alignment statistics: {', '.join(STATISTICS)})")
+        for name in STATISTICS if item in ("alignment", "all") else (item,):
+            names += [name] if name not in names else []
+    return [AlignmentAccumulator(n_layers, d_ff, tuple(names))] if names else []

@@ -12,6 +12,8 @@ import math
 import torch
 from scipy import stats as sps
 
+from tlm_probe.stats.reduce import all_reduce_
+
 # columns of the state: sequences, tokens, sum x, sum x^2 (tokens), sum x_s^2, sum x_s n_s, sum n_s^2
 S, N, X, X2, XX, XN, NN = range(7)
 WIDTH = 7
@@ -57,6 +59,9 @@ class SequenceMoments:
 
     def merge(self, other: SequenceMoments) -> None:
         self.state += other.state
+
+    def all_reduce_(self) -> None:
+        all_reduce_(self.state)
 
     def summary(self, slot: int) -> dict:
         """value, std (over tokens), ci_low, ci_high (95%, over sequences), n_tokens, n_sequences."""

@@ -1,0 +1,112 @@
+"""Benchmark the importance pass: measured wall time against (pass count x one clean forward).
+
+The pass count is what provenance records (importance.passes: forwards and backwards as multiples of one
+clean forward of the kept batches); a backward counts as two forwards. The ratio measured / count says
+how much the pass costs beyond the forwards and backwards its statistics intrinsically need.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py            # 5-layer Llama, 8x256 batches
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+BACKWARD_IN_FORWARDS = 2.0  # a backward costs about two forwards (one per weight and input gradient)
+
+
+def llama_folder(folder: Path, layers: int, d_model: int, vocab: int) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=vocab, hidden_size=d_model, intermediate_size=d_model * 8 // 3 // 16 * 16,
+        num_hidden_layers=layers, num_attention_heads=max(1, d_model // 64), max_position_embeddings=1024,
+    )  # fmt: skip
+    LlamaForCausalLM(cfg).eval().save_pretrained(folder)
+    return folder
+
+
+def one_forward(pm, batches, repeats: int) -> float:
+    """Median seconds of one clean forward (full model, LM head included) over all the batches."""
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            t = time.perf_counter()
+            for ids, mask in batches:
+                pm.forward(ids, mask)
+            times.append(time.perf_counter() - t)
+    return statistics.median(times[1:])
+
+
+def importance_seconds(pm, ids_file, stats: str, args) -> tuple[float, dict]:
+    """Wall time of the importance pass alone: a probe of `stats` minus the stream it rides on."""
+    from tlm_probe.probe import probe
+
+    kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
+              importance={"grad_sequences": args.grad_sequences})  # fmt: skip
+    t = time.perf_counter()
+    res = probe(pm, ids_file, stats=stats, **kw)
+    total = time.perf_counter() - t
+    t = time.perf_counter()
+    probe(pm, ids_file, stats="stable_rank_mlp_out", **kw)  # the same stream, no pass
+    return total - (time.perf_counter() - t), res.provenance["importance"]["passes"]
+
+
+def count(passes: dict) -> float:
+    return sum(p["forwards"] + BACKWARD_IN_FORWARDS * p["backwards"] for p in passes.values())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=5)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batches", type=int, default=2)
+    ap.add_argument("--grad-sequences", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--stats", default="importance,logit_lens_kl,ablation_dnll_mlp_zero,taylor_mlp,fisher_mlp"
+    )
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.layers, args.d_model, args.vocab, args.seq_len, args.batches = 2, 64, 1000, 64, 1
+        args.grad_sequences = 4
+    torch.set_num_threads(args.threads)
+    from tlm_probe.capture import load_probe_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pm = load_probe_model(llama_folder(Path(tmp) / "llama", args.layers, args.d_model, args.vocab))
+        n = args.batch * args.seq_len * args.batches
+        ids = np.random.default_rng(0).integers(0, args.vocab, (args.batch * args.batches, args.seq_len))
+        np.save(Path(tmp) / "ids.npy", ids.astype(np.uint32))
+        ones = torch.ones(args.batch, args.seq_len, dtype=torch.long)
+        batches = [(torch.from_numpy(ids[i : i + args.batch]), ones) for i in range(0, len(ids), args.batch)]
+        fwd = one_forward(pm, batches, repeats=3)
+        report = {"model": f"llama {args.layers}x{args.d_model}, vocab {args.vocab}", "tokens": n,
+                  "one_forward_s": round(fwd, 4), "stats": {}}  # fmt: skip
+        for stats in args.stats.split(","):
+            seconds, passes = importance_seconds(pm, str(Path(tmp) / "ids.npy"), stats, args)
+            c = count(passes)
+            report["stats"][stats] = {"measured_s": round(seconds, 3), "pass_count": round(c, 3),
+                                      "ratio": round(seconds / (c * fwd), 3), "passes": passes}  # fmt: skip
+            print(
+                f"{stats:28s} measured {seconds:7.2f} s   passes {c:6.2f} x forward {fwd:.3f} s = "
+                f"{c * fwd:7.2f} s   ratio {seconds / (c * fwd):.2f}"
+            )
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
