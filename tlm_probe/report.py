@@ -6,7 +6,6 @@ into place, so an interrupted run never leaves a half-written result.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,24 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.content_hash import content_hash
 from tlm_probe.errors import UserError
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
-
-
-def content_hash(folder: Path | None) -> str | None:
-    """sha256 over the weight files of a checkpoint folder (names and bytes, sorted by name)."""
-    if folder is None or not Path(folder).is_dir():
-        return None
-    h = hashlib.sha256()
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
-    for p in files:
-        h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest() if files else None
 
 
 def _versions() -> dict:
