@@ -11,6 +11,7 @@ from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.commands.common import command, console, print_json
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.config_file import read_config_json  # torch-free
 
 
 def register(app: typer.Typer) -> None:
@@ -20,8 +21,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of tables."),
     ):
         """Print a checkpoint's config, per-layer MLP widths and parameter counts."""
-        from tlm_probe.models.io import read_config_json  # torch: imported only when the command runs
-
         raw = read_config_json(checkpoint)
         if raw.get("model_type") != "tlm":
             raise UserError(f"{checkpoint} holds a {raw.get('model_type')!r} model, not a tlm checkpoint")
