@@ -11,7 +11,14 @@ import contextlib
 
 import torch
 
-from tlm_probe.capture.guardrails import GuardrailError, add_derived, capture_set, check_finite, check_layer
+from tlm_probe.capture.guardrails import (
+    GuardrailError,
+    add_derived,
+    capture_set,
+    check_finite,
+    check_layer,
+    sample_counted,
+)
 from tlm_probe.capture.loading import ProbeModel
 from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
 
@@ -52,12 +59,11 @@ class StatSink:
         B, T = self.index.counted.shape
         raw = {k: _as_btd(v, B, T) for k, v in raw.items()}
         full_check = self.guardrails and (self.check_batches < 0 or self.batches_done < self.check_batches)
-        if full_check:
-            check_layer(self.pm.block_kind, layer, raw, self.index.counted, self.taps)
+        if full_check:  # on a sample of tokens; every token's finiteness is checked below
+            check_layer(self.pm.block_kind, layer, raw, sample_counted(self.index.counted), self.taps)
         add_derived(self.pm.block_kind, raw)
         pieces = LayerPieces(layer, raw, self.index)
-        if not full_check:
-            check_finite(layer, pieces)
+        check_finite(layer, pieces)
         for acc in self.accumulators:
             acc.update(layer, pieces)
         self.layers_seen.append(layer)
