@@ -22,6 +22,7 @@ import torch
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.sink import StatSink
+from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
 from tlm_probe.stats import Batch, TokenIndex, build_accumulators
 
@@ -71,6 +72,8 @@ class ProbeOptions:
     """train | val | all, for sources with a deterministic split."""
     guardrails: bool = True
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
+    length_bucketing: bool = True
+    """Batch sequences of similar length together (less padding) when every statistic ignores order."""
     importance: dict = field(default_factory=dict)
     """Options of the importance set (tlm_probe.importance.suite.ImportanceOptions fields)."""
 
@@ -157,6 +160,7 @@ def _run_batches(pm, sink, backend, seqs, opts: ProbeOptions, progress: bool) ->
     bar = _progress(progress)
     with bar, torch.inference_mode():
         task = bar.add_task("probing", total=opts.max_tokens) if progress else None
+        seqs = bucket_by_length(seqs, opts.batch_size) if _order_free(opts, sink.accumulators) else seqs
         for ids, mask in sq.batches(seqs, opts.batch_size, sq.pad_id(pm), opts.device):
             index = TokenIndex(mask, opts.exclude_bos)
             sink.start_batch(index)
@@ -169,6 +173,11 @@ def _run_batches(pm, sink, backend, seqs, opts: ProbeOptions, progress: bool) ->
             if progress:
                 bar.update(task, advance=int(mask.sum()))
     return n_tokens
+
+
+def _order_free(opts: ProbeOptions, accs) -> bool:
+    """Bucketing reorders sequences: only when every accumulator says its sums ignore order."""
+    return opts.length_bucketing and all(getattr(a, "order_free", False) for a in accs)
 
 
 def _progress(enabled: bool):

@@ -30,6 +30,8 @@ STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tenso
 class AlignmentAccumulator(Accumulator):
     """Streaming mean / std / CI over sequences of each selected statistic at every layer."""
 
+    order_free = True  # sums over sequences: the order in which sequences arrive changes nothing
+
     def __init__(self, n_layers: int, d_ff: tuple[int, ...], statistics: tuple[str, ...] = tuple(STATISTICS)):
         super().__init__(n_layers, d_ff)
         self.statistics = tuple(statistics)
