@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 
 from tlm_probe.stats.accumulator import Accumulator, register_accumulator
+from tlm_probe.stats.alignment_fast import gram_values
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
 
@@ -44,7 +45,9 @@ class AlignmentAccumulator(Accumulator):
 
     def update(self, layer: int, pieces: LayerPieces) -> None:
         idx = pieces.index
-        values = torch.stack([STATISTICS[name][1](pieces) for name in self.statistics], dim=1)  # (n, k)
+        values = gram_values(pieces, self.statistics)  # all at once on narrow models' budget
+        if values is None:
+            values = torch.stack([STATISTICS[name][1](pieces) for name in self.statistics], dim=1)  # (n, k)
         slots = torch.arange(len(self.statistics)) * self.n_layers + layer
         self.moments.add_many(slots, values, idx.seq, idx.n_seq, idx.seq_counts)
 
