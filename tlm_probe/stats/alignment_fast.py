@@ -9,6 +9,8 @@ per-token Gram matrix. The arithmetic per value is the same as the one-by-one fo
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tlm_probe.stats.pieces import LayerPieces
@@ -33,16 +35,31 @@ def gram_values(pieces: LayerPieces, statistics: tuple[str, ...]) -> torch.Tenso
     if any(s not in FORMULAS for s in statistics):
         return None
     g = pieces.gram()  # (n, k, k)
-    slot = pieces._slot
+    plan = _plan(statistics, tuple(pieces._slot.items()), g.shape[-1], g.device)
+    if plan is None:
+        return None
+    pairs, diag_a, diag_b, scale, offset, is_ratio = plan
+    flat = g.reshape(g.shape[0], -1)  # (n, k*k): one index_select per gather instead of 2-d fancy indexing
+    na, nb = flat.index_select(1, diag_a).sqrt(), flat.index_select(1, diag_b).sqrt()
+    cos = flat.index_select(1, pairs) / (na * nb).clamp_min(1e-300)
+    return torch.where(is_ratio, na / nb.clamp_min(1e-300), cos * scale + offset)
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(statistics: tuple[str, ...], slots: tuple, k: int, device: torch.device):
+    """Index tensors into the flattened Gram, built once per (statistics, pieces) combination."""
+    slot = dict(slots)
     specs = [FORMULAS[s] for s in statistics]
     if any(a not in slot or b not in slot for _, a, b in specs):
         return None
-    ia = torch.tensor([slot[a] for _, a, _ in specs], device=g.device)
-    ib = torch.tensor([slot[b] for _, _, b in specs], device=g.device)
-    norms = g.diagonal(dim1=1, dim2=2).sqrt()  # (n, k)
-    na, nb = norms[:, ia], norms[:, ib]
-    cos = g[:, ia, ib] / (na * nb).clamp_min(1e-300)
-    scale = torch.tensor([_AFFINE[k][0] for k, _, _ in specs], dtype=g.dtype, device=g.device)
-    offset = torch.tensor([_AFFINE[k][1] for k, _, _ in specs], dtype=g.dtype, device=g.device)
-    is_ratio = torch.tensor([k == "ratio" for k, _, _ in specs], device=g.device)
-    return torch.where(is_ratio, na / nb.clamp_min(1e-300), cos * scale + offset)
+    ia = [slot[a] for _, a, _ in specs]
+    ib = [slot[b] for _, _, b in specs]
+    idx = lambda values: torch.tensor(values, device=device)  # noqa: E731
+    return (
+        idx([a * k + b for a, b in zip(ia, ib, strict=True)]),
+        idx([a * k + a for a in ia]),
+        idx([b * k + b for b in ib]),
+        torch.tensor([_AFFINE[kind][0] for kind, _, _ in specs], dtype=torch.float64, device=device),
+        torch.tensor([_AFFINE[kind][1] for kind, _, _ in specs], dtype=torch.float64, device=device),
+        idx([kind == "ratio" for kind, _, _ in specs]),
+    )
