@@ -37,6 +37,7 @@ class StatSink:
         if missing:
             raise GuardrailError(f"the {pm.family} adapter has no tap for {', '.join(sorted(missing))}")
         self.pieces = sorted(capture_set(pm.block_kind, needs))
+        self.needs = needs  # guardrail-only pieces (post-LN sums) stay out of the statistics' Gram matrix
         self.taps = {p: taps[p] for p in self.pieces}
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
@@ -62,7 +63,7 @@ class StatSink:
         if full_check:  # on a sample of tokens; every token's finiteness is checked below
             check_layer(self.pm.block_kind, layer, raw, sample_counted(self.index.counted), self.taps)
         add_derived(self.pm.block_kind, raw)
-        pieces = LayerPieces(layer, raw, self.index)
+        pieces = LayerPieces(layer, {k: v for k, v in raw.items() if k in self.needs}, self.index)
         check_finite(layer, pieces)
         for acc in self.accumulators:
             acc.update(layer, pieces)
