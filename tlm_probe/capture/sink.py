@@ -63,7 +63,7 @@ class StatSink:
         if full_check:  # on a sample of tokens; every token's finiteness is checked below
             check_layer(self.pm.block_kind, layer, raw, sample_counted(self.index.counted), self.taps)
         add_derived(self.pm.block_kind, raw)
-        pieces = LayerPieces(layer, {k: v for k, v in raw.items() if k in self.needs}, self.index)
+        pieces = LayerPieces(layer, {k: v for k, v in raw.items() if k in self.needs} or raw, self.index)
         check_finite(layer, pieces)
         for acc in self.accumulators:
             acc.update(layer, pieces)
