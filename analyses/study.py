@@ -16,7 +16,7 @@ paired with the 95% CI of the paired difference and d_z) next to their figures a
 configuration to analyses/results/study_config.json.
 
 Scale (`--scale cpu`, the default): an 8-layer Llama-style model (d_model 64, 4 heads, mean MLP width 256,
-widths multiples of 32; 0.72M parameters with the 2,048-token BPE vocabulary) trained for 200 steps of
+widths multiples of 32; 656,448 parameters with the 2,048-token BPE vocabulary) trained for 200 steps of
 16 x 128 tokens (409,600 tokens, one pass over the 409,859 training tokens of builtin:pydoc: no token is
 seen twice). `--scale paper` runs the same parts with the paper's 440M preset (Llama-style, 4K context) on
 a corpus and tokenizer you name (`--data`, `--tokenizer`), e.g. on a GPU machine:

@@ -1,23 +1,21 @@
-"""Training throughput of the trainer's step (forward, backward, clip, AdamW) on CPU.
+"""Training throughput as ratios: the cosine-tapered arm against the uniform arm (same budget), their
+steps interleaved and rotated at the same thread count; and a whole short run's end-to-end rate
+(evaluations, checkpoints, start-up included) against the step-only rate that run.json reports.
 
-    .venv/bin/python benchmarks/bench_train.py [--d-model 128 --layers 4 --batch 12 --seq-len 64 --steps 30]
-        [--threads N]   (0 = PyTorch's default; on a machine shared with other jobs 1 thread is often faster)
-
-Prints the median tokens/s over timed steps (after warm-up), for a uniform and a cosine-tapered model of
-the same budget, plus the accounting's training FLOPs per token and the implied FLOP/s.
+    python -m benchmarks.bench_train [--quick] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from tlm_probe.accounting import train_flops_per_token
+from benchmarks.timing import interleaved, line, ratio, spread
 from tlm_probe.data.stream import TokenData
 from tlm_probe.tokenizer import ByteTokenizer
 from tlm_probe.train.config import TrainConfig
@@ -25,62 +23,74 @@ from tlm_probe.train.loop import Trainer
 from tlm_probe.train.run import plan_run
 
 
-def bench(schedule: str, args, out) -> dict:
+def _data() -> TokenData:
     ids = np.random.default_rng(0).integers(0, 256, size=200_000).astype(np.uint32)
-    data = TokenData(ids[:190_000], ids[190_000:], ByteTokenizer(), "random", 256)
-    tc = TrainConfig(
-        d_model=args.d_model,
-        n_layers=args.layers,
-        n_heads=args.heads,
-        d_ff=4 * args.d_model,
+    return TokenData(ids[:190_000], ids[190_000:], ByteTokenizer(), "random", 256)
+
+
+def _config(schedule: str, size: dict, steps: int, threads: int) -> TrainConfig:
+    return TrainConfig(
+        **size,
         schedule=schedule,
-        seq_len=args.seq_len,
-        batch_size=args.batch,
-        steps=args.steps + 5,
-        eval_tokens=args.seq_len,
+        steps=steps,
+        eval_tokens=size["seq_len"] * 4,
+        eval_interval=max(1, steps // 2),
         progress=False,
+        threads=threads,
     )
-    trainer = Trainer(
-        plan_run(tc, out / schedule.replace(":", "_"), data=data, overwrite=True), overwrite=True
-    )
-    times = []
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    for _ in range(args.steps + 5):
-        t = time.perf_counter()
-        trainer.train_step()
-        times.append(time.perf_counter() - t)
-    per_step = statistics.median(times[5:])  # the first steps pay for allocation
-    tps = args.batch * args.seq_len / per_step
-    flops = train_flops_per_token(trainer.plan.cfg, args.seq_len)
-    return {
-        "schedule": schedule,
-        "tokens_per_s": round(tps),
-        "step_ms": round(per_step * 1e3, 2),
-        "flops_per_token": flops,
-        "achieved_flops": tps * flops,
-        "threads": torch.get_num_threads(),
+
+
+def arms(size: dict, rounds: int, threads: int, out: Path) -> dict:
+    trainers = {
+        s: Trainer(plan_run(_config(s, size, rounds + 5, threads), out / s.replace(":", "_"), data=_data(),
+                            overwrite=True), overwrite=True)
+        for s in ("uniform", "cosine:1.5:0.5")
     }
+    torch.set_num_threads(threads)
+    fns = {s: t.train_step for s, t in trainers.items()}
+    t = interleaved(fns, rounds, warmup=3)
+    return {"train step time, cosine 1.5->0.5 / uniform (same budget)": ratio(t, "cosine:1.5:0.5", "uniform")}
+
+
+def end_to_end(size: dict, steps: int, threads: int, out: Path, repeats: int) -> dict:
+    """Whole runs (run.json): end-to-end tokens/s over the step-only tokens/s, one value per run."""
+    ratios = []
+    for i in range(repeats):
+        folder = out / f"e2e{i}"
+        Trainer(plan_run(_config("uniform", size, steps, threads), folder, data=_data(), overwrite=True),
+                overwrite=True).run()
+        doc = json.loads((folder / "run.json").read_text())
+        e2e = doc.get("end_to_end_tokens_per_s") or doc["tokens"] / doc["wall_s"]
+        ratios.append(e2e / doc["tokens_per_s"])
+    return {"trainer end-to-end tokens/s / step-only tokens/s": spread(ratios)}
+
+
+SIZES = {
+    True: (dict(d_model=64, n_layers=2, n_heads=2, d_ff=256, batch_size=8, seq_len=64), 8, 12, 2),
+    False: (dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, batch_size=12, seq_len=64), 30, 40, 3),
+}
+
+
+def run(quick: bool, threads: int = 1) -> dict:
+    size, rounds, steps, repeats = SIZES[quick]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = arms(size, rounds, threads, Path(tmp))
+        out.update(end_to_end(size, steps, threads, Path(tmp), repeats))
+    return out
+
+
+def report(results: dict) -> list[str]:
+    return [line(k, v) for k, v in results.items()]
 
 
 def main() -> None:
-    import tempfile
-    from pathlib import Path
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--batch", type=int, default=12)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--threads", type=int, default=0)
-    args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = [bench(s, args, Path(tmp)) for s in ("uniform", "cosine:1.5:0.5")]
-    for r in rows:
-        print(json.dumps(r))
-    print(f"ratio cosine/uniform tokens/s: {rows[1]['tokens_per_s'] / rows[0]['tokens_per_s']:.3f}")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    res = run(args.quick, args.threads)
+    print("\n".join(report(res)))
+    print(json.dumps(res))
 
 
 if __name__ == "__main__":

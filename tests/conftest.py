@@ -1,11 +1,18 @@
 """Shared test set-up: never touch the network; deterministic, small thread count."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# tests never read or write the user's cache (built corpora, weight hashes): a fresh folder per session
+_CACHE = tempfile.mkdtemp(prefix="tlm-probe-test-cache-")
+os.environ["TLM_PROBE_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

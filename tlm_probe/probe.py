@@ -28,6 +28,7 @@ from tlm_probe import importance as imp
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.sink import StatSink
+from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
@@ -79,6 +80,8 @@ class ProbeOptions:
     """train | val | all, for sources with a deterministic split."""
     guardrails: bool = True
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
+    length_bucketing: bool = True
+    """Batch sequences of similar length together (less padding) when every statistic ignores order."""
     importance: dict = field(default_factory=dict)
     """Options of the importance set (tlm_probe.importance.options.ImportanceOptions fields)."""
 
@@ -225,6 +228,8 @@ class _Stream:
 
     def run(self, seqs, progress: bool) -> None:
         bar = _progress(progress)
+        if _order_free(self.opts, self.sink.accumulators if self.sink is not None else [], self.keep):
+            seqs = bucket_by_length(seqs, self.opts.batch_size)
         with bar, torch.inference_mode():
             task = bar.add_task("probing", total=self.opts.max_tokens) if progress else None
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
@@ -253,6 +258,12 @@ class _Stream:
             self.kept.append(
                 {"input_ids": ids[rows].cpu(), "attention_mask": mask[rows].cpu(), "seq_index": glob[rows]}
             )
+
+
+def _order_free(opts: ProbeOptions, accs, keep: int = 0) -> bool:
+    """Bucketing reorders sequences: only when every accumulator says its sums ignore order and no
+    importance pass needs the sequences in their global order (it keeps the first `keep`)."""
+    return opts.length_bucketing and keep == 0 and all(getattr(a, "order_free", False) for a in accs)
 
 
 def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress: bool):

@@ -7,7 +7,6 @@ only the files of an earlier result (its manifest) are replaced or removed, ever
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import asdict
@@ -15,25 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.content_hash import content_hash
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import publish, temp_folder
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
-
-
-def content_hash(folder: Path | None) -> str | None:
-    """sha256 over the weight files of a checkpoint folder (names and bytes, sorted by name)."""
-    if folder is None or not Path(folder).is_dir():
-        return None
-    h = hashlib.sha256()
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
-    for p in files:
-        h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest() if files else None
 
 
 def _versions() -> dict:

@@ -11,7 +11,14 @@ import contextlib
 
 import torch
 
-from tlm_probe.capture.guardrails import GuardrailError, add_derived, capture_set, check_finite, check_layer
+from tlm_probe.capture.guardrails import (
+    GuardrailError,
+    add_derived,
+    capture_set,
+    check_finite,
+    check_layer,
+    sample_counted,
+)
 from tlm_probe.capture.loading import ProbeModel
 from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
 
@@ -30,6 +37,7 @@ class StatSink:
         if missing:
             raise GuardrailError(f"the {pm.family} adapter has no tap for {', '.join(sorted(missing))}")
         self.pieces = sorted(capture_set(pm.block_kind, needs))
+        self.needs = needs  # guardrail-only pieces (post-LN sums) stay out of the statistics' Gram matrix
         self.taps = {p: taps[p] for p in self.pieces}
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
@@ -52,12 +60,11 @@ class StatSink:
         B, T = self.index.counted.shape
         raw = {k: _as_btd(v, B, T) for k, v in raw.items()}
         full_check = self.guardrails and (self.check_batches < 0 or self.batches_done < self.check_batches)
-        if full_check:
-            check_layer(self.pm.block_kind, layer, raw, self.index.counted, self.taps)
+        if full_check:  # on a sample of tokens; every token's finiteness is checked below
+            check_layer(self.pm.block_kind, layer, raw, sample_counted(self.index.counted), self.taps)
         add_derived(self.pm.block_kind, raw)
-        pieces = LayerPieces(layer, raw, self.index)
-        if not full_check:
-            check_finite(layer, pieces)
+        pieces = LayerPieces(layer, {k: v for k, v in raw.items() if k in self.needs} or raw, self.index)
+        check_finite(layer, pieces)
         for acc in self.accumulators:
             acc.update(layer, pieces)
         self.layers_seen.append(layer)

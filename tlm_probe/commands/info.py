@@ -11,22 +11,27 @@ from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.commands.common import command, console, print_json
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.config_file import CONFIG, read_config_json  # torch-free
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "info", "tlm info runs/demo/cosine")
     def info(
-        checkpoint: Path = typer.Argument(..., help="A tlm checkpoint folder (config.json + weights)."),
+        checkpoint: Path = typer.Argument(..., help="A tlm checkpoint folder (config.json + weights; the "
+                                          "weights are checked against the config), or a config.json "
+                                          "file alone (the architecture only)."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of tables."),
     ):
         """Print a checkpoint's config, per-layer MLP widths and parameter counts."""
-        from tlm_probe.models.io import check_weights, read_config_json  # torch: only when it runs
-
-        raw = read_config_json(checkpoint)
+        config_only = checkpoint.is_file() and checkpoint.name == CONFIG
+        raw = read_config_json(checkpoint.parent if config_only else checkpoint)
         if raw.get("model_type") != "tlm":
             raise UserError(f"{checkpoint} holds a {raw.get('model_type')!r} model, not a tlm checkpoint")
         cfg = TLMConfig.from_dict(raw)
-        check_weights(checkpoint, cfg)
+        if not config_only:
+            from tlm_probe.models.io import check_weights  # imports torch: only for a weights file
+
+            check_weights(checkpoint, cfg)
         pc = count_params(cfg)
         uniform = _uniform(cfg)
         result = {

@@ -16,6 +16,7 @@ import sysconfig
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.errors import UserError
 
 SPLITS = ("train", "val", "all")
@@ -123,7 +124,7 @@ def _builtin(name: str) -> Iterable[str]:
     readers = {"pydoc": _pydoc, "stdlib": _stdlib}
     if name not in readers:
         raise UserError(f"unknown builtin corpus {name!r}; choose one of: {', '.join(readers)}")
-    return readers[name]("")
+    return iter(cached_corpus(name, functools.partial(readers[name], "")))  # on disk across runs
 
 
 # ---- files ------------------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from safetensors.torch import load_model, save_model
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import atomic_path, atomic_write_text
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.config_file import CONFIG, read_config_json
 from tlm_probe.models.tlm import TaperedLM
 
 WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
 PICKLE_WEIGHTS = ("pytorch_model.bin", "model.pt", "model.pth", "model.bin")
 
 
@@ -31,18 +31,6 @@ def save_tlm(model: TaperedLM, folder: str | Path) -> Path:
         save_model(model, str(tmp), metadata={"format": "pt", "model_type": "tlm"})  # drops tied copies
     atomic_write_text(folder / CONFIG, json.dumps(model.cfg.to_dict(), indent=2) + "\n")
     return folder
-
-
-def read_config_json(folder: Path) -> dict:
-    path = folder / CONFIG
-    if not folder.is_dir():
-        raise UserError(f"checkpoint folder not found: {folder}")
-    if not path.is_file():
-        raise UserError(f"no config.json in {folder}: not a checkpoint folder")
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"corrupt config.json in {folder}: {e}") from e
 
 
 def weights_path(folder: Path, allow_pickle: bool = False) -> Path:

@@ -29,6 +29,8 @@ from tlm_probe.plotting.inputs import (
 DEPTH_FIRST = (
     "align_mlp_mid",
     "align_mlp_pre",
+    "align_abs_mlp_mid",
+    "align_abs_mlp_pre",
     "align_attn_pre",
     "norm_ratio_mlp",
     "resid_norm_growth",

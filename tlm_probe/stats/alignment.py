@@ -12,6 +12,7 @@ import torch
 
 from tlm_probe.errors import UserError
 from tlm_probe.stats.accumulator import Accumulator
+from tlm_probe.stats.alignment_fast import gram_values
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
 
@@ -19,6 +20,10 @@ from tlm_probe.stats.pieces import LayerPieces
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tensor]]] = {
     "align_mlp_mid": (("mlp_out", "resid_mid"), lambda p: p.cos("mlp_out", "resid_mid")),
     "align_mlp_pre": (("mlp_out", "resid_pre"), lambda p: p.cos("mlp_out", "resid_pre")),
+    # |cos|: an MLP that writes against the stream (cos < 0) is as aligned with it as one that writes along
+    # it; the signed mean can hide both behind a value near 0
+    "align_abs_mlp_mid": (("mlp_out", "resid_mid"), lambda p: p.cos("mlp_out", "resid_mid").abs()),
+    "align_abs_mlp_pre": (("mlp_out", "resid_pre"), lambda p: p.cos("mlp_out", "resid_pre").abs()),
     "align_attn_pre": (("attn_out", "resid_pre"), lambda p: p.cos("attn_out", "resid_pre")),
     "norm_ratio_mlp": (("mlp_out", "resid_mid"), lambda p: p.ratio("mlp_out", "resid_mid")),
     "block_influence": (("resid_pre", "resid_post"), lambda p: 1 - p.cos("resid_pre", "resid_post")),
@@ -30,6 +35,8 @@ STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tenso
 
 class AlignmentAccumulator(Accumulator):
     """Streaming mean / std / CI over sequences of each selected statistic at every layer."""
+
+    order_free = True  # sums over sequences: the order in which sequences arrive changes nothing
 
     def __init__(self, n_layers: int, d_ff: tuple[int, ...], statistics: tuple[str, ...] = tuple(STATISTICS)):
         super().__init__(n_layers, d_ff)
@@ -43,7 +50,9 @@ class AlignmentAccumulator(Accumulator):
 
     def update(self, layer: int, pieces: LayerPieces) -> None:
         idx = pieces.index
-        values = torch.stack([STATISTICS[name][1](pieces) for name in self.statistics], dim=1)  # (n, k)
+        values = gram_values(pieces, self.statistics)  # all at once on narrow models' budget
+        if values is None:
+            values = torch.stack([STATISTICS[name][1](pieces) for name in self.statistics], dim=1)  # (n, k)
         slots = torch.arange(len(self.statistics)) * self.n_layers + layer
         self.moments.add_many(slots, values, idx.seq, idx.n_seq, idx.seq_counts)
 

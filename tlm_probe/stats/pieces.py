@@ -60,9 +60,11 @@ class LayerPieces:
             width = next(iter(self.raw.values())).shape[-1]
             names = [k for k, v in self.raw.items() if v.shape[-1] == width]
             self._slot = {k: i for i, k in enumerate(names)}
-            x = self.index.select(torch.stack([self.raw[k] for k in names], dim=-2))  # (n, k, d)
+            x = torch.stack([self.raw[k] for k in names], dim=-2)  # (B, T, k, d)
             x = x if x.dtype == torch.float64 else x.to(torch.float32)
-            self._gram = (x @ x.transpose(-1, -2)).to(torch.float64)  # (n, k, k)
+            # every position, then keep the counted rows of the small (k, k) result: gathering the (k, d)
+            # pieces instead cost more than the products on the few padded positions (bucketing)
+            self._gram = self.index.select(x @ x.transpose(-1, -2)).to(torch.float64)  # (n, k, k)
         return self._gram
 
     def dot(self, a: str, b: str) -> torch.Tensor:

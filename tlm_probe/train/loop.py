@@ -195,6 +195,7 @@ class Trainer:
     def _loop(self, report) -> dict:
         tc, progress = self.tc, Progress(self.total, self.step)
         t_start, t_mark, tok_mark, last_eval = time.perf_counter(), time.perf_counter(), self.tokens, {}
+        self.tokens_at_start = self.tokens  # for the end-to-end rate (evaluations and checkpoints included)
         if self.step == 0:
             last_eval = self.evaluate()
         else:  # resumed: the newest evaluation so far stands until the next one
@@ -251,7 +252,8 @@ class Trainer:
             "world_size": self.world,
             "params": count_params(self.plan.cfg).total,
             "flops_per_token": self.flops_per_token,
-            "tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,
+            "tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,  # the training step only
+            "end_to_end_tokens_per_s": (self.tokens - self.tokens_at_start) / wall if wall > 0 else None,
             "d_ff": list(self.plan.cfg.d_ff),
             "schedule": self.tc.schedule,
             "mixer": self.plan.cfg.mixer,

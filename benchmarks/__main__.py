@@ -1,0 +1,59 @@
+"""`python -m benchmarks [--quick] [--threads 1] [--out FILE]`: every benchmark figure as a ratio with its
+spread (median of per-round ratios, min, max), printed and written to JSON (benchmarks.json by default).
+
+Ratios only: the machine this runs on is shared, so absolute times mean little, but a ratio taken within a
+round (arms interleaved, order rotated) survives the load. --quick finishes in under two minutes on an
+idle 2-core machine (smaller models and fewer rounds; noisier).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import bench_costs, bench_probe, bench_train
+
+SECTIONS = {"probe": bench_probe, "costs": bench_costs, "train": bench_train}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes and few rounds (< 2 minutes)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
+    ap.add_argument("--only", choices=list(SECTIONS), action="append", help="run only these sections")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.disable(logging.WARNING)
+    started = time.time()
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only or list(SECTIONS):
+            module = SECTIONS[name]
+            t = time.perf_counter()
+            where = args.threads if name == "train" else Path(tmp)
+            res = module.run(args.quick, where)
+            print(f"{name} ({time.perf_counter() - t:.0f} s)")
+            print("\n".join(module.report(res)), flush=True)
+            results[name] = res
+    doc = {
+        "quick": args.quick,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "seconds": round(time.time() - started, 1),
+        "results": results,
+    }
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out} ({doc['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Fixed costs per run and memory, as ratios: built corpus cached / built, weight hash cached / computed,
+`tlm info` (1.3B preset) / `tlm schedule`, and peak memory growth above the start-up peak.
+
+    python -m benchmarks.bench_costs [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import models
+from benchmarks.timing import interleaved, line, ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str, *args: str, env: dict | None = None) -> str:
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        check=True,
+    )
+    return r.stdout.strip().splitlines()[-1]
+
+
+CORPUS = (
+    "from tlm_probe.data import iter_documents; print(sum(1 for _ in iter_documents('builtin:pydoc')))"
+)
+
+
+def corpus(workdir: Path, rounds: int) -> dict:
+    """builtin:pydoc in a fresh process: with a warm disk cache / with the cache off (today's cost)."""
+    cache = str(workdir / "cache")
+    _python(CORPUS, env={"TLM_PROBE_CACHE": cache})  # fills the cache (a no-op where there is none)
+    fns = {
+        "cached": lambda: _python(CORPUS, env={"TLM_PROBE_CACHE": cache}),
+        "built": lambda: _python(CORPUS, env={"TLM_PROBE_CACHE": "off"}),
+        "import": lambda: _python("import tlm_probe.data; print(1)"),
+    }
+    t = interleaved(fns, rounds, warmup=0)
+    net = {k: [a - b for a, b in zip(t[k], t["import"], strict=True)] for k in ("cached", "built")}
+    return {"builtin:pydoc corpus, cached / built (minus imports)": ratio(net, "cached", "built")}
+
+
+def weight_hash(folder: Path, workdir: Path, rounds: int) -> dict:
+    """content_hash of a checkpoint in-process: second call (cache hit) / a fresh hash."""
+    os.environ["TLM_PROBE_CACHE"] = str(workdir / "cache")
+    try:
+        from tlm_probe import content_hash as ch
+    except ImportError:
+        return {"weight hash, cached / computed": {"error": "no hash cache here"}}
+    files = ch.weight_files(folder)
+    ch.content_hash(folder)
+    fns = {"cached": lambda: ch.content_hash(folder), "computed": lambda: ch.hash_files(files)}
+    t = interleaved(fns, rounds)
+    size = sum(f.stat().st_size for f in files) / 2**20
+    return {f"weight hash ({size:.0f} MiB), cached / computed": ratio(t, "cached", "computed")}
+
+
+def info_vs_schedule(workdir: Path, rounds: int) -> dict:
+    from tlm_probe.presets import preset_config
+
+    folder = workdir / "tlm-1.3b"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(preset_config("tlm-1.3b").to_dict()))
+    cli = str(ROOT / "cli.py")
+    run = lambda *a: subprocess.run([sys.executable, cli, *a], capture_output=True, check=True)  # noqa: E731
+    fns = {"info": lambda: run("info", str(folder), "--json"), "schedule": lambda: run("schedule")}
+    t = interleaved(fns, rounds)
+    return {"tlm info (1.3B preset) / tlm schedule": ratio(t, "info", "schedule")}
+
+
+MEMORY = """
+import sys, torch, numpy as np
+from pathlib import Path
+torch.set_num_threads(1)
+from tlm_probe.capture import load_probe_model
+from tlm_probe.probe import probe
+def hwm():
+    for l in Path('/proc/self/status').read_text().splitlines():
+        if l.startswith('VmHWM:'):
+            return int(l.split()[1]) / 1024
+pm = load_probe_model(sys.argv[1])
+tokens, seq, batch = int(sys.argv[2]), 256, 8
+ids = np.random.default_rng(0).integers(0, pm.vocab_size, tokens).astype(np.uint32)
+probe(pm, ids[: 2 * seq * batch], seq_len=seq, batch_size=batch, max_tokens=None)  # load + 2 batches
+start = hwm()
+df = probe(pm, ids, seq_len=seq, batch_size=batch, max_tokens=None)
+assert int(df.n_tokens.max()) == tokens
+print(hwm() - start)
+"""
+
+
+def memory(folder: Path, small: int, large: int) -> dict:
+    """Peak RSS growth (MiB) above the start-up peak (model loaded, two batches probed), in a child."""
+    grow = {n: float(_python(MEMORY, str(folder), str(n))) for n in (small, large)}
+    return {
+        f"peak RSS growth above start-up, {small:,} tokens (MiB)": {"value_mib": grow[small]},
+        f"peak RSS growth above start-up, {large:,} tokens (MiB)": {"value_mib": grow[large]},
+    }
+
+
+def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
+    rounds = rounds or (2 if quick else 7)
+    gpt2 = models.gpt2(workdir / "gpt2-768", layers=2 if quick else 4, d_model=768)
+    out: dict = {}
+    out.update(corpus(workdir, rounds))
+    out.update(weight_hash(gpt2, workdir, rounds))
+    out.update(info_vs_schedule(workdir, rounds))
+    sizes = (8_192, 65_536) if quick else (16_384, 524_288)
+    out.update(memory(models.stories(workdir / "stories"), *sizes))
+    return out
+
+
+def report(results: dict) -> list[str]:
+    lines = []
+    for k, v in results.items():
+        lines.append(f"  {k:58s} {v['value_mib']:+8.1f} MiB" if "value_mib" in v else line(k, v))
+    return lines
+
+
+def main() -> None:
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=None)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run(args.quick, Path(tmp), args.rounds)
+    print("\n".join(report(res)))
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The first batch checks additivity on a sample of tokens; finiteness is still checked on every token."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tlm_probe.capture.guardrails import GuardrailError, NonFiniteError, sample_counted
+from tlm_probe.capture.loading import wrap_model
+from tlm_probe.capture.native import NativeBackend
+from tlm_probe.capture.sink import StatSink
+from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.tlm import TaperedLM
+from tlm_probe.stats import TokenIndex, build_accumulators
+
+
+def test_sample_is_counted_tokens_with_every_first_token():
+    mask = torch.zeros(6, 100, dtype=torch.long)
+    for i, n in enumerate([100, 3, 57, 1, 0, 99]):
+        mask[i, :n] = 1
+    counted = TokenIndex(mask, exclude_bos=True).counted
+    s = sample_counted(counted, k=32)
+    assert not (s & ~counted).any() and 32 <= int(s.sum()) <= 32 + 6
+    for row in range(6):
+        if counted[row].any():
+            assert s[row, int(counted[row].int().argmax())]
+    assert torch.equal(sample_counted(counted, k=10_000), counted)
+
+
+def _pm():
+    torch.manual_seed(0)
+    cfg = TLMConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=2, d_ff=(64, 64, 64), max_seq_len=64)
+    return wrap_model(TaperedLM(cfg))
+
+
+def _run(pm, ids):
+    sink = StatSink(pm, build_accumulators("alignment", pm.n_layers, pm.d_ff))
+    mask = torch.ones_like(ids)
+    sink.start_batch(TokenIndex(mask))
+    with torch.inference_mode():
+        NativeBackend(sink).run(ids, mask)
+    sink.end_batch()
+
+
+def test_wrong_tap_still_fails_on_a_batch_larger_than_the_sample():
+    pm = _pm()
+    taps = pm.adapter.taps
+    bad = {**taps["sequential"], "resid_mid": taps["sequential"]["resid_pre"]}
+    object.__setattr__(pm, "adapter", replace(pm.adapter, taps={**taps, "sequential": bad}))
+    with pytest.raises(GuardrailError, match="layer 0: captured resid_mid"):
+        _run(pm, torch.randint(0, 64, (16, 64)))  # 1024 tokens, 256 checked
+
+
+def test_inf_at_an_unsampled_token_of_the_first_batch_is_caught():
+    pm = _pm()
+    ids = torch.randint(0, 64, (16, 64))
+    unsampled = (~sample_counted(torch.ones(16, 64, dtype=torch.bool))).nonzero()[0].tolist()
+
+    def poison(module, args, out):
+        out = out.clone()
+        out[unsampled[0], unsampled[1], 0] = float("inf")
+        return out
+
+    pm.mlp(1).register_forward_hook(poison)
+    with pytest.raises(NonFiniteError, match="layer 1"):
+        _run(pm, ids)

@@ -1,0 +1,55 @@
+"""The content hash of a checkpoint's weights (provenance), cached by each file's (path, size, mtime).
+
+sha256 over the weight files (names and bytes, sorted by name) costs about a second per GB on every probe.
+The value is stored in tlm_probe.disk_cache under a key made of the folder's resolved path and each weight
+file's name, size, mtime_ns, ctime_ns and inode: rewriting, replacing or touching a file changes the key,
+so a cached hash is only reused for the very same bytes on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from tlm_probe import disk_cache
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def weight_files(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).iterdir() if p.suffix in WEIGHT_SUFFIXES)
+
+
+def hash_files(files: list[Path]) -> str:
+    """sha256 over each file's name and bytes, in the order given."""
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _key(folder: Path, files: list[Path]) -> str:
+    stats = [(p.name, (s := p.stat()).st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino) for p in files]
+    return json.dumps({"folder": str(Path(folder).resolve()), "files": stats})
+
+
+def content_hash(folder: Path | None) -> str | None:
+    """sha256 over the weight files of a checkpoint folder, or None when it has none."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    files = weight_files(folder)
+    if not files:
+        return None
+    key = _key(folder, files)
+    entry = f"weights-hash-{disk_cache.key_digest(key)}.json"
+    cached = disk_cache.read(entry, key)
+    if cached is not None:
+        return cached.decode()
+    value = hash_files(files)
+    if _key(folder, files) == key:  # a file changed while we read it: do not store a hash of mixed bytes
+        disk_cache.write(entry, key, value.encode())
+    return value
