@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-COMMANDS = ("schedule", "info", "plot", "report", "train", "data", "probe", "compare", "demo")
+COMMANDS = ("schedule", "info", "plot", "report", "train", "data", "probe", "compare", "demo", "eval")
 
 app = typer.Typer(
     name="tlm",
