@@ -24,14 +24,16 @@ def register(app: typer.Typer) -> None:
         "tlm eval demo/runs/uniform-s0 --tasks pydoc-mc,pydoc-lastword --ppl-data builtin:pydoc --out ev/u",
     )
     def eval_cmd(
-        model: str = typer.Argument(..., help="Checkpoint folder (ours or Hugging Face), a .gguf file or a hub name."),
+        model: str = typer.Argument(
+            ..., help="Checkpoint folder (ours or Hugging Face), a .gguf file or a hub name."
+        ),
         out: Path = typer.Option(..., help="Result folder: results.csv/.parquet, provenance.json, tasks/."),
         tasks: str = typer.Option(
             "", help="Comma-separated: pydoc-mc, pydoc-lastword (built in, offline), a task YAML, or any "
             "lm-evaluation-harness task name (its dataset must be available)."
         ),
         ppl_data: list[str] = typer.Option(
-            [], "--ppl-data", help="Perplexity on this data source (repeatable; any source `tlm train` reads)."
+            [], "--ppl-data", help="Perplexity on this source (repeatable; any source `tlm train` reads)."
         ),
         ppl_split: str = typer.Option("val", help="Split of each --ppl-data source: val | train | all."),
         ppl_context: int = typer.Option(0, help="Perplexity window length (0: the model's context)."),
@@ -48,7 +50,7 @@ def register(app: typer.Typer) -> None:
         unsafe_pickle: bool = typer.Option(False, "--unsafe-pickle", help="Allow pickle (.bin/.pt) weights."),
         json_out: bool = typer.Option(False, "--json", help="Print the result rows as JSON."),
     ):
-        """Score a model on harness tasks (acc, acc_norm, perplexity) and on held-out data (ppl, bits/byte)."""
+        """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
         from tlm_probe.commands.probe import _threads
         from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval
@@ -56,7 +58,8 @@ def register(app: typer.Typer) -> None:
         opts = EvalOptions(
             tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
             ppl_split=ppl_split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=ppl_tokens,
-            limit=limit, task_source=task_source, batch_size=batch_size, device=device, dtype=dtype, seed=seed,
+            limit=limit, task_source=task_source, batch_size=batch_size, device=device, dtype=dtype,
+            seed=seed,
         )
         check_options(opts)
         check_output(out)
@@ -70,7 +73,8 @@ def register(app: typer.Typer) -> None:
                 res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging))
                 write_eval(out, res, Path(staging))
         if json_out:
-            print_json({"out": str(out), "provenance": res.provenance, "results": res.table.to_dict("records")})
+            rows = res.table.to_dict("records")
+            print_json({"out": str(out), "provenance": res.provenance, "results": rows})
         else:
             print_summary(res.table, res.provenance, out)
 
@@ -108,7 +112,7 @@ def print_summary(table, prov: dict, out: Path) -> None:
     for c in ("task", "metric", "value", "stderr", "n"):
         t.add_column(c, justify="right" if c in ("value", "stderr", "n") else "left")
     for _, r in table.iterrows():
-        stderr = "" if r["stderr"] is None or r["stderr"] != r["stderr"] else f"{r['stderr']:.4f}"
+        stderr = "" if r["stderr"] is None or r["stderr"] != r["stderr"] else f"{r['stderr']:.4g}"
         t.add_row(r["task"], r["metric"], f"{r['value']:.4g}", stderr, f"{int(r['n']):,}")
     console.print(t)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json ({prov['seconds']:.1f} s)")

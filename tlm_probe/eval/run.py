@@ -115,9 +115,8 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
     if out is None:
         raise UserError("lm-evaluation-harness returned no results")
     configs = out.get("configs", {})
-    prov = written + [
-        {"task": t, "config_sha256": _config_hash(configs.get(t, {}))} for t in out["results"] if t not in BUILDERS
-    ]
+    others = [t for t in out["results"] if t not in BUILDERS]
+    prov = written + [{"task": t, "config_sha256": _config_hash(configs.get(t, {}))} for t in others]
     return tidy_rows(scorer.pm.name, out), prov, out.get("samples", {})
 
 

@@ -52,7 +52,9 @@ class TextCodec:
 
     @property
     def name(self) -> str:
-        return "byte" if self.is_byte else str(getattr(self.tok, "name_or_path", "") or type(self.tok).__name__)
+        if self.is_byte:
+            return "byte"
+        return str(getattr(self.tok, "name_or_path", "") or type(self.tok).__name__)
 
 
 @dataclass
