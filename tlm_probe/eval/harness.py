@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 from lm_eval.api.model import TemplateLM
@@ -118,14 +119,16 @@ def run_tasks(
 
 @contextlib.contextmanager
 def _quiet_progress():
-    """The harness and datasets draw a tqdm bar per step; tlm eval draws its own progress."""
+    """The harness and datasets draw a tqdm bar per step (tlm eval shows its own status) and the harness
+    prints to stdout, which belongs to --json."""
     import datasets
 
     before = os.environ.get("TQDM_DISABLE")
     os.environ["TQDM_DISABLE"] = "1"
     datasets.disable_progress_bars()
     try:
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
         datasets.enable_progress_bars()
         if before is None:
