@@ -33,13 +33,19 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, n, self.d_head)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache=None, layer: int = 0
+    ) -> torch.Tensor:
+        """cache: a transformers Cache (generation); this call's keys/values are appended to layer `layer`'s
+        and the queries attend to all of them (mask then comes with the cached length, see tlm.py)."""
         B, T, _ = x.shape
         q = self.hook_q(self._heads(self.W_Q(x), self.n_heads)).transpose(1, 2)  # (B, H, T, dh)
         k = self.hook_k(self._heads(self.W_K(x), self.kv_heads)).transpose(1, 2)
         v = self.hook_v(self._heads(self.W_V(x), self.kv_heads)).transpose(1, 2)
         if self.rotary is not None:
             q, k = self.rotary(q, positions), self.rotary(k, positions)
+        if cache is not None:
+            k, v = cache.update(k, v, layer)  # (B, H_kv, T_past + T, dh)
         drop = self.dropout if self.training else 0.0
         gqa = self.kv_heads != self.n_heads
         if mask is None:
