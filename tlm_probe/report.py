@@ -24,11 +24,14 @@ OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parq
 
 
 def content_hash(folder: Path | None) -> str | None:
-    """sha256 over the weight files of a checkpoint folder (names and bytes, sorted by name)."""
-    if folder is None or not Path(folder).is_dir():
+    """sha256 over the weight files of a checkpoint folder (names and bytes, sorted by name), or over one
+    weight file (a .gguf)."""
+    if folder is None or not Path(folder).exists():
         return None
     h = hashlib.sha256()
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
+    weights = (".safetensors", ".bin", ".pt", ".pth")
+    one = Path(folder).is_file()
+    files = [Path(folder)] if one else sorted(p for p in Path(folder).iterdir() if p.suffix in weights)
     for p in files:
         h.update(p.name.encode())
         with open(p, "rb") as f:
