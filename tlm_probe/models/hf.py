@@ -101,3 +101,7 @@ def register() -> None:
         AutoModelForCausalLM.register(TLMHFConfig, TLMForCausalLM)
     except ValueError:  # already registered
         pass
+
+
+# idempotent; needed when this module is imported before tlm_probe's hook could run (tlm_probe/__init__.py)
+register()
