@@ -49,6 +49,8 @@ RESULT_COLUMNS = [
     "d_ff",
 ]
 METRICS = ("val_loss", "val_ppl", "val_bpb")
+EXTRA = "extra_columns"
+"""Row key holding the {column: value} an after_run hook returned for that run."""
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -115,7 +117,7 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
         )
 
 
-def paired_table(results: pd.DataFrame, baseline: str) -> pd.DataFrame:
+def paired_table(results: pd.DataFrame, baseline: str, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     """Each arm minus the baseline, paired by seed, with scipy's paired t-test on each metric."""
     rows = []
     base = results[results["arm"] == baseline].set_index("seed")
@@ -125,7 +127,7 @@ def paired_table(results: pd.DataFrame, baseline: str) -> pd.DataFrame:
         mine = results[results["arm"] == arm].set_index("seed")
         seeds = sorted(set(mine.index) & set(base.index))
         row = {"arm": arm, "baseline": baseline, "n_pairs": len(seeds)}
-        for m in METRICS:
+        for m in metrics:
             row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -144,7 +146,7 @@ def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
     }
 
 
-def summary_table(results: pd.DataFrame) -> pd.DataFrame:
+def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     g = results.groupby("arm", sort=False)
     out = g.agg(
         schedule=("schedule", "first"),
@@ -153,7 +155,7 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
         flops_per_token=("flops_per_token", "first"),
         tokens_per_s_mean=("tokens_per_s", "mean"),
     )
-    for m in METRICS:
+    for m in metrics:
         out[f"{m}_mean"] = g[m].mean()
         out[f"{m}_std"] = g[m].std(ddof=1)
     return out.reset_index()
@@ -162,8 +164,14 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
 def write_tables(out: Path, rows: list[dict], settings: dict, budget: dict, baseline: str) -> None:
     results = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     results["d_ff"] = results["d_ff"].map(lambda w: " ".join(map(str, w)))
-    summary = summary_table(results)
-    paired = paired_table(results, baseline) if (results["arm"] == baseline).any() else pd.DataFrame()
+    # columns an after_run hook added (tlm compare --eval-tasks: "task:metric"), compared like val_loss
+    extra = list(dict.fromkeys(k for r in rows for k in r.get(EXTRA, {})))
+    for k in extra:
+        results[k] = [r.get(EXTRA, {}).get(k, math.nan) for r in rows]
+    metrics = METRICS + tuple(extra)
+    summary = summary_table(results, metrics)
+    has_base = (results["arm"] == baseline).any()
+    paired = paired_table(results, baseline, metrics) if has_base else pd.DataFrame()
     for name, table in (("results", results), ("summary", summary), ("paired", paired)):
         atomic_write_text(out / f"{name}.csv", table.to_csv(index=False))
     doc = {
@@ -210,8 +218,12 @@ def compare(
     overwrite: bool = False,
     data: TokenData | None = None,
     train_fn: Callable | None = None,
+    after_run: Callable[[Path], dict] | None = None,
 ) -> dict:
-    """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json."""
+    """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.
+
+    after_run(run folder) -> {column: number}, on rank 0 after each run (also for runs finished in an
+    earlier invocation): extra per-run columns, summarised and paired-tested like the validation loss."""
     out = Path(out)
     for arm in arms:  # cheap checks before the corpus is tokenized
         base.replace(schedule=arm)
@@ -237,6 +249,8 @@ def compare(
             dist.barrier()
             summary = _run_arm(base, arm, seed, out, data, train_fn)
             rows.append({**summary, "arm": arm, "schedule": arm, "seed": seed, **budget[arm]})
+            if after_run is not None and dist.is_main():
+                rows[-1][EXTRA] = after_run(out / "runs" / run_name(arm, seed))
             if dist.is_main():
                 write_tables(out, rows, settings, budget, baseline)
     dist.barrier()
