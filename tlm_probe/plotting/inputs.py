@@ -68,8 +68,8 @@ def input_kind(path: str | Path) -> str:
     for kind, test in KINDS:
         if test(p):
             return kind
-    raise UserError(f"{p} is not a probe or eval result (results.csv + provenance.json), a comparison "
-                    "folder (compare.json) or a run folder (metrics.jsonl)")
+    raise UserError(f"{p} is not a probe result or tlm eval result (results.csv + provenance.json), a "
+                    "comparison folder (compare.json) or a run folder (metrics.jsonl)")
 
 
 @dataclass
