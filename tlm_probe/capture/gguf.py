@@ -34,6 +34,7 @@ def load_gguf(path: Path, dtype: torch.dtype):
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        tokenizer.name_or_path = str(path)  # provenance: the tokenizer came from this file
     except Exception as e:
         raise UserError(f"cannot load GGUF file {path}: {_first_line(e)}") from e
     return model, tokenizer

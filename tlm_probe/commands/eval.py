@@ -108,7 +108,8 @@ def write_eval(out: Path, res, staging: Path) -> None:
 
 
 def print_summary(table, prov: dict, out: Path) -> None:
-    t = Table(title=f"{prov['model']} ({prov['architecture']['family']}, tokenizer {prov['tokenizer']})")
+    tokenizer = Path(prov["tokenizer"]).name  # a tokenizer read from a folder or a .gguf file: its name
+    t = Table(title=f"{prov['model']} ({prov['architecture']['family']}, tokenizer {tokenizer})")
     for c in ("task", "metric", "value", "stderr", "n"):
         t.add_column(c, justify="right" if c in ("value", "stderr", "n") else "left")
     for _, r in table.iterrows():
