@@ -216,3 +216,22 @@ def test_cli_start_does_not_import_lm_eval():
     code = "import sys, cli; print('lm_eval' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_task_yaml_and_folder_paths_run_offline(tiny_run, tmp_path, evaluated):
+    """A task given as a YAML path (or its folder) is the harness's own config route: the built-in
+    pydoc-lastword config renamed must give the built-in task's numbers."""
+    from tlm_probe.eval.builtin_tasks import write_task
+    from tlm_probe.eval.run import EvalOptions, run_eval
+
+    folder, _ = tiny_run
+    write_task("pydoc-lastword", tmp_path / "mine")
+    config = tmp_path / "mine" / "pydoc-lastword.yaml"
+    config.write_text(config.read_text().replace("task: pydoc-lastword", "task: my-lastword"))
+    for given in (str(config), str(tmp_path / "mine")):
+        res = run_eval(str(folder), EvalOptions(tasks=[given], limit=LIMIT, batch_size=5))
+        assert set(res.table["task"]) == {"my-lastword"}
+        for metric in ("acc", "perplexity"):
+            assert _value(res.table, "my-lastword", metric) == pytest.approx(
+                _value(evaluated.table, "pydoc-lastword", metric), rel=1e-6
+            )

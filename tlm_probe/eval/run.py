@@ -103,7 +103,7 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
     builtin = [t for t in opts.tasks if t in BUILDERS]
     written = [write_task(t, folder, opts.task_source, opts.seed) for t in builtin]
     paths = [Path(t) for t in opts.tasks if t not in BUILDERS and Path(t).exists()]
-    names = [_task_name(t) for t in opts.tasks]
+    names = [n for t in opts.tasks for n in _task_names(t)]
     out = run_tasks(
         scorer,
         names,
@@ -120,16 +120,35 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
     return tidy_rows(scorer.pm.name, out), prov, out.get("samples", {})
 
 
-def _task_name(task: str) -> str:
-    """A YAML file stands for the task it declares; a folder for the tasks inside (by their names)."""
+def _task_names(task: str) -> list[str]:
+    """A YAML file stands for the task it declares, a folder for every task its YAML files declare, and
+    anything else is a name for the harness to resolve."""
     p = Path(task)
-    if p.is_file():
-        import yaml
-
-        return str(yaml.safe_load(p.read_text()).get("task") or p.stem)
     if p.is_dir():
-        raise UserError(f"{task} is a folder: name its tasks in --tasks (the folder is searched)")
-    return task
+        names = [n for f in sorted(p.glob("*.y*ml")) for n in _task_names(str(f))]
+        if not names:
+            raise UserError(f"task folder {task} holds no task YAML")
+        return names
+    if not p.is_file():
+        return [task]
+    import yaml
+
+    try:  # harness YAMLs may carry tags such as !function: read only what a plain loader can
+        doc = yaml.load(p.read_text(), Loader=_tolerant_loader())  # a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise UserError(f"cannot read task config {task}: {str(e).splitlines()[0]}") from None
+    name = doc.get("task") if isinstance(doc, dict) else None
+    return [name] if isinstance(name, str) else []
+
+
+def _tolerant_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    return Loader
 
 
 def _config_hash(config: dict) -> str:
