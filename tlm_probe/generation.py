@@ -76,7 +76,7 @@ def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: in
         do_sample=sample,
         temperature=opts.temperature if sample else None,
         top_p=opts.top_p if sample else None,
-        top_k=None,
+        top_k=0 if sample else None,  # top-p alone: no default top-50 cut
         use_cache=opts.use_cache,
         eos_token_id=eos_id,
         pad_token_id=eos_id,
