@@ -6,7 +6,9 @@ import importlib
 
 import typer
 
-COMMANDS = ("schedule", "info", "plot", "report", "train", "data", "probe", "compare", "demo")
+COMMANDS = (
+    "schedule", "info", "plot", "report", "train", "data", "probe", "compare", "demo", "eval", "generate",
+)
 
 app = typer.Typer(
     name="tlm",

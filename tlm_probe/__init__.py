@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 
 
 def _register_auto_classes() -> None:
+    hf = sys.modules.get("tlm_probe.models.hf")
+    if hf is not None and not hasattr(hf, "register"):
+        return  # transformers is being imported BY models/hf.py (imported first): it registers at its end
     from tlm_probe.models.hf import register
 
     register()

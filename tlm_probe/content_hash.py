@@ -38,10 +38,11 @@ def _key(folder: Path, files: list[Path]) -> str:
 
 
 def content_hash(folder: Path | None) -> str | None:
-    """sha256 over the weight files of a checkpoint folder, or None when it has none."""
-    if folder is None or not Path(folder).is_dir():
+    """sha256 over the weight files of a checkpoint folder, or over one weight file (a .gguf), or None
+    when there is none."""
+    if folder is None or not Path(folder).exists():
         return None
-    files = weight_files(folder)
+    files = [Path(folder)] if Path(folder).is_file() else weight_files(folder)
     if not files:
         return None
     key = _key(folder, files)

@@ -26,6 +26,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+GGUF_SUFFIX = ".gguf"
 GENERIC_NAMES = ("model", "models", "checkpoint", "final", "hf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
 
@@ -152,6 +153,11 @@ def load_probe_model(
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     check_device(device)
+    if str(path_or_name).endswith(GGUF_SUFFIX):
+        from tlm_probe.capture.gguf import load_gguf
+
+        model, tokenizer = load_gguf(Path(path_or_name), DTYPES[dtype])
+        return wrap_model(model.to(device), tokenizer, Path(path_or_name).stem, Path(path_or_name))
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)

@@ -62,6 +62,11 @@ def _compare_command():
         threads: opt.Threads = None,
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
+        eval_tasks: str = typer.Option(
+            "", help="After each run, `tlm eval` these tasks (e.g. pydoc-mc,pydoc-lastword) into RUN/eval/; "
+            "adds task:metric columns to the tables and paired tests."
+        ),
+        eval_limit: int = typer.Option(None, help="Documents per --eval-tasks task (default: all)."),
     ):
         """Train each schedule (or each --shapes x --ratios grid arm) of each mixer with each seed on the same
         tokens; write results, summary and paired tests (each arm against the uniform arm of its own mixer;
@@ -77,7 +82,8 @@ def _compare_command():
             base.replace(mixer=m)
         arms = make_arms(mixer_list, arm_list(schedules, shapes, ratios))
         seed_list = parse_seeds(seeds)
-        result = run_compare(base, arms, seed_list, out, overwrite)
+        after_run = _eval_hook(eval_tasks, eval_limit) if eval_tasks else None
+        result = run_compare(base, arms, seed_list, out, overwrite, after_run)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
         heatmap = write_sweep(out) if shapes else None
@@ -146,13 +152,25 @@ _FLAGS = {
 }
 
 
-def run_compare(base, arms, seeds, out: Path, overwrite: bool) -> dict:
+def _eval_hook(tasks: str, limit: int | None):
+    """Checked before any training, so a bad --eval-tasks fails at once."""
+    from tlm_probe.eval.columns import eval_hook
+    from tlm_probe.eval.run import EvalOptions, check_options
+
+    opts = EvalOptions(tasks=[t.strip() for t in tasks.split(",") if t.strip()], limit=limit)
+    check_options(opts)
+    return eval_hook(opts)
+
+
+def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -> dict:
     """compare() with progress bars; Ctrl-C saves the running arm and exits 130 (re-run to continue)."""
     from tlm_probe.train import distributed as dist
     from tlm_probe.train.compare import compare
 
     try:
-        result = compare(base, arms, seeds, out, overwrite=overwrite, train_fn=run_training)
+        result = compare(
+            base, arms, seeds, out, overwrite=overwrite, train_fn=run_training, after_run=after_run
+        )
         result["rank"] = dist.rank()
         dist.shutdown()
         return result
@@ -181,12 +199,30 @@ def print_summary(result: dict) -> None:
             _num(p.get("val_loss_p"), ".3g"),
         )
     console.print(table)
+    _print_eval(result)
     counts = {(b["params"], b["flops_per_token"]) for b in result["budget"].values()}
     if len(counts) == 1:
         params, flops = counts.pop()
         console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token")
     else:
         console.print("the schedules of each mixer have equal parameters and training FLOPs per token")
+
+
+def _print_eval(result: dict) -> None:
+    """The --eval-tasks columns ("task:metric"): mean per arm, and the paired p against the baseline."""
+    names = [k[: -len("_mean")] for k in (result["summary"] or [{}])[0] if ":" in k and k.endswith("_mean")]
+    if not names:
+        return
+    table = Table(title="evaluation per arm (mean over seeds; p: paired t-test against the baseline)")
+    for col in ("arm", *names):
+        table.add_column(col, justify="right")
+    paired = {p["arm"]: p for p in result["paired"]}
+    for s in result["summary"]:
+        p = paired.get(s["arm"], {})
+        cells = [_num(s.get(f"{n}_mean"), ".4g") + (f" (p {_num(p.get(f'{n}_p'), '.2g')})" if p else "")
+                 for n in names]
+        table.add_row(s["arm"], *cells)
+    console.print(table)
 
 
 def _num(x, fmt: str) -> str:

@@ -35,7 +35,12 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, n, self.d_head)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None):
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None, cache=None,
+        layer: int = 0,
+    ) -> torch.Tensor:
+        """cache: a transformers Cache (generation); this call's keys/values are appended to layer `layer`'s
+        and the queries attend to all of them (mask then comes with the cached length, see tlm.py)."""
         B, T, _ = x.shape
         if self.window and self.window < T:
             mask = window_mask(positions, mask, self.window)
@@ -44,6 +49,8 @@ class Attention(nn.Module):
         v = self.hook_v(self._heads(self.W_V(x), self.kv_heads)).transpose(1, 2)
         if self.rotary is not None:
             q, k = self.rotary(q, positions), self.rotary(k, positions)
+        if cache is not None:
+            k, v = cache.update(k, v, layer)  # (B, H_kv, T_past + T, dh)
         drop = self.dropout if self.training else 0.0
         gqa = self.kv_heads != self.n_heads
         if mask is None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.layers import Rotary
@@ -23,6 +24,13 @@ _FIELDS = tuple(TLMConfig.__dataclass_fields__)
 
 class TLMHFConfig(PretrainedConfig):
     model_type = "tlm"
+    # the names transformers' generation and cache code read (DynamicCache sizes itself from them)
+    attribute_map = {
+        "num_hidden_layers": "n_layers",
+        "hidden_size": "d_model",
+        "num_attention_heads": "n_heads",
+        "max_position_embeddings": "max_seq_len",
+    }
 
     def __init__(self, **kwargs):
         ours = {k: kwargs.pop(k) for k in list(kwargs) if k in _FIELDS}
@@ -37,7 +45,7 @@ class TLMHFConfig(PretrainedConfig):
         return TLMConfig.from_dict({k: getattr(self, k) for k in _FIELDS})
 
 
-class TLMForCausalLM(PreTrainedModel):
+class TLMForCausalLM(PreTrainedModel, GenerationMixin):
     config_class = TLMHFConfig
     base_model_prefix = "tlm"
     main_input_name = "input_ids"
@@ -74,12 +82,24 @@ class TLMForCausalLM(PreTrainedModel):
     def get_output_embeddings(self) -> nn.Module:
         return self.unembed
 
-    def forward(self, input_ids: torch.Tensor, attention_mask=None, labels=None, **_) -> CausalLMOutput:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask=None, labels=None, cache=None, use_cache=None, **kwargs
+    ) -> CausalLMOutputWithPast:
+        """generate() passes a Cache (keys/values of the tokens so far; `past_key_values` before
+        transformers 5) and only the ids not yet in it."""
+        from tlm_probe.models.mixers import KV_CACHE_MIXERS
         from tlm_probe.models.tlm import TaperedLM, lm_loss
 
-        logits = TaperedLM.forward(self, input_ids, attention_mask=attention_mask)  # same code path
+        cache = cache if cache is not None else kwargs.get("past_key_values")
+        if self.config.mixer not in KV_CACHE_MIXERS:
+            cache = None  # generate() then feeds the whole prefix at every step
+        elif use_cache and cache is None:
+            cache = DynamicCache()
+        logits = TaperedLM.forward(  # same code path as the probe's model
+            self, input_ids, attention_mask=attention_mask, past_key_values=cache
+        )
         loss = None if labels is None else lm_loss(logits, labels, attention_mask)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
 
 
 def register() -> None:
@@ -88,3 +108,7 @@ def register() -> None:
         AutoModelForCausalLM.register(TLMHFConfig, TLMForCausalLM)
     except ValueError:  # already registered
         pass
+
+
+# idempotent; needed when this module is imported before tlm_probe's hook could run (tlm_probe/__init__.py)
+register()

@@ -21,6 +21,10 @@ MIXERS = {
     "hope_attention": Attention,  # softmax attention; the CMS replaces the MLP (below)
 }
 
+KV_CACHE_MIXERS = ("attention", "gated_attention", "hope_attention")
+"""Mixers whose state over past tokens is their keys and values (generation may cache them); Titans'
+memory is a recurrence over the whole prefix, so its generation recomputes the prefix each step."""
+
 
 def make_mixer(cfg: TLMConfig) -> nn.Module:
     return MIXERS[cfg.mixer](cfg)

@@ -30,12 +30,17 @@ class Block(nn.Module):
         self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         self.mlp = make_mlp(cfg, layer)
         self.drop = nn.Dropout(cfg.dropout)
+        self.layer = layer
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())  # each (B, T, d_model)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None):
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None, cache=None
+    ):
         resid_pre = self.hook_resid_pre(x)
-        attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid_pre), positions, mask, valid)))
+        kv = {} if cache is None else {"cache": cache, "layer": self.layer}  # KV_CACHE_MIXERS only (hf.py)
+        attn = self.attn(self.ln1(resid_pre), positions, mask, valid, **kv)
+        attn_out = self.hook_attn_out(self.drop(attn))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(resid_mid))))
         return self.hook_resid_post(resid_mid + mlp_out)
@@ -82,23 +87,29 @@ class TaperedLM(HookedRootModule):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         return_type: str = "logits",
+        past_key_values=None,
     ) -> torch.Tensor:
         """input_ids (B, T) -> logits (B, T, V); with labels and return_type='loss', the mean NLL.
 
         attention_mask (B, T) marks real tokens; padding may sit on either side: positions count real
-        tokens only and padded keys are never attended to.
+        tokens only and padded keys are never attended to. past_key_values: a transformers Cache holding
+        the keys/values of earlier tokens (generation); attention_mask then covers those tokens too.
         """
         B, T = input_ids.shape
-        if T > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
-        positions, mask = _positions_and_mask(input_ids, attention_mask)
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past + T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {past + T} exceeds max_seq_len={self.cfg.max_seq_len}")
+        if past:
+            positions, mask = _cached_positions_and_mask(input_ids, attention_mask, past)
+        else:
+            positions, mask = _positions_and_mask(input_ids, attention_mask)
         x = self.embed(input_ids)
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions)
         x = self.drop(self.hook_embed(x))  # (B, T, d_model)
         valid = None if attention_mask is None else attention_mask.bool()
         for block in self.blocks:
-            x = block(x, positions, mask, valid)
+            x = block(x, positions, mask, valid, past_key_values)
         logits = self.unembed(self.ln_final(x))  # (B, T, V)
         if return_type == "loss":
             return lm_loss(logits, input_ids if labels is None else labels, attention_mask)
@@ -116,6 +127,20 @@ def _positions_and_mask(input_ids, attention_mask):
     mask = causal[None] & am[:, None, :]  # (B, T, T): query t sees real keys <= t
     mask = mask | torch.eye(T, dtype=torch.bool, device=input_ids.device)[None]  # pads see themselves
     return positions, mask[:, None]  # (B, 1, T, T)
+
+
+def _cached_positions_and_mask(input_ids, attention_mask, past: int):
+    """Positions and (B, 1, T, past + T) mask for T new tokens after `past` cached ones."""
+    B, T = input_ids.shape
+    dev = input_ids.device
+    if attention_mask is None:
+        attention_mask = torch.ones(B, past + T, dtype=torch.bool, device=dev)
+    am = attention_mask.bool()
+    positions = (am.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
+    query = torch.arange(past, past + T, device=dev)[:, None]
+    causal = torch.arange(past + T, device=dev)[None, :] <= query  # (T, past + T)
+    mask = (causal[None] & am[:, None, :]) | (torch.arange(past + T, device=dev)[None, :] == query)[None]
+    return positions, mask[:, None]
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None):

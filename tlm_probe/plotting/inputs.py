@@ -32,6 +32,17 @@ def _is_probe(p: Path) -> bool:
                                                    (p / "provenance.json").is_file())
 
 
+def _is_eval(p: Path) -> bool:
+    """A `tlm eval` result: results + provenance that names the lm_eval version."""
+    prov = p / "provenance.json"
+    if not (p.is_dir() and prov.is_file() and (p / "results.csv").is_file()):
+        return False
+    try:
+        return "lm_eval" in json.loads(prov.read_text()).get("versions", {})
+    except json.JSONDecodeError:
+        return False
+
+
 def _is_compare(p: Path) -> bool:
     return p.is_dir() and ((p / "compare.json").is_file() or (p / "runs").is_dir())
 
@@ -44,6 +55,7 @@ def _is_run(p: Path) -> bool:
 KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("compare", _is_compare),
     ("run", _is_run),
+    ("eval", _is_eval),
     ("probe", _is_probe),
 )
 
@@ -56,8 +68,8 @@ def input_kind(path: str | Path) -> str:
     for kind, test in KINDS:
         if test(p):
             return kind
-    raise UserError(f"{p} is not a probe result (results.csv + provenance.json), a comparison folder "
-                    "(compare.json) or a run folder (metrics.jsonl)")
+    raise UserError(f"{p} is not a probe result or tlm eval result (results.csv + provenance.json), a "
+                    "comparison folder (compare.json) or a run folder (metrics.jsonl)")
 
 
 @dataclass
@@ -162,6 +174,11 @@ def load_comparison(path: str | Path) -> Comparison:
     runs = _run_order(runs, tables.get("results"))
     probes = sorted(d for d in (p / "probe").glob("*") if _is_probe(d)) if (p / "probe").is_dir() else []
     return Comparison(p, tables, curve_summary(loss_table(runs)), info, probes)
+
+
+def load_eval(path: str | Path) -> pd.DataFrame:
+    """The tidy `tlm eval` table (model, task, metric, value, stderr, n)."""
+    return pd.read_csv(Path(path) / "results.csv")
 
 
 def load_run(path: str | Path) -> Comparison:

@@ -20,6 +20,7 @@ from tlm_probe.plotting.inputs import (
     ProbeResult,
     input_kind,
     load_comparison,
+    load_eval,
     load_probe,
     load_run,
     merge_probes,
@@ -52,6 +53,9 @@ def build_document(paths: Sequence[str | Path], *, title: str, size: tuple[int, 
     if probe_paths:
         sections += probe_sections([load_probe(p) for p in dict.fromkeys(probe_paths)], size, dpi)
     sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
+    evals = [load_eval(p) for p, k in kinds if k == "eval"]
+    if evals:
+        sections.append(eval_section(pd.concat(evals, ignore_index=True)))
     notes = [f"inputs: {', '.join(str(p) for p, _ in kinds)}"]
     return Document(title, sections, notes)
 
@@ -159,6 +163,18 @@ def provenance_table(provenance: dict) -> pd.DataFrame:
         for k, v in provenance.items()
     ]
     return pd.DataFrame(rows or [("provenance", "none recorded")], columns=["field", "value"])
+
+
+def eval_section(table: pd.DataFrame) -> Section:
+    """`tlm eval` results: one row per task and metric, one column per model."""
+    wide = table.pivot_table(index=["task", "metric"], columns="model", values="value", sort=False)
+    return Section(
+        "Evaluation",
+        [
+            Table("task × metric, one column per model (tlm eval)", wide.reset_index()),
+            Table("every row with its standard error and document count", table),
+        ],
+    )
 
 
 def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:

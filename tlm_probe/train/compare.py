@@ -56,6 +56,8 @@ RESULT_COLUMNS = [
     "d_ff",
 ]
 METRICS = ("val_loss", "val_ppl", "val_bpb")
+EXTRA = "extra_columns"
+"""Row key holding the {column: value} an after_run hook returned for that run."""
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -170,7 +172,9 @@ def _saved_settings(path: Path) -> dict | None:
     return old
 
 
-def paired_table(results: pd.DataFrame, baseline: str | dict[str, str]) -> pd.DataFrame:
+def paired_table(
+    results: pd.DataFrame, baseline: str | dict[str, str], metrics: tuple[str, ...] = METRICS
+) -> pd.DataFrame:
     """Each arm minus its mixer's baseline arm (one name for all, or mixer -> name), paired by seed, with
     scipy's paired t-test on each metric."""
     rows = []
@@ -182,7 +186,7 @@ def paired_table(results: pd.DataFrame, baseline: str | dict[str, str]) -> pd.Da
         mine = results[results["arm"] == arm].set_index("seed")
         seeds = sorted(set(mine.index) & set(base.index))
         row = {"arm": arm, "mixer": mixer, "baseline": ref, "n_pairs": len(seeds)}
-        for m in METRICS:
+        for m in metrics:
             row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -207,7 +211,7 @@ def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
     }
 
 
-def summary_table(results: pd.DataFrame) -> pd.DataFrame:
+def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     g = results.groupby("arm", sort=False)
     out = g.agg(
         mixer=("mixer", "first"),
@@ -217,7 +221,7 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
         flops_per_token=("flops_per_token", "first"),
         tokens_per_s_mean=("tokens_per_s", "mean"),
     )
-    for m in METRICS:
+    for m in metrics:
         out[f"{m}_mean"] = g[m].mean()
         out[f"{m}_std"] = g[m].std(ddof=1)
     return out.reset_index()
@@ -228,8 +232,13 @@ def write_tables(
 ) -> None:
     results = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     results["d_ff"] = results["d_ff"].map(lambda w: " ".join(map(str, w)))
-    summary = summary_table(results)
-    paired = paired_table(results, baseline)
+    # columns an after_run hook added (tlm compare --eval-tasks: "task:metric"), compared like val_loss
+    extra = list(dict.fromkeys(k for r in rows for k in r.get(EXTRA, {})))
+    for k in extra:
+        results[k] = [r.get(EXTRA, {}).get(k, math.nan) for r in rows]
+    metrics = METRICS + tuple(extra)
+    summary = summary_table(results, metrics)
+    paired = paired_table(results, baseline, metrics)
     for name, table in (("results", results), ("summary", summary), ("paired", paired)):
         atomic_write_text(out / f"{name}.csv", table.to_csv(index=False))
     doc = {
@@ -276,10 +285,13 @@ def compare(
     overwrite: bool = False,
     data: TokenData | None = None,
     train_fn: Callable | None = None,
+    after_run: Callable[[Path], dict] | None = None,
 ) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.
 
-    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer."""
+    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer.
+    after_run(run folder) -> {column: number}, on rank 0 after each run (also for runs finished in an
+    earlier invocation): extra per-run columns, summarised and paired-tested like the validation loss."""
     out = Path(out)
     check_device(base.device)
     arms = as_arms(base, arms)
@@ -298,11 +310,12 @@ def compare(
     baseline = next(iter(by_mixer.values())) if len(by_mixer) == 1 else by_mixer
     # under torchrun every rank runs every arm together (DDP/FSDP inside each run); rank 0 writes
     with writer_lock(out):
-        return _compare(base, arms, seeds, out, overwrite, data, settings, budget, train_fn, baseline)
+        return _compare(base, arms, seeds, out, overwrite, data, settings, budget, train_fn, baseline,
+                        after_run)
 
 
 def _compare(
-    base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn, baseline
+    base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn, baseline, after_run
 ) -> dict:
     dist.init(resolve_device(base.device).type)
     if dist.is_main():
@@ -319,6 +332,8 @@ def _compare(
             summary = _run_arm(base, arm, seed, out, data, train_fn)
             row = {"arm": arm.name, "mixer": arm.mixer, "schedule": arm.schedule, "seed": seed}
             rows.append({**summary, **row, **budget[arm.name]})
+            if after_run is not None and dist.is_main():
+                rows[-1][EXTRA] = after_run(out / "runs" / run_name(arm.name, seed))
             if dist.is_main():
                 write_tables(out, rows, settings, budget, baseline)
     dist.barrier()

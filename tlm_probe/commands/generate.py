@@ -1,0 +1,43 @@
+"""`tlm generate CHECKPOINT --prompt TEXT`: continue a prompt, greedily or by sampling (seeded)."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from tlm_probe.commands.common import command, console, print_json
+
+
+def register(app: typer.Typer) -> None:
+    example = 'tlm generate demo/runs/cosine:1.5:0.5-s0 --prompt "Return the " --max-new-tokens 40'
+
+    @command(app, "generate", example)
+    def generate_cmd(
+        model: str = typer.Argument(..., help="Checkpoint folder (ours or Hugging Face) or a .gguf file."),
+        prompt: str = typer.Option(..., help="Text to continue."),
+        max_new_tokens: int = typer.Option(64, help="Tokens to generate at most."),
+        temperature: float = typer.Option(0.0, help="0: greedy; above 0: sample at this temperature."),
+        top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature > 0)."),
+        seed: int = typer.Option(0, help="Seed of the sampler."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Recompute every step (no KV cache)."),
+        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
+        threads: int = typer.Option(0, help="CPU threads for PyTorch (0: PyTorch's default)."),
+        json_out: bool = typer.Option(False, "--json", help="Print prompt, completion and ids as JSON."),
+    ):
+        """Generate text from a model (greedy by default; --temperature/--top-p sample, seeded)."""
+        from tlm_probe.commands.probe import _threads
+        from tlm_probe.generation import GenerateOptions, generate_text
+
+        opts = GenerateOptions(max_new_tokens, temperature, top_p, seed, not no_cache, device, dtype)
+        opts.check()
+        started = time.perf_counter()
+        with _threads(threads):
+            res = generate_text(model, prompt, opts)
+        res["seconds"] = round(time.perf_counter() - started, 3)
+        if json_out:
+            print_json(res)
+        else:
+            console.print(prompt, end="", markup=False, highlight=False, style="bold")
+            console.print(res["completion"], markup=False, highlight=False)

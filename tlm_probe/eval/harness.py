@@ -1,0 +1,160 @@
+"""The bridge to lm-evaluation-harness: a harness model (TemplateLM) that scores through our Scorer, and
+one call that runs a list of tasks and returns tidy rows.
+
+Why our own LM subclass rather than the harness's `hf` model: our byte-level checkpoints have no Hugging
+Face tokenizer, and the Scorer already loads every family the probe supports (including GGUF files).
+The harness does the rest exactly as for published numbers: prompts, few-shot, metrics, stderr.
+lm_eval is imported here only, and only when a command runs (it takes seconds to import).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+from lm_eval.api.model import TemplateLM
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+from tlm_probe.eval.scorer import Scorer
+
+DEFAULT_MAX_GEN_TOKS = 256
+NOT_METRICS = ("alias", "sample_len")
+
+
+class TLMHarnessLM(TemplateLM):
+    """lm_eval model over a Scorer: loglikelihood, rolling loglikelihood and greedy generate_until."""
+
+    def __init__(self, scorer: Scorer):
+        super().__init__()
+        self.scorer = scorer
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.scorer.codec.eos_id
+
+    @property
+    def max_length(self) -> int:
+        return self.scorer.max_length
+
+    def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
+        return self.scorer.codec.encode(string)
+
+    def tok_decode(self, tokens, **kwargs) -> str:
+        return self.scorer.codec.decode(tokens)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+        results = self.scorer.loglikelihoods([(ctx, cont) for _, ctx, cont in requests])
+        for (key, _, _), res in zip(requests, results, strict=True):
+            if key is not None:
+                self.cache_hook.add_partial("loglikelihood", key, res)
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Each string scored as a whole in disjoint windows of the model's context (the harness's rule)."""
+        out = []
+        for (string,) in [req.args for req in requests]:
+            windows = [
+                make_disjoint_window(w)
+                for w in get_rolling_token_windows(
+                    token_list=self.tok_encode(string),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                )
+            ]
+            scores = self.scorer.loglikelihoods(windows)
+            total = sum(s for s, _ in scores)
+            self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
+            out.append(total)
+        return out
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for context, gen_kwargs in [req.args for req in requests]:
+            until = gen_kwargs.get("until") or [self.tok_decode([self.eot_token_id])]
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+            new = self.scorer.greedy_continue(self.tok_encode(context), max_new, {self.eot_token_id})
+            text = self.tok_decode(new)
+            for stop in until:
+                text = text.split(stop)[0] if stop else text
+            out.append(text)
+        return out
+
+
+def run_tasks(
+    scorer: Scorer,
+    tasks: list[str],
+    include_paths: list[Path],
+    *,
+    limit: int | None,
+    seed: int,
+    builtin_only: bool,
+) -> dict:
+    """simple_evaluate on our model; returns the harness's results dict (results, configs, n-samples ...)."""
+    from lm_eval import evaluator
+    from lm_eval.tasks import TaskManager
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)  # the harness logs every request at INFO
+    manager = TaskManager(
+        include_path=[str(p) for p in include_paths] or None, include_defaults=not builtin_only
+    )
+    with _quiet_progress():
+        return evaluator.simple_evaluate(
+            model=TLMHarnessLM(scorer),
+            tasks=tasks,
+            task_manager=manager,
+            limit=limit,
+            bootstrap_iters=1000,
+            log_samples=True,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+        )
+
+
+@contextlib.contextmanager
+def _quiet_progress():
+    """The harness and datasets draw a tqdm bar per step (tlm eval shows its own status) and the harness
+    prints to stdout, which belongs to --json."""
+    import datasets
+
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    datasets.disable_progress_bars()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        datasets.enable_progress_bars()
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
+def tidy_rows(model: str, results: dict) -> list[dict]:
+    """One row per task x metric: value, stderr (None when the harness gives none) and n (documents)."""
+    rows = []
+    for task, metrics in results["results"].items():
+        n = results.get("n-samples", {}).get(task, {}).get("effective")
+        for key, value in metrics.items():
+            name, _, _filter = key.partition(",")
+            if name.endswith("_stderr") or name in NOT_METRICS or not isinstance(value, (int, float)):
+                continue
+            stderr = metrics.get(f"{name}_stderr,{_filter}")
+            rows.append(
+                {
+                    "model": model,
+                    "task": task,
+                    "metric": name,
+                    "value": float(value),
+                    "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
+                    "n": n,
+                }
+            )
+    return rows

@@ -1,0 +1,98 @@
+"""Perplexity of a model on any data source the trainer reads: token-level perplexity and bits per byte.
+
+Text sources are split by document hash exactly as in training and tokenized with the MODEL's tokenizer
+(documents joined by its end-of-text id, as the trainer does); token files and prepared folders are read
+as ids (their validation part).
+
+Sliding-window rule: with context L (default: the model's maximum) and stride S (default L), window k
+holds ids x[kS .. kS+L] (L+1 ids) and predicts x[kS+1 .. kS+L]. The first window scores all L targets;
+every later window scores only its last S targets, so each id after the first is scored exactly once,
+with at least L-S ids of context. Windows start while they fit; ids after the last full window are not
+scored. With S = L these are the trainer's validation windows (data.stream.eval_windows), so the loss
+equals the trainer's val_loss on the same ids. Bits per byte = summed NLL / (ln 2 · UTF-8 bytes of the
+scored ids), comparable across tokenizers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tlm_probe.data.sources import iter_documents
+from tlm_probe.data.stream import TOKEN_SUFFIXES, load_token_data, tokenize_documents
+from tlm_probe.data.tokens import is_prepared
+from tlm_probe.errors import UserError
+from tlm_probe.eval.scorer import Scorer
+
+
+@dataclass(frozen=True)
+class PPLResult:
+    source: str
+    split: str
+    nll_sum: float
+    n_tokens: int
+    n_bytes: int | None
+    context: int
+    stride: int
+
+    @property
+    def loss(self) -> float:
+        return self.nll_sum / self.n_tokens
+
+    def rows(self, model: str) -> list[dict]:
+        bpb = self.nll_sum / (math.log(2) * self.n_bytes) if self.n_bytes else None
+        metrics = {"token_nll": self.loss, "token_ppl": math.exp(min(self.loss, 700.0)), "bits_per_byte": bpb}
+        task = f"ppl:{self.source}"
+        return [
+            {"model": model, "task": task, "metric": m, "value": v, "stderr": None, "n": self.n_tokens}
+            for m, v in metrics.items()
+            if v is not None
+        ]
+
+
+def source_ids(source: str, split: str, codec) -> np.ndarray:
+    """The ids the perplexity is measured on (see the module docstring)."""
+    if is_prepared(source) or (Path(source).suffix in TOKEN_SUFFIXES and Path(source).is_file()):
+        data = load_token_data(source)
+        return np.asarray(data.val if split == "val" else data.train, dtype=np.int64)
+    return tokenize_documents(iter_documents(source, split), codec).astype(np.int64)
+
+
+def window_starts(n_ids: int, context: int, stride: int) -> list[int]:
+    return list(range(0, n_ids - context, stride))
+
+
+@torch.no_grad()
+def perplexity(
+    scorer: Scorer, ids: np.ndarray, *, source: str, split: str, context: int = 0, stride: int = 0,
+    max_tokens: int | None = None, progress=None,
+) -> PPLResult:
+    L = context or scorer.max_length
+    S = stride or L
+    if not 0 < S <= L or L > scorer.max_length:
+        raise UserError(f"need 0 < stride {S} <= context {L} <= the model's context {scorer.max_length}")
+    starts = window_starts(len(ids), L, S)
+    if not starts:
+        raise UserError(f"{source} ({split}) has {len(ids)} ids, fewer than context+1 = {L + 1}")
+    if max_tokens:  # the first window scores L targets, each later one S
+        starts = starts[: max(1, 1 + (max_tokens - L) // S)]
+    nll, count, n_bytes = 0.0, 0, 0
+    for b in range(0, len(starts), scorer.batch_size):
+        batch = starts[b : b + scorer.batch_size]
+        rows = torch.from_numpy(np.stack([ids[s : s + L + 1] for s in batch]))  # (B, L+1)
+        logits = scorer.logits(rows[:, :-1], torch.ones_like(rows[:, :-1]))
+        token_nll = F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten().to(logits.device),
+                                    reduction="none").view(len(batch), L).double().cpu()
+        for k, s in enumerate(batch):
+            first = 0 if s == 0 else L - S  # targets already scored by the previous window are skipped
+            nll += float(token_nll[k, first:].sum())
+            count += L - first
+            n_bytes += scorer.codec.n_bytes(rows[k, 1 + first :].tolist())
+        if progress:
+            progress(len(batch))
+    return PPLResult(source, split, nll, count, n_bytes or None, L, S)

@@ -1,0 +1,202 @@
+"""`tlm eval` as a library call: check the options, load the model once, run the harness tasks and the
+perplexity sources, and return the tidy table (model, task, metric, value, stderr, n) with provenance.
+
+Task names: `pydoc-mc` / `pydoc-lastword` (built here from the held-out split, see builtin_tasks), a path
+to a task YAML or a folder of them (offline), or any lm-evaluation-harness task name (its dataset must be
+reachable: in the cache, or online).
+"""
+
+from __future__ import annotations
+
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from tlm_probe.errors import UserError
+from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
+
+EVAL_COLUMNS = ["model", "task", "metric", "value", "stderr", "n"]
+
+
+@dataclass
+class EvalOptions:
+    tasks: list[str] = field(default_factory=list)
+    """Harness task names, built-in task names or task YAML files/folders."""
+    ppl_data: list[str] = field(default_factory=list)
+    """Data sources for perplexity (any source the trainer reads)."""
+    ppl_split: str = "val"
+    """train | val | all: split of each perplexity source (val: held out from training)."""
+    ppl_context: int = 0
+    """Window length for perplexity (0: the model's context)."""
+    ppl_stride: int = 0
+    """Stride between perplexity windows (0: the context, i.e. disjoint windows)."""
+    ppl_tokens: int = 65_536
+    """Stop each perplexity source after about this many scored tokens (0: all)."""
+    limit: int | None = None
+    """Documents per harness task (None: all)."""
+    task_source: str = "builtin:pydoc"
+    """Corpus whose validation split the built-in tasks are made from."""
+    batch_size: int = 8
+    device: str = "cpu"
+    dtype: str = "float32"
+    seed: int = 0
+
+
+@dataclass
+class EvalResult:
+    table: pd.DataFrame
+    provenance: dict
+    samples: dict
+    """Per task: the harness's logged samples (each document's requests and scores)."""
+
+
+def check_options(opts: EvalOptions) -> None:
+    if not opts.tasks and not opts.ppl_data:
+        raise UserError("nothing to evaluate: give --tasks and/or --ppl-data")
+    if opts.limit is not None and opts.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {opts.limit}")
+    if opts.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    if opts.ppl_split not in ("train", "val", "all"):
+        raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
+    for t in opts.tasks:
+        if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
+            raise UserError(f"task config not found: {t}")
+
+
+def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust_remote_code: bool = False):
+    from tlm_probe.capture.loading import load_probe_model
+    from tlm_probe.eval.scorer import Scorer, TextCodec
+
+    pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, allow_pickle)
+    return Scorer(pm, TextCodec(pm.tokenizer), batch_size=opts.batch_size)
+
+
+def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None) -> EvalResult:
+    """Evaluate; built-in task files are written into task_dir (a temporary folder when None)."""
+    check_options(opts)
+    started = time.perf_counter()
+    scorer = scorer or load_scorer(model, opts)
+    rows, prov_tasks, samples = [], [], {}
+    if opts.tasks:
+        with tempfile.TemporaryDirectory(prefix="tlm-eval-tasks-") as tmp:
+            folder = task_dir or Path(tmp)
+            r, prov_tasks, samples = _harness(scorer, opts, folder)
+            rows += r
+    ppl = []
+    for source in opts.ppl_data:
+        res = _ppl(scorer, source, opts)
+        rows += res.rows(scorer.pm.name)
+        ppl.append({k: v for k, v in asdict(res).items() if k != "nll_sum"})
+    table = pd.DataFrame(rows, columns=EVAL_COLUMNS)
+    prov = _provenance(scorer, opts, prov_tasks, ppl, time.perf_counter() - started)
+    return EvalResult(table, prov, samples)
+
+
+def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[dict], dict]:
+    from tlm_probe.eval.harness import run_tasks, tidy_rows
+
+    builtin = [t for t in opts.tasks if t in BUILDERS]
+    written = [write_task(t, folder, opts.task_source, opts.seed) for t in builtin]
+    paths = [Path(t) for t in opts.tasks if t not in BUILDERS and Path(t).exists()]
+    names = [n for t in opts.tasks for n in _task_names(t)]
+    out = run_tasks(
+        scorer,
+        names,
+        [folder, *{p if p.is_dir() else p.parent for p in paths}] if builtin or paths else [],
+        limit=opts.limit,
+        seed=opts.seed,
+        builtin_only=len(builtin) + len(paths) == len(opts.tasks),
+    )
+    if out is None:
+        raise UserError("lm-evaluation-harness returned no results")
+    configs = out.get("configs", {})
+    others = [t for t in out["results"] if t not in BUILDERS]
+    prov = written + [{"task": t, "config_sha256": _config_hash(configs.get(t, {}))} for t in others]
+    return tidy_rows(scorer.pm.name, out), prov, out.get("samples", {})
+
+
+def _task_names(task: str) -> list[str]:
+    """A YAML file stands for the task it declares, a folder for every task its YAML files declare, and
+    anything else is a name for the harness to resolve."""
+    p = Path(task)
+    if p.is_dir():
+        names = [n for f in sorted(p.glob("*.y*ml")) for n in _task_names(str(f))]
+        if not names:
+            raise UserError(f"task folder {task} holds no task YAML")
+        return names
+    if not p.is_file():
+        return [task]
+    import yaml
+
+    try:  # harness YAMLs may carry tags such as !function: read only what a plain loader can
+        doc = yaml.load(p.read_text(), Loader=_tolerant_loader())  # a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise UserError(f"cannot read task config {task}: {str(e).splitlines()[0]}") from None
+    name = doc.get("task") if isinstance(doc, dict) else None
+    return [name] if isinstance(name, str) else []
+
+
+def _tolerant_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    return Loader
+
+
+def _config_hash(config: dict) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _ppl(scorer, source: str, opts: EvalOptions):
+    from tlm_probe.eval.perplexity import perplexity, source_ids
+
+    ids = source_ids(source, opts.ppl_split, scorer.codec)
+    return perplexity(
+        scorer, ids, source=source, split=opts.ppl_split, context=opts.ppl_context,
+        stride=opts.ppl_stride, max_tokens=opts.ppl_tokens or None,
+    )
+
+
+def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], seconds: float) -> dict:
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    from tlm_probe import __version__
+    from tlm_probe.content_hash import content_hash
+
+    pm = scorer.pm
+    return {
+        "model": pm.name,
+        "model_path": str(pm.path.resolve()) if pm.path else pm.name,
+        "content_hash": content_hash(pm.path),
+        "architecture": {"family": pm.family, "model_type": pm.model_type, "n_layers": pm.n_layers,
+                         "d_ff": list(pm.d_ff)},
+        "tokenizer": scorer.codec.name,
+        "max_length": scorer.max_length,
+        "tasks": tasks,
+        "perplexity": ppl,
+        "options": asdict(opts),
+        "versions": {
+            "tlm_probe": __version__,
+            "lm_eval": version("lm_eval"),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
+        "seed": opts.seed,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(seconds, 3),
+    }

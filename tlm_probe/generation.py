@@ -1,0 +1,91 @@
+"""Text generation from any checkpoint tlm loads (ours, Hugging Face folders, GGUF files) through
+transformers' GenerationMixin: greedy (temperature 0) or sampled with temperature and top-p, seeded.
+Our models decode with a KV cache (tlm_probe/models/hf.py): each step runs only the new token."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tlm_probe.capture.loading import DTYPES, _load_tokenizer, check_device, load_probe_model
+from tlm_probe.errors import UserError
+from tlm_probe.eval.scorer import TextCodec, model_max_length
+
+
+@dataclass
+class GenerateOptions:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    """0: greedy decoding; above 0: sampling at this temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    seed: int = 0
+    use_cache: bool = True
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def check(self) -> None:
+        if self.max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise UserError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise UserError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
+def load_generator(source: str, opts: GenerateOptions):
+    """(model with .generate, TextCodec, context length)."""
+    folder = Path(source)
+    if folder.is_dir() and (folder / "config.json").is_file():
+        if json.loads((folder / "config.json").read_text()).get("model_type") == "tlm":
+            return _load_tlm(folder, opts)
+    pm = load_probe_model(source, opts.device, opts.dtype)
+    if not pm.is_causal or not hasattr(pm.model, "generate"):
+        raise UserError(f"{source} is not a causal language model; it cannot generate text")
+    return pm.model, TextCodec(pm.tokenizer), model_max_length(pm)
+
+
+def _load_tlm(folder: Path, opts: GenerateOptions):
+    from transformers.utils import logging as hf_logging
+
+    from tlm_probe.models.hf import TLMForCausalLM
+
+    check_device(opts.device)
+    hf_logging.disable_progress_bar()
+    model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[opts.dtype]).to(opts.device).eval()
+    return model, TextCodec(_load_tokenizer(folder)), model.cfg.max_seq_len
+
+
+@torch.no_grad()
+def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: int, context: int) -> list[int]:
+    """The new ids (the prompt is cut from the left so that prompt + new ids fit in the context)."""
+    new = min(opts.max_new_tokens, context - 1)
+    ids = (prompt_ids or [eos_id])[-(context - new) :]
+    x = torch.tensor([ids], device=next(model.parameters()).device)
+    sample = opts.temperature > 0
+    torch.manual_seed(opts.seed)
+    out = model.generate(
+        x,
+        attention_mask=torch.ones_like(x),
+        max_new_tokens=new,
+        do_sample=sample,
+        temperature=opts.temperature if sample else None,
+        top_p=opts.top_p if sample else None,
+        top_k=0 if sample else None,  # top-p alone: no default top-50 cut
+        use_cache=opts.use_cache,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+    )
+    return out[0, len(ids) :].tolist()
+
+
+def generate_text(source: str, prompt: str, opts: GenerateOptions) -> dict:
+    opts.check()
+    model, codec, context = load_generator(source, opts)
+    new = generate_ids(model, codec.encode(prompt), opts, codec.eos_id, context)
+    return {"prompt": prompt, "completion": codec.decode(new), "new_tokens": len(new), "ids": new}
