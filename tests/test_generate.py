@@ -112,3 +112,19 @@ def test_importing_the_hf_module_first_registers_the_auto_classes():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.strip() == "4"
+
+
+@pytest.mark.parametrize("mixer", ["titans", "hope_attention"])
+def test_generate_with_the_memory_mixers(mixer):
+    """Hope-attention caches keys/values like attention; Titans' memory is a recurrence over the prefix, so
+    generate() feeds it the whole prefix every step (no cache) and still equals the argmax loop."""
+    model = _model(mixer)
+    x = torch.tensor(PROMPT)
+    lengths = []
+    hook = model.embed.register_forward_hook(lambda m, inp, out: lengths.append(inp[0].shape[1]))
+    cached = model.generate(x, max_new_tokens=8, do_sample=False, use_cache=True, pad_token_id=0)
+    hook.remove()
+    uncached = model.generate(x, max_new_tokens=8, do_sample=False, use_cache=False, pad_token_id=0)
+    assert cached.tolist() == uncached.tolist() and cached[0].tolist() == _argmax_loop(model, PROMPT[0], 8)
+    steps = set(lengths[1:])
+    assert steps == ({1} if mixer == "hope_attention" else set(range(x.shape[1] + 1, x.shape[1] + 8)))

@@ -82,6 +82,15 @@ class TLMForCausalLM(PreTrainedModel, GenerationMixin):
     def get_output_embeddings(self) -> nn.Module:
         return self.unembed
 
+    def generate(self, *args, **kwargs):
+        """GenerationMixin.generate; a mixer without a key/value state (Titans) generates without a cache,
+        its whole prefix recomputed each step (transformers would otherwise feed it only the new id)."""
+        from tlm_probe.models.mixers import KV_CACHE_MIXERS
+
+        if self.config.mixer not in KV_CACHE_MIXERS:
+            kwargs["use_cache"] = False
+        return super().generate(*args, **kwargs)
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask=None, labels=None, cache=None, use_cache=None, **kwargs
     ) -> CausalLMOutputWithPast:
