@@ -78,6 +78,10 @@ def test_rerun_continues_where_it_stopped(tmp_path):
     pd.testing.assert_frame_equal(first.drop(columns="tokens_per_s"), again.drop(columns="tokens_per_s"))
     with pytest.raises(UserError, match="different comparison"):
         compare(BASE.replace(lr=1e-2), ARMS[:2], [0], out, data=data)
+    # more seeds of the same arms: the finished seed is kept, the new one trains
+    compare(BASE, ARMS[:2], [0, 1], out, data=data)
+    grown = pd.read_csv(out / "results.csv")
+    assert kept.stat().st_mtime_ns == stamp and sorted(set(grown.seed)) == [0, 1] and len(grown) == 4
 
 
 def test_unequal_budget_is_refused(monkeypatch):

@@ -149,15 +149,20 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     --overwrite); the same comparison continues."""
     path = out / SETTINGS
     old = _saved_settings(path)
-    if old == settings and not read_manifest(out):  # written before manifests existed: the same
-        record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")  # comparison, adopt it
+    same = old is not None and _without_seeds(old) == _without_seeds(settings)
+    if same and not read_manifest(out):  # written before manifests existed: the same comparison, adopt it
+        record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")
     claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False)
-    if overwrite or old is None or old == settings:
+    if overwrite or old is None or same:  # more (or fewer) seeds of the same arms: each run stands alone
         return
     changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
     raise UserError(
         f"{out} holds a different comparison (changed: {', '.join(changed)}); pass --overwrite to replace it"
     )
+
+
+def _without_seeds(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k != "seeds"}
 
 
 def _saved_settings(path: Path) -> dict | None:
