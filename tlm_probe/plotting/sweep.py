@@ -38,9 +38,9 @@ def plot_sweep(table: pd.DataFrame, metric: str = "val_loss", *, size: Sequence[
             image = _panel(ax, grid[grid["mixer"] == mixer], mixer, limit)
         fig.colorbar(image, ax=list(axes), label=f"Δ {metric} vs uniform (paired mean over seeds)")
         n = int(grid["n_pairs"].min())
-        fig.suptitle(title or f"Δ {metric} vs uniform, same parameters, FLOPs and batches "
-                     f"({n} seed pair{'s' if n != 1 else ''}; * p<0.05, ** p<0.01, paired t)",
-                     fontsize="medium")
+        fig.suptitle(title or f"Δ {metric} vs uniform, same parameters, FLOPs and batches\n"
+                     f"{n} seed pair{'s' if n != 1 else ''}; * p<0.05, ** p<0.01 (paired t, not corrected "
+                     "for the number of arms)", fontsize="medium")
     return fig
 
 
