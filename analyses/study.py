@@ -136,11 +136,16 @@ def smollm2_gguf() -> Path | None:
 
 
 def collect(opts) -> None:
-    """Copy each finished part's tables into analyses/results/<part>/ and draw its figures."""
+    """Copy each part's tables into analyses/results/<part>/, draw its figures, write summary.md."""
+    from analyses import study_summary as summ
+
     RESULTS.mkdir(parents=True, exist_ok=True)
-    config = {"scale": opts.scale, "seeds": SEEDS, "cpu_data": CPU_DATA, "cpu_flags": CPU_FLAGS,
-              "motivating": MOTIVATING, "sweep": SWEEP, "parts": {}}
-    for part in ("motivating", "schedules"):
+    config = {"scale": opts.scale, "seeds": SEEDS, "motivating_seeds": MOTIVATING_SEEDS,
+              "cpu_data": CPU_DATA, "cpu_flags": CPU_FLAGS, "motivating": MOTIVATING, "sweep": SWEEP,
+              "mixers": MIXERS, "eval": EVAL, "probe": PROBE, "parts": {}}
+    md = ["# Reproduction study: the numbers", "", "Made by `python -m analyses.study collect` from the "
+          "tables in this folder (configuration: `study_config.json`).", ""]
+    for part in TRAINED:
         src = opts.root / part
         if not (src / "compare.json").is_file():
             continue
@@ -149,12 +154,37 @@ def collect(opts) -> None:
         for name in TABLES:
             if (src / name).is_file():
                 shutil.copyfile(src / name, dst / name)
-        figures = [("curves", "loss_curves.png")] + ([("sweep", "sweep_heatmap.png")] if part == "schedules"
-                                                      else [])
-        for kind, fig in figures:
-            tlm("plot", str(src), "--kind", kind, "--out", str(dst / fig))
+        tlm("plot", str(src), "--kind", "curves", "--out", str(dst / "loss_curves.png"))
+        if (src / "sweep.csv").is_file():
+            tlm("plot", str(src), "--kind", "sweep", "--out", str(dst / "sweep_heatmap.png"))
         config["parts"][part] = json.loads((src / "compare.json").read_text())["settings"]
+        md += [f"## {part}", "", summ.training_table(dst), ""]
+        evals = summ.eval_table(opts.root / "eval", part)
+        md += [f"### {part}: downstream (tlm eval)", "", evals, ""] if evals else []
+    md += _collect_mechanism(opts, summ)
+    (RESULTS / "summary.md").write_text("\n".join(md) + "\n")
     (RESULTS / "study_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _collect_mechanism(opts, summ) -> list[str]:
+    src = opts.root / "mechanism"
+    folders = sorted(p.parent for p in src.rglob("results.csv")) if src.is_dir() else []
+    if not folders:
+        return []
+    dst = RESULTS / "mechanism"
+    for folder in folders:
+        out = dst / folder.relative_to(src)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("results.csv", "provenance.json"):
+            shutil.copyfile(folder / name, out / name)
+    paths = [str(f) for f in folders]
+    for stat in ("align_mlp_mid", "align_abs_mlp_mid"):
+        tlm("plot", *paths, "--statistic", stat, "--out", str(dst / f"{stat}_vs_depth.png"))
+    trained = [str(f) for f in folders if f.parent.name == "trained"]
+    if trained:
+        tlm("plot", *trained, "--statistic", "dead_neuron_frac", "--out", str(dst / "utilisation.png"))
+    return ["## mechanism: MLP-residual alignment against depth", "", summ.mechanism_table(dst), "",
+            "### width utilisation of the trained models", "", summ.utilisation_table(dst), ""]
 
 
 PARTS = {"motivating": motivating, "schedules": schedules, "mixers": mixers, "eval": evaluate,

@@ -1,0 +1,136 @@
+"""The study's numbers as Markdown (analyses/results/summary.md), made from the committed tables only.
+
+Training parts: per arm, mean ± std of the validation loss over seeds and the paired difference to the
+uniform arm of the same mixer (mean, 95% t-interval, d_z, p; uncorrected for the number of arms, and the
+Holm-adjusted p beside it). Evaluation: each task metric per arm, paired against uniform the same way.
+Mechanism: for every probed model, the MLP-residual cosine by layer and Spearman's rank correlation of it
+with depth, with the verdict that follows from it ("rises", "falls" or "no monotone trend" at p < 0.05).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+MECHANISM_STATS = ("align_mlp_mid", "align_abs_mlp_mid", "align_mlp_pre", "align_abs_mlp_pre")
+
+
+def holm(p: pd.Series) -> pd.Series:
+    """Holm-Bonferroni adjusted p-values (family: the arms of one table)."""
+    order = p.sort_values().index
+    m, running, out = len(p), 0.0, {}
+    for i, idx in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p[idx])) if not math.isnan(p[idx]) else running
+        out[idx] = running if not math.isnan(p[idx]) else math.nan
+    return pd.Series(out)[p.index]
+
+
+def _fmt(x: float, spec: str = "+.4f") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def training_table(folder: Path) -> str:
+    summary = pd.read_csv(folder / "summary.csv").set_index("arm")
+    has_pairs = (folder / "paired.csv").stat().st_size > 1
+    paired = pd.read_csv(folder / "paired.csv").set_index("arm") if has_pairs else pd.DataFrame()
+    if len(paired):
+        paired["p_holm"] = holm(paired["val_loss_p"])
+    lines = ["| arm | seeds | val loss (mean ± std) | val ppl | Δ loss vs uniform [95% CI] | d_z | p | "
+             "p (Holm) |", "|---|---|---|---|---|---|---|---|"]
+    for arm, s in summary.iterrows():
+        lines.append("| " + " | ".join(_training_row(arm, s, paired)) + " |")
+    return "\n".join(lines)
+
+
+def _training_row(arm: str, s: pd.Series, paired: pd.DataFrame) -> list[str]:
+    cells = [arm, str(s.n_seeds), f"{s.val_loss_mean:.4f} ± {_fmt(s.val_loss_std, '.4f')}",
+             f"{s.val_ppl_mean:.1f}"]
+    if arm not in paired.index:
+        return [*cells, "(baseline)", "", "", ""]
+    p = paired.loc[arm]
+    ci = f"[{_fmt(p.val_loss_diff_ci_low)}, {_fmt(p.val_loss_diff_ci_high)}]"
+    return [*cells, f"{p.val_loss_diff_mean:+.4f} {ci}", _fmt(p.val_loss_dz, "+.2f"),
+            _fmt(p.val_loss_p, ".3g"), _fmt(p.p_holm, ".3g")]
+
+
+def eval_table(eval_root: Path, part: str) -> str:
+    """Per arm: mean of each task metric over seeds, and its paired difference to uniform (p)."""
+    frames = []
+    for res in sorted((eval_root / part).glob("*/results.csv")):
+        arm, seed = res.parent.name.rsplit("-s", 1)
+        df = pd.read_csv(res)
+        df["arm"], df["seed"] = arm, int(seed)
+        frames.append(df)
+    if not frames:
+        return ""
+    df = pd.concat(frames)
+    df["key"] = df["task"] + " " + df["metric"]
+    wide = df.pivot_table(index=["arm", "seed"], columns="key", values="value")
+    keys = list(wide.columns)
+    lines = ["| arm | seeds | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    arms = list(dict.fromkeys(a for a, _ in wide.index))
+    for arm in arms:
+        mine = wide.loc[arm]
+        cells = [arm, str(len(mine))]
+        for k in keys:
+            cell = f"{mine[k].mean():.4g}"
+            base = _baseline_of(arm, arms)
+            if base and base != arm:
+                seeds = sorted(set(mine.index) & set(wide.loc[base].index))
+                if len(seeds) >= 2:
+                    d = mine.loc[seeds, k].to_numpy() - wide.loc[base].loc[seeds, k].to_numpy()
+                    p = stats.ttest_rel(mine.loc[seeds, k], wide.loc[base].loc[seeds, k]).pvalue \
+                        if np.ptp(d) > 0 else math.nan
+                    cell += f" (Δ {d.mean():+.3g}, p {_fmt(p, '.2g')})"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _baseline_of(arm: str, arms: list[str]) -> str | None:
+    mixer = arm.split("-", 1)[0] if "-" in arm and not arm.startswith("wider") else ""
+    base = f"{mixer}-uniform" if mixer else "uniform"
+    return base if base in arms else None
+
+
+def trend(values: np.ndarray) -> tuple[float, float, str]:
+    """Spearman rho of a per-layer statistic with depth, its p-value, and what it says."""
+    rho, p = stats.spearmanr(np.arange(len(values)), values)
+    if p < 0.05:
+        return rho, p, "rises with depth" if rho > 0 else "falls with depth"
+    return rho, p, "no monotone trend with depth (p ≥ 0.05)"
+
+
+def mechanism_table(root: Path) -> str:
+    lines = ["| model | statistic | by layer (first → last) | Spearman ρ with depth | p | verdict |",
+             "|---|---|---|---|---|---|"]
+    for res in sorted(root.rglob("results.csv")):
+        df = pd.read_csv(res)
+        name = str(res.parent.relative_to(root))
+        for stat in MECHANISM_STATS:
+            v = df[df.statistic == stat].sort_values("layer")["value"].to_numpy(float)
+            if len(v) < 3:
+                continue
+            rho, p, verdict = trend(v)
+            shown = ", ".join(f"{x:+.2f}" for x in v) if len(v) <= 12 else \
+                ", ".join(f"{x:+.2f}" for x in v[:5]) + ", …, " + ", ".join(f"{x:+.2f}" for x in v[-3:])
+            lines.append(f"| {name} | {stat} | {shown} | {rho:+.2f} | {p:.2g} | {verdict} |")
+    return "\n".join(lines)
+
+
+def utilisation_table(root: Path) -> str:
+    lines = ["| model | dead_neuron_frac by layer | stable_rank_mlp_out by layer |", "|---|---|---|"]
+    for res in sorted((root / "trained").glob("*/results.csv")):
+        df = pd.read_csv(res)
+        cells = []
+        for stat in ("dead_neuron_frac", "stable_rank_mlp_out"):
+            v = df[df.statistic == stat].sort_values("layer")["value"].to_numpy(float)
+            cells.append(", ".join(f"{x:.2f}" for x in v))
+        widths = df[df.statistic == "dead_neuron_frac"].sort_values("layer")["d_ff"].astype(int).tolist()
+        name = f"{res.parent.name} (widths {', '.join(map(str, widths))})"
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
