@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
         from tlm_probe.commands.train import run_training
         from tlm_probe.train.compare import parse_seeds
-        from tlm_probe.train.demo import run_demo
+        from tlm_probe.workflows.demo import run_demo
 
         try:
             doc = run_demo(

@@ -41,7 +41,7 @@ SETTINGS = "compare_settings.json"
 # that must match when an interrupted comparison is continued
 PER_RUN_OR_MACHINE = ("schedule", "mixer", "seed", "progress", "device", "threads")
 DEFAULT_MIXER = "attention"
-RESULT_COLUMNS = [
+COMPARE_COLUMNS = [
     "arm",
     "mixer",
     "schedule",
@@ -226,7 +226,7 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
 def write_tables(
     out: Path, rows: list[dict], settings: dict, budget: dict, baseline: str | dict[str, str]
 ) -> None:
-    results = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    results = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
     results["d_ff"] = results["d_ff"].map(lambda w: " ".join(map(str, w)))
     summary = summary_table(results)
     paired = paired_table(results, baseline)

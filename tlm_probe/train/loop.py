@@ -198,7 +198,7 @@ class Trainer:
         if self.step == 0:
             last_eval = self.evaluate()
         else:  # resumed: the newest evaluation so far stands until the next one
-            from tlm_probe.train.metrics import read_metrics
+            from tlm_probe.results import read_metrics
 
             last_eval = next((m for m in reversed(read_metrics(self.plan.out)) if m["kind"] == "eval"), {})
         interrupted = False
