@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.commands.train import build_config, run_training
+from tlm_probe.commands.train import build_config
 
 PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
 SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.5:0.5,1.75:0.25 "
@@ -152,7 +152,7 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool) -> dict:
     from tlm_probe.train.compare import compare
 
     try:
-        result = compare(base, arms, seeds, out, overwrite=overwrite, train_fn=run_training)
+        result = compare(base, arms, seeds, out, overwrite=overwrite)
         result["rank"] = dist.rank()
         dist.shutdown()
         return result

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
@@ -14,58 +13,6 @@ from tlm_probe.train.config import TrainConfig, read_config_file
 
 # CLI flag name -> TrainConfig field, for the flags whose names differ
 FLAG_FIELDS = {"layers": "n_layers", "heads": "n_heads"}
-
-
-def progress_bar(total: int, description: str, enabled: bool = True) -> Progress:
-    columns = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"),
-        TextColumn("{task.fields[tps]} tok/s"),
-        TimeRemainingColumn(),
-    ]
-    return Progress(*columns, console=err_console, disable=not enabled, transient=False)
-
-
-def run_training(
-    tc: TrainConfig,
-    out: Path,
-    *,
-    resume=False,
-    overwrite=False,
-    fsdp=False,
-    stop_at=None,
-    data=None,
-    description: str = "train",
-) -> dict:
-    """Plan, train and return the run summary, with a progress bar on rank 0 (shared by compare/demo)."""
-    from tlm_probe.train.run import plan_run, writer_lock
-
-    plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
-    with writer_lock(out):
-        return _train(plan, overwrite, fsdp, stop_at, description)
-
-
-def _train(plan, overwrite: bool, fsdp: bool, stop_at, description: str) -> dict:
-    from tlm_probe.train import distributed as dist
-    from tlm_probe.train.loop import Trainer
-
-    trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
-    with progress_bar(trainer.total, description, plan.tc.progress and dist.is_main()) as bar:
-        task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
-
-        def report(p):
-            bar.update(
-                task,
-                completed=p.step,
-                loss=f"{p.last.get('train_loss', float('nan')):.3f}",
-                tps=f"{p.last.get('tokens_per_s', 0):,.0f}",
-            )
-
-        summary = trainer.run(report)
-    summary["rank"] = dist.rank()
-    return summary
 
 
 def register(app: typer.Typer) -> None:
@@ -113,6 +60,7 @@ def register(app: typer.Typer) -> None:
         flags = {k: v for k, v in locals().items() if v is not None and k in _FLAG_NAMES}
         tc = build_config(config, flags)
         from tlm_probe.train import distributed as dist
+        from tlm_probe.train.training import run_training
 
         summary = run_training(tc, out, resume=resume, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
         dist.shutdown()

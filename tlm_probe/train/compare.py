@@ -279,7 +279,8 @@ def compare(
 ) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.
 
-    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer."""
+    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer. `train_fn` trains one
+    run (default train.training.run_training; tests pass one that must not be called)."""
     out = Path(out)
     check_device(base.device)
     arms = as_arms(base, arms)
@@ -335,19 +336,10 @@ def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData,
     dist.barrier()
     tc = arm.config(base, seed)
     name = run_name(arm.name, seed)
-    summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=name)
+    from tlm_probe.train.training import run_training  # torch is loaded only when a run trains
+
+    summary = (train_fn or run_training)(tc, run, data=data, resume=True, description=name)
     if summary.get("interrupted"):
         raise KeyboardInterrupt  # Ctrl-C inside a run: its checkpoint is saved; stop the whole comparison
     return summary
 
-
-def train_quietly(
-    tc: TrainConfig, run: Path, *, data: TokenData, resume: bool, description: str = ""
-) -> dict:
-    """Library default for compare(): train without a progress bar (the CLI passes one that draws it)."""
-    from tlm_probe.train.loop import Trainer
-    from tlm_probe.train.run import plan_run, writer_lock
-
-    plan = plan_run(tc.replace(progress=False), run, data=data, resume=resume)
-    with writer_lock(run):
-        return Trainer(plan).run()
