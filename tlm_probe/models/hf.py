@@ -75,10 +75,10 @@ class TLMForCausalLM(PreTrainedModel):
         return self.unembed
 
     def forward(self, input_ids: torch.Tensor, attention_mask=None, labels=None, **_) -> CausalLMOutput:
-        from tlm_probe.models.tlm import TaperedLM, lm_loss
+        from tlm_probe.models.tlm import TaperedLM, next_token_nll
 
         logits = TaperedLM.forward(self, input_ids, attention_mask=attention_mask)  # same code path
-        loss = None if labels is None else lm_loss(logits, labels, attention_mask)
+        loss = None if labels is None else next_token_nll(logits, labels, attention_mask=attention_mask)
         return CausalLMOutput(loss=loss, logits=logits)
 
 
