@@ -1,12 +1,15 @@
-"""The `tlm` command line: each command lives in tlm_probe/commands/<name>.py; this file only assembles."""
+"""The `tlm` command line: each command lives in tlm_probe/commands/<name>.py; this file only assembles.
+Command modules import their heavy dependencies (torch, pandas, matplotlib) inside the command, so
+`tlm --help` stays fast."""
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
-COMMANDS = ("schedule", "info", "plot", "report", "train", "data", "probe", "compare", "demo")
+from tlm_probe.commands import compare, data, demo, info, plot, probe, report, schedule, train
+
+# the order of `tlm --help`
+COMMANDS = (schedule, info, plot, report, train, data, probe, compare, demo)
 
 app = typer.Typer(
     name="tlm",
@@ -15,8 +18,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for _name in COMMANDS:
-    importlib.import_module(f"tlm_probe.commands.{_name}").register(app)
+for _command in COMMANDS:
+    _command.register(app)
 
 
 def main() -> None:
