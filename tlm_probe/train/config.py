@@ -116,7 +116,8 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_positive(self)
-        parse_schedule(self.schedule, self.multiple_of)  # raises a UserError naming a bad spec
+        # the one parse of the schedule spec (a bad spec is a UserError naming it); model_config uses it
+        object.__setattr__(self, "schedule_spec", parse_schedule(self.schedule, self.multiple_of))
         if self.mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if self.preset and self.preset not in PRESETS:
@@ -140,7 +141,7 @@ class TrainConfig:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
             extra["vocab_size"] = self.vocab_size
-        spec = parse_schedule(self.schedule, self.multiple_of)
+        spec = self.schedule_spec
         if self.preset:
             return preset_config(self.preset, spec, **arch, **extra)
         extra.setdefault("vocab_size", vocab_size)
