@@ -1,14 +1,27 @@
-"""The `tlm` command line: each command lives in tlm_probe/commands/<name>.py; this file only assembles."""
+"""The `tlm` command line: each command lives in tlm_probe/commands/<name>.py; this file only assembles.
+Command modules import their heavy dependencies (torch, pandas, matplotlib) inside the command, so
+`tlm --help` stays fast."""
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
-COMMANDS = (
-    "schedule", "info", "plot", "report", "train", "data", "probe", "compare", "demo", "eval", "generate",
+from tlm_probe.commands import (
+    compare,
+    data,
+    demo,
+    generate,
+    info,
+    plot,
+    probe,
+    report,
+    schedule,
+    train,
 )
+from tlm_probe.commands import eval as eval_cmd
+
+# the order of `tlm --help`
+COMMANDS = (schedule, info, plot, report, train, data, probe, compare, demo, eval_cmd, generate)
 
 app = typer.Typer(
     name="tlm",
@@ -17,8 +30,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for _name in COMMANDS:
-    importlib.import_module(f"tlm_probe.commands.{_name}").register(app)
+for _command in COMMANDS:
+    _command.register(app)
 
 
 def main() -> None:

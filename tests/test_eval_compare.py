@@ -65,8 +65,8 @@ def test_continuing_does_not_evaluate_again(evaluated_comparison):
 
 
 def test_report_shows_eval_columns_and_eval_folders(evaluated_comparison):
-    from tlm_probe.html_report import Table
-    from tlm_probe.plotting.sections import build_document
+    from tlm_probe.report.html import Table
+    from tlm_probe.report.sections import build_document
 
     out, _, _ = evaluated_comparison
     ev = out / "runs" / run_name("uniform", 0) / "eval"

@@ -21,7 +21,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.report import write_results
+from tlm_probe.results import write_results
 from tlm_probe.train import checkpoint
 
 TABLE = pd.DataFrame({"model": ["m"], "layer": [0], "depth": [0.0], "statistic": ["s"], "value": [0.5],

@@ -121,7 +121,7 @@ def test_ctrl_c_during_probe_says_nothing_was_written(tmp_path, tlm, ids, monkey
 
 
 def test_plot_draws_what_exists_and_names_the_skipped_model(tmp_path):
-    from tlm_probe.report import write_results
+    from tlm_probe.results import write_results
 
     row = dict(layer=[0, 1], depth=[0.0, 1.0], value=[0.1, 0.2], ci_low=[0.0, 0.1], ci_high=[0.2, 0.3],
                n_tokens=[10, 10], d_ff=[64, 64])

@@ -11,7 +11,7 @@ import numpy as np
 from models_zoo import build_model
 
 from tlm_probe.probe import probe
-from tlm_probe.report import read_results
+from tlm_probe.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tlm_probe.errors import UserError
-from tlm_probe.report import read_results, write_results
+from tlm_probe.results import read_results, write_results
 
 TABLE = pd.DataFrame({"model": ["m", "m"], "layer": [0, 1], "statistic": ["s", "s"], "value": [0.25, -0.5]})
 MATRIX = pd.DataFrame({"model": ["m"], "layer_i": [0], "layer_j": [1], "statistic": ["cka"], "value": [0.9]})

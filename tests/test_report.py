@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe.errors import UserError
-from tlm_probe.html_report import Document, Section, Table, fmt_cell, write_report
-from tlm_probe.plotting.inputs import ProbeResult
-from tlm_probe.plotting.sections import probe_sections, wide_table
+from tlm_probe.report.html import Document, Section, Table, fmt_cell, write_report
+from tlm_probe.report.sections import probe_sections, wide_table
+from tlm_probe.results import ProbeResult
 
 EVIL = "tiny<script>alert('x')&$x$"  # a real model folder name: the model name comes from data
 CHROMIUM = Path("/usr/bin/chromium")
@@ -91,7 +91,7 @@ def test_report_of_a_real_demo(real_demo_dir, tmp_path):
 
 def test_matrices_section_from_a_matrix_table(tmp_path):
     models = {"a": (64,) * 5, "b": (96, 64, 32)}
-    pr = ProbeResult(tmp_path, result_table(models), matrix_table(models, "cka"), {})
+    pr = ProbeResult(result_table(models), matrix_table(models, "cka"), {}, tmp_path)
     sections = probe_sections([pr], (400, 300), 50)
     (matrix,) = [s for s in sections if s.title == "Layer × layer"]
     (fig_block,) = matrix.blocks

@@ -12,10 +12,10 @@ from safetensors.torch import load_file
 
 from tlm_probe.data.stream import TokenData, eval_windows
 from tlm_probe.models.io import load_tlm
+from tlm_probe.results import read_metrics
 from tlm_probe.tokenizer import ByteTokenizer
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.loop import Trainer
-from tlm_probe.train.metrics import read_metrics
 from tlm_probe.train.optim import lr_at
 from tlm_probe.train.run import plan_run
 

@@ -30,6 +30,7 @@ from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
+from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS, ProbeResult
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 
@@ -40,19 +41,6 @@ BACKENDS = {
     "nnsight": "tlm_probe.capture.nnsight_backend:NNsightBackend",
 }
 DEFAULT_SEQ_LEN = 256
-RESULT_COLUMNS = [
-    "model",
-    "layer",
-    "depth",
-    "statistic",
-    "value",
-    "ci_low",
-    "ci_high",
-    "n_tokens",
-    "d_ff",
-    "std",
-]
-MATRIX_COLUMNS = ["model", "layer_i", "layer_j", "statistic", "value"]
 
 
 @dataclass
@@ -117,13 +105,6 @@ def plan_stats(spec: str) -> StatPlan:
         tuple(s for s in ALIGNMENT if s in computed),
         tuple(s for s in imp.STATISTICS if s in computed and s not in imp.AGREEMENT),
     )
-
-
-@dataclass
-class ProbeResult:
-    table: pd.DataFrame
-    matrices: pd.DataFrame | None
-    provenance: dict = field(default_factory=dict)
 
 
 def _backend(name: str):
@@ -191,7 +172,7 @@ def run_probe(
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
     rows, mats, info, refused = _importance(pm, plan, imp_opts, stream.kept, world, progress and rank == 0)
     _finish_dist(created)
-    from tlm_probe.report import build_provenance
+    from tlm_probe.results import build_provenance
 
     rows = [r for acc in accs for r in acc.rows()] + rows
     agreement, target = _agreement(rows, plan)

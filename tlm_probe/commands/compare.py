@@ -9,9 +9,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.commands.train import build_config, run_training
+from tlm_probe.commands.config_options import Config, with_config_options
+from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
+from tlm_probe.commands.train import build_config
+from tlm_probe.train.config import TrainConfig
 
 PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
 SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.5:0.5,1.75:0.25 "
@@ -26,7 +28,17 @@ def register(app: typer.Typer) -> None:
     command(app, "sweep", SWEEP_EXAMPLE)(compare_cmd)
 
 
+# the TrainConfig fields `tlm compare` offers as flags (per-run fields such as seed and schedule are arms)
+COMPARE_FIELDS = (
+    "mixer", "preset", "d_model", "n_layers", "n_heads", "d_ff", "multiple_of", "seq_len", "batch_size",
+    "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "eval_tokens", "data", "tokenizer",
+    "device", "threads",
+)
+SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run (default 300)."}}
+
+
 def _compare_command():
+    @with_config_options(TrainConfig, COMPARE_FIELDS, SHOWN)
     def compare_cmd(
         out: Path = typer.Option(..., "--out", "-o", help="Comparison folder (runs/, results.csv, ...)."),
         schedules: str = typer.Option(
@@ -36,30 +48,10 @@ def _compare_command():
         shapes: str = typer.Option(None, help="Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."),
         ratios: str = typer.Option("1.25:0.75,1.5:0.5,1.75:0.25", help="Sweep grid: start:end ratios."),
         seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (initial weights and batch order)."),
-        mixer: opt.Mixer = None,
         mixers: str = typer.Option(
             None, help="Comma-separated token mixers: a mixer x schedule grid of arms (overrides --mixer)."
         ),
-        config: opt.Config = None,
-        preset: opt.Preset = None,
-        d_model: opt.DModel = None,
-        layers: opt.Layers = None,
-        heads: opt.Heads = None,
-        d_ff: opt.DFF = None,
-        multiple_of: opt.MultipleOf = None,
-        seq_len: opt.SeqLen = None,
-        batch_size: opt.BatchSize = None,
-        grad_accum: opt.GradAccum = None,
-        steps: int = typer.Option(None, help="Optimizer steps per run (default 300)."),
-        tokens: opt.Tokens = None,
-        lr: opt.LR = None,
-        warmup: opt.Warmup = None,
-        eval_interval: opt.EvalInterval = None,
-        eval_tokens: opt.EvalTokens = None,
-        data: opt.Data = None,
-        tokenizer: opt.Tokenizer = None,
-        device: opt.Device = None,
-        threads: opt.Threads = None,
+        config: Config = None,
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
         eval_tasks: str = typer.Option(
@@ -67,6 +59,8 @@ def _compare_command():
             "adds task:metric columns to the tables and paired tests."
         ),
         eval_limit: int = typer.Option(None, help="Documents per --eval-tasks task (default: all)."),
+        *,
+        config_flags: dict,
     ):
         """Train each schedule (or each --shapes x --ratios grid arm) of each mixer with each seed on the same
         tokens; write results, summary and paired tests (each arm against the uniform arm of its own mixer;
@@ -75,8 +69,7 @@ def _compare_command():
         Re-running the same command continues an interrupted comparison where it stopped."""
         from tlm_probe.train.compare import make_arms, parse_list, parse_seeds
 
-        flags = {k: v for k, v in locals().items() if v is not None and k in _FLAGS}
-        base = build_config(config, flags)
+        base = build_config(config, config_flags)
         mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
         for m in mixer_list:  # a bad name fails here, with the list of mixers
             base.replace(mixer=m)
@@ -128,30 +121,6 @@ def write_sweep(out: Path) -> Path | None:
         return save_figure(plot_sweep(table), out / "sweep_heatmap.png") if on_grid else None
 
 
-_FLAGS = {
-    "mixer",
-    "threads",
-    "multiple_of",
-    "preset",
-    "d_model",
-    "layers",
-    "heads",
-    "d_ff",
-    "seq_len",
-    "batch_size",
-    "grad_accum",
-    "steps",
-    "tokens",
-    "lr",
-    "warmup",
-    "eval_interval",
-    "eval_tokens",
-    "data",
-    "tokenizer",
-    "device",
-}
-
-
 def _eval_hook(tasks: str, limit: int | None):
     """Checked before any training, so a bad --eval-tasks fails at once."""
     from tlm_probe.eval.columns import eval_hook
@@ -168,9 +137,7 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -
     from tlm_probe.train.compare import compare
 
     try:
-        result = compare(
-            base, arms, seeds, out, overwrite=overwrite, train_fn=run_training, after_run=after_run
-        )
+        result = compare(base, arms, seeds, out, overwrite=overwrite, after_run=after_run)
         result["rank"] = dist.rank()
         dist.shutdown()
         return result

@@ -31,9 +31,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
-        from tlm_probe.commands.train import run_training
         from tlm_probe.train.compare import parse_seeds
-        from tlm_probe.train.demo import run_demo
+        from tlm_probe.workflows.demo import run_demo
 
         try:
             doc = run_demo(
@@ -43,7 +42,6 @@ def register(app: typer.Typer) -> None:
                 seeds=parse_seeds(seeds),
                 overwrite=overwrite,
                 device=device,
-                train_fn=run_training,
                 probe=not no_probe,
                 mixer=mixer,
             )

@@ -92,7 +92,7 @@ def check_output(out: Path) -> None:
 
 def write_eval(out: Path, res, staging: Path) -> None:
     """results + provenance (all-or-nothing, report.write_results), then the built-in task files."""
-    from tlm_probe.report import write_results
+    from tlm_probe.results import write_results
 
     write_results(out, res.table, None, res.provenance)
     written = [p for p in staging.iterdir() if p.suffix in (".yaml", ".jsonl")]

@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.fileio import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
-        from tlm_probe.report import write_results
+        from tlm_probe.results import write_results
 
         if max_tokens < 0:
             raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
 def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool) -> None:
     """Before loading anything: --out can be written and holds no file of the user's we would replace."""
     from tlm_probe.fileio import claim
-    from tlm_probe.report import OURS
+    from tlm_probe.results import OURS
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")

@@ -27,9 +27,9 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
-        from tlm_probe.html_report import check_out, render_figures, write_report
-        from tlm_probe.plotting.sections import build_document
         from tlm_probe.plotting.style import parse_size
+        from tlm_probe.report.html import check_out, render_figures, write_report
+        from tlm_probe.report.sections import build_document
 
         if not inputs:
             raise UserError("give at least one input folder")

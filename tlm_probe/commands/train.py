@@ -5,156 +5,53 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from tlm_probe.commands import train_options as opt
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.config_options import Config, with_config_options
 from tlm_probe.errors import UserError
-from tlm_probe.train.config import TrainConfig, read_config_file
+from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
-# CLI flag name -> TrainConfig field, for the flags whose names differ
-FLAG_FIELDS = {"layers": "n_layers", "heads": "n_heads"}
-
-
-def progress_bar(total: int, description: str, enabled: bool = True) -> Progress:
-    columns = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"),
-        TextColumn("{task.fields[tps]} tok/s"),
-        TimeRemainingColumn(),
-    ]
-    return Progress(*columns, console=err_console, disable=not enabled, transient=False)
-
-
-def run_training(
-    tc: TrainConfig,
-    out: Path,
-    *,
-    resume=False,
-    overwrite=False,
-    fsdp=False,
-    stop_at=None,
-    data=None,
-    description: str = "train",
-) -> dict:
-    """Plan, train and return the run summary, with a progress bar on rank 0 (shared by compare/demo)."""
-    from tlm_probe.train.run import plan_run, writer_lock
-
-    plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
-    with writer_lock(out):
-        return _train(plan, overwrite, fsdp, stop_at, description)
-
-
-def _train(plan, overwrite: bool, fsdp: bool, stop_at, description: str) -> dict:
-    from tlm_probe.train import distributed as dist
-    from tlm_probe.train.loop import Trainer
-
-    trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
-    with progress_bar(trainer.total, description, plan.tc.progress and dist.is_main()) as bar:
-        task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
-
-        def report(p):
-            bar.update(
-                task,
-                completed=p.step,
-                loss=f"{p.last.get('train_loss', float('nan')):.3f}",
-                tps=f"{p.last.get('tokens_per_s', 0):,.0f}",
-            )
-
-        summary = trainer.run(report)
-    summary["rank"] = dist.rank()
-    return summary
+# the TrainConfig fields `tlm train` offers as flags (type, help and default come from the dataclass)
+TRAIN_FIELDS = (
+    "preset", "mixer", "schedule", "d_model", "n_layers", "n_heads", "d_ff", "multiple_of", "vocab_size",
+    "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "log_interval",
+    "eval_tokens", "ckpt_interval", "keep_last", "seed", "data", "tokenizer", "device", "threads", "compile",
+    "peak_flops",
+)
+# what the help states where the CLI's default is not the dataclass's (model fields: ARCH_DEFAULTS)
+SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},
+         "steps": {"help": "Optimizer steps (default 300 when neither --steps nor --tokens is given)."}}
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "train", "tlm train --schedule cosine:1.5:0.5 --steps 300 --out runs/cosine")
+    @with_config_options(TrainConfig, TRAIN_FIELDS, SHOWN)
     def train(
         out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (checkpoint + metrics)."),
-        config: opt.Config = None,
-        preset: opt.Preset = None,
-        mixer: opt.Mixer = None,
-        schedule: str = typer.Option(
-            None, help="MLP width schedule, e.g. uniform, cosine:1.5:0.5, wider-early."
-        ),
-        d_model: opt.DModel = None,
-        layers: opt.Layers = None,
-        heads: opt.Heads = None,
-        d_ff: opt.DFF = None,
-        multiple_of: opt.MultipleOf = None,
-        vocab_size: int = typer.Option(None, help="Model vocabulary (default: the tokenizer's)."),
-        seq_len: opt.SeqLen = None,
-        batch_size: opt.BatchSize = None,
-        grad_accum: opt.GradAccum = None,
-        steps: int = typer.Option(None, help="Optimizer steps."),
-        tokens: opt.Tokens = None,
-        lr: opt.LR = None,
-        warmup: opt.Warmup = None,
-        eval_interval: opt.EvalInterval = None,
-        log_interval: int = typer.Option(None, help="Write a training line every N steps (default 10)."),
-        eval_tokens: opt.EvalTokens = None,
-        ckpt_interval: int = typer.Option(None, help="Checkpoint every N steps (default: only at the end)."),
-        keep_last: int = typer.Option(None, help="Resumable checkpoints to keep (default 2)."),
-        seed: int = typer.Option(None, help="Seed for initial weights and batch order (default 0)."),
-        data: opt.Data = None,
-        tokenizer: opt.Tokenizer = None,
-        device: opt.Device = None,
-        threads: opt.Threads = None,
-        compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model."),
-        peak_flops: float = typer.Option(None, help="Peak FLOP/s of the device, for the MFU estimate."),
+        config: Config = None,
         fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
         stop_at: int = typer.Option(None, help="Checkpoint and stop after this step (resume later)."),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
         json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+        *,
+        config_flags: dict,
     ):
         """Train one tapered (or uniform) model and write a checkpoint folder."""
-        flags = {k: v for k, v in locals().items() if v is not None and k in _FLAG_NAMES}
-        tc = build_config(config, flags)
+        tc = build_config(config, config_flags)
         from tlm_probe.train import distributed as dist
+        from tlm_probe.train.training import run_training
 
         summary = run_training(tc, out, resume=resume, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
         dist.shutdown()
         _print_summary(summary, json_out)
 
 
-_FLAG_NAMES = {
-    "preset",
-    "mixer",
-    "schedule",
-    "d_model",
-    "layers",
-    "heads",
-    "d_ff",
-    "multiple_of",
-    "vocab_size",
-    "seq_len",
-    "batch_size",
-    "grad_accum",
-    "steps",
-    "tokens",
-    "lr",
-    "warmup",
-    "eval_interval",
-    "log_interval",
-    "eval_tokens",
-    "ckpt_interval",
-    "keep_last",
-    "seed",
-    "data",
-    "tokenizer",
-    "device",
-    "threads",
-    "compile",
-    "peak_flops",
-}
-
-
 def build_config(config_file: Path | None, flags: dict) -> TrainConfig:
-    """Defaults <- config file <- flags. Flags given alone with neither steps nor tokens get 300 steps."""
+    """Defaults <- config file <- flags ({field: value}). Flags given alone with neither steps nor tokens
+    get 300 steps."""
     options = read_config_file(config_file) if config_file else {}
-    options.update({FLAG_FIELDS.get(k, k): v for k, v in flags.items()})
+    options.update(flags)
     for key in ("steps", "tokens"):  # 0 would mean "derive it from the other one": say so, do not guess
         if key in options and options[key] == 0 and not options.get("tokens" if key == "steps" else "steps"):
             raise UserError(f"--{key} must be >= 1, got 0 (give --steps or a --tokens budget)")

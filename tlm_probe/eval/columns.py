@@ -24,7 +24,7 @@ def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
     def after_run(run: Path) -> dict:
         import pandas as pd
 
-        from tlm_probe.report import write_results
+        from tlm_probe.results import write_results
 
         folder = run / FOLDER
         prov = folder / "provenance.json"

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from tlm_probe.importance.ablation import Ablation, Calibration, ablating
 from tlm_probe.importance.streaming import TokenMean
+from tlm_probe.models.tlm import next_token_nll
 
 Reference = Callable[[torch.Tensor, dict], torch.Tensor]
 Metric = Callable[[torch.Tensor, torch.Tensor, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -22,8 +23,7 @@ Metric = Callable[[torch.Tensor, torch.Tensor, dict, torch.Tensor], tuple[torch.
 
 def token_nll(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     """(B, T, V), (B, T) -> (B, T-1) NLL of token t+1 given the prefix up to t."""
-    logp = F.log_softmax(logits[:, :-1].float(), -1)
-    return -logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return next_token_nll(logits, input_ids, reduction="none")
 
 
 def lm_dnll(clean_nll, ablated, batch, mask):

@@ -97,7 +97,7 @@ class TLMForCausalLM(PreTrainedModel, GenerationMixin):
         """generate() passes a Cache (keys/values of the tokens so far; `past_key_values` before
         transformers 5) and only the ids not yet in it."""
         from tlm_probe.models.mixers import KV_CACHE_MIXERS
-        from tlm_probe.models.tlm import TaperedLM, lm_loss
+        from tlm_probe.models.tlm import TaperedLM, next_token_nll
 
         cache = cache if cache is not None else kwargs.get("past_key_values")
         if self.config.mixer not in KV_CACHE_MIXERS:
@@ -107,7 +107,7 @@ class TLMForCausalLM(PreTrainedModel, GenerationMixin):
         logits = TaperedLM.forward(  # same code path as the probe's model
             self, input_ids, attention_mask=attention_mask, past_key_values=cache
         )
-        loss = None if labels is None else lm_loss(logits, labels, attention_mask)
+        loss = None if labels is None else next_token_nll(logits, labels, attention_mask=attention_mask)
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
 
 

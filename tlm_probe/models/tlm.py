@@ -112,7 +112,8 @@ class TaperedLM(HookedRootModule):
             x = block(x, positions, mask, valid, past_key_values)
         logits = self.unembed(self.ln_final(x))  # (B, T, V)
         if return_type == "loss":
-            return lm_loss(logits, input_ids if labels is None else labels, attention_mask)
+            targets = input_ids if labels is None else labels
+            return next_token_nll(logits, targets, attention_mask=attention_mask)
         return logits
 
 
@@ -143,9 +144,17 @@ def _cached_positions_and_mask(input_ids, attention_mask, past: int):
     return positions, mask[:, None]
 
 
-def lm_loss(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None):
-    """Mean next-token NLL over real (non-padding) targets."""
-    targets = labels[:, 1:]
+def next_token_nll(logits: torch.Tensor, ids: torch.Tensor, *, reduction: str = "mean",
+                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The one next-token loss: NLL (nats, float32) of ids[:, 1:] given the logits before them.
+
+    ids (B, T); logits (B, T, V) over ids (the last position predicts nothing) or (B, T-1, V) over the
+    inputs ids[:, :-1] of a training batch. reduction: mean | sum | none (a (B, T-1) tensor). Targets at
+    padding (attention_mask 0) are left out of mean and sum."""
+    targets = ids[:, 1:]
     if attention_mask is not None:
         targets = targets.masked_fill(~attention_mask[:, 1:].bool(), -100)
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+    logits = logits[:, : targets.shape[1]]  # (B, T-1, V)
+    nll = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100,
+                          reduction=reduction)
+    return nll.view_as(targets) if reduction == "none" else nll

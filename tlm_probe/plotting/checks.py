@@ -8,7 +8,8 @@ import pandas as pd
 
 from tlm_probe.errors import UserError
 
-RESULT_COLUMNS = ("model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff")
+# the result columns a figure draws from (results.RESULT_COLUMNS less the optional ones)
+DRAWN_COLUMNS = ("model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff")
 MATRIX_COLUMNS = ("model", "layer_i", "layer_j", "statistic", "value")
 CURVE_COLUMNS = ("arm", "metric", "tokens", "mean", "std", "n_seeds")
 SCHEDULE_COLUMNS = ("schedule", "layer", "width")

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.checks import (
-    RESULT_COLUMNS,
+    DRAWN_COLUMNS,
     models_in_order,
     per_layer,
     require_columns,
@@ -45,7 +45,7 @@ def plot_depth(
     Lines carry the model name as label; the band is [ci_low, ci_high]. Models whose MLP width changes
     with depth draw markers whose area is proportional to the layer's width d_l, so a taper is visible.
     """
-    results = require_columns(results, RESULT_COLUMNS, "result")
+    results = require_columns(results, DRAWN_COLUMNS, "result")
     if x not in X_AXES:
         raise UserError(f"x axis must be one of {', '.join(X_AXES)}, got {x!r}")
     rows = per_layer(select_statistic(results, statistic), statistic)

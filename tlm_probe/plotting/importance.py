@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.checks import (
-    RESULT_COLUMNS,
+    DRAWN_COLUMNS,
     models_in_order,
     per_layer,
     require_columns,
@@ -63,7 +63,7 @@ def plot_importance(
     """Bars of each statistic in `statistics` per layer; one panel per statistic, one colour per model.
 
     Error bars show [ci_low, ci_high] where the table has them."""
-    results = require_columns(results, RESULT_COLUMNS, "result")
+    results = require_columns(results, DRAWN_COLUMNS, "result")
     if not statistics:
         raise UserError("name at least one importance statistic to draw")
     frames = [per_layer(select_statistic(results, s), s) for s in statistics]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.results import ProbeResult, read_metrics, read_results
 from tlm_probe.schedules import make_schedule, parse_schedule
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
@@ -73,14 +74,6 @@ def input_kind(path: str | Path) -> str:
 
 
 @dataclass
-class ProbeResult:
-    path: Path
-    results: pd.DataFrame
-    matrices: pd.DataFrame | None
-    provenance: dict
-
-
-@dataclass
 class Comparison:
     path: Path
     tables: dict[str, pd.DataFrame]
@@ -91,10 +84,8 @@ class Comparison:
 
 
 def load_probe(path: str | Path) -> ProbeResult:
-    from tlm_probe.report import read_results  # the probe engineer's reader is the one source of truth
-
-    df, matrices, provenance = read_results(path)
-    return ProbeResult(Path(path), df, matrices, provenance or {})
+    df, matrices, provenance = read_results(path)  # the result contract's reader is the one source of truth
+    return ProbeResult(df, matrices, provenance or {}, Path(path))
 
 
 def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -103,9 +94,9 @@ def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFr
     seen: set[str] = set()
     results, matrices = [], []
     for k, pr in enumerate(probes, start=1):
-        rename = {m: (f"{m} [{k}]" if m in seen else m) for m in pr.results["model"].astype(str).unique()}
+        rename = {m: (f"{m} [{k}]" if m in seen else m) for m in pr.table["model"].astype(str).unique()}
         seen.update(rename.values())
-        results.append(pr.results.assign(model=pr.results["model"].astype(str).map(rename)))
+        results.append(pr.table.assign(model=pr.table["model"].astype(str).map(rename)))
         if pr.matrices is not None and not pr.matrices.empty:
             mat = pr.matrices.assign(model=pr.matrices["model"].astype(str))
             matrices.append(mat.assign(model=mat["model"].map(lambda m, r=rename: r.get(m, m))))
@@ -113,25 +104,11 @@ def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFr
                                                    else None)
 
 
-def read_metrics(run_dir: str | Path) -> pd.DataFrame:
-    """metrics.jsonl as a table (one row per line); a corrupt line is a UserError naming it."""
-    path = Path(run_dir) / "metrics.jsonl"
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{number} is not JSON ({e.msg})") from e
-    return pd.DataFrame(rows)
-
-
 def loss_table(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Long table `arm, seed, step, tokens, metric, value` of the losses of several run folders."""
     frames = []
     for run in map(Path, run_dirs):
-        metrics = read_metrics(run)
+        metrics = pd.DataFrame(read_metrics(run))
         match = RUN_NAME.match(run.name)
         arm, seed = (match["arm"], int(match["seed"])) if match else (run.name, 0)
         for key in LOSS_KEYS:

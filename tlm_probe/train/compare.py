@@ -41,7 +41,7 @@ SETTINGS = "compare_settings.json"
 # that must match when an interrupted comparison is continued
 PER_RUN_OR_MACHINE = ("schedule", "mixer", "seed", "progress", "device", "threads")
 DEFAULT_MIXER = "attention"
-RESULT_COLUMNS = [
+COMPARE_COLUMNS = [
     "arm",
     "mixer",
     "schedule",
@@ -235,7 +235,7 @@ def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> 
 def write_tables(
     out: Path, rows: list[dict], settings: dict, budget: dict, baseline: str | dict[str, str]
 ) -> None:
-    results = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    results = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
     results["d_ff"] = results["d_ff"].map(lambda w: " ".join(map(str, w)))
     # columns an after_run hook added (tlm compare --eval-tasks: "task:metric"), compared like val_loss
     extra = list(dict.fromkeys(k for r in rows for k in r.get(EXTRA, {})))
@@ -294,7 +294,8 @@ def compare(
 ) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.
 
-    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer.
+    `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer. `train_fn` trains one
+    run (default train.training.run_training; tests pass one that must not be called).
     after_run(run folder) -> {column: number}, on rank 0 after each run (also for runs finished in an
     earlier invocation): extra per-run columns, summarised and paired-tested like the validation loss."""
     out = Path(out)
@@ -355,19 +356,10 @@ def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData,
     dist.barrier()
     tc = arm.config(base, seed)
     name = run_name(arm.name, seed)
-    summary = (train_fn or train_quietly)(tc, run, data=data, resume=True, description=name)
+    from tlm_probe.train.training import run_training  # torch is loaded only when a run trains
+
+    summary = (train_fn or run_training)(tc, run, data=data, resume=True, description=name)
     if summary.get("interrupted"):
         raise KeyboardInterrupt  # Ctrl-C inside a run: its checkpoint is saved; stop the whole comparison
     return summary
 
-
-def train_quietly(
-    tc: TrainConfig, run: Path, *, data: TokenData, resume: bool, description: str = ""
-) -> dict:
-    """Library default for compare(): train without a progress bar (the CLI passes one that draws it)."""
-    from tlm_probe.train.loop import Trainer
-    from tlm_probe.train.run import plan_run, writer_lock
-
-    plan = plan_run(tc.replace(progress=False), run, data=data, resume=resume)
-    with writer_lock(run):
-        return Trainer(plan).run()

@@ -49,13 +49,17 @@ class TrainConfig:
     multiple_of: int = 64
     """Round every MLP width to a multiple of this (lower it for tiny models)."""
     d_model: int | None = None
+    """Residual width."""
     n_layers: int | None = None
+    """Number of blocks."""
     n_heads: int | None = None
+    """Attention heads."""
     d_ff: int | None = None
     """Uniform (mean) MLP width; the schedule keeps n_layers·d_ff."""
     vocab_size: int = 0
     """Model vocabulary; 0 = the tokenizer's."""
     mlp: str = "swiglu"
+    """MLP kind (see models/mlp.py)."""
     mixer: str = "attention"
     """Token mixer: attention | gated_attention | titans | hope_attention (see models/mixers.py)."""
     seq_len: int = 128
@@ -65,40 +69,55 @@ class TrainConfig:
     batch_size: int = 16
     """Sequences per micro-batch per process."""
     grad_accum: int = 1
+    """Micro-batches per optimizer step."""
     steps: int = 0
     """Optimizer steps; 0 = derive from `tokens`."""
     tokens: int = 0
     """Token budget (used when steps is 0)."""
     lr: float = 3e-3
+    """Peak learning rate."""
     min_lr_ratio: float = 0.1
     """Cosine decay ends at lr·min_lr_ratio."""
     warmup: int = 50
+    """Linear warmup steps."""
     weight_decay: float = 0.1
+    """AdamW weight decay."""
     beta1: float = 0.9
+    """AdamW beta1."""
     beta2: float = 0.95
+    """AdamW beta2."""
     grad_clip: float = 1.0
+    """Clip the global gradient norm to this."""
     log_interval: int = 10
     """Write a training line to metrics.jsonl every N steps."""
     eval_interval: int = 100
+    """Evaluate every N steps."""
     eval_tokens: int = 32768
     """Predicted validation tokens in the fixed eval set."""
     ckpt_interval: int = 0
     """Save a resumable checkpoint every N steps (0 = only at the end)."""
     keep_last: int = 2
+    """Resumable checkpoints to keep."""
     seed: int = 0
+    """Seed for initial weights and batch order."""
     device: str = "auto"
+    """auto | cpu | cuda | cuda:N."""
     compile: bool = False
+    """torch.compile the model."""
     threads: int = 0
     """CPU threads for PyTorch (0 = its default, all cores). On a machine shared with other jobs, 1 can
     be several times faster than oversubscribed threads."""
     peak_flops: float = 0.0
     """Peak FLOP/s for the MFU estimate; 0 = a table guess on known GPUs, none on CPU."""
     dropout: float = 0.0
+    """Dropout probability."""
     progress: bool = True
+    """Draw a progress bar on stderr (rank 0)."""
 
     def __post_init__(self):
         _check_positive(self)
-        parse_schedule(self.schedule, self.multiple_of)  # raises a UserError naming a bad spec
+        # the one parse of the schedule spec (a bad spec is a UserError naming it); model_config uses it
+        object.__setattr__(self, "schedule_spec", parse_schedule(self.schedule, self.multiple_of))
         if self.mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if self.preset and self.preset not in PRESETS:
@@ -122,7 +141,7 @@ class TrainConfig:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
             extra["vocab_size"] = self.vocab_size
-        spec = parse_schedule(self.schedule, self.multiple_of)
+        spec = self.schedule_spec
         if self.preset:
             return preset_config(self.preset, spec, **arch, **extra)
         extra.setdefault("vocab_size", vocab_size)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
+from tlm_probe.models.tlm import next_token_nll
 from tlm_probe.train import distributed as dist
 
 
@@ -27,7 +27,7 @@ def summed_nll(model, windows: torch.Tensor, batch_size: int, device, autocast) 
         batch = (batch if len(batch) else windows[:1]).to(device)
         with autocast():
             logits = model(batch[:, :-1])
-        nll = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum")
+        nll = next_token_nll(logits, batch, reduction="sum")
         total += weight * nll.double()
         count += int(weight) * batch[:, 1:].numel()
     return dist.sum_scalars(total, count, device)

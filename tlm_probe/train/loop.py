@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from tlm_probe.accounting import count_params, train_flops_per_token
@@ -20,7 +19,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.fileio import atomic_write_text
 from tlm_probe.models.device import resolve_device
 from tlm_probe.models.io import save_tlm
-from tlm_probe.models.tlm import TaperedLM
+from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.metrics import MetricsLog
@@ -119,7 +118,7 @@ class Trainer:
                 else self.model.no_sync()
             )
             with sync, self.autocast():
-                loss = next_token_loss(self.model, batch) / tc.grad_accum
+                loss = next_token_nll(self.model(batch[:, :-1]), batch) / tc.grad_accum
             loss.backward()
             loss_sum += loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.raw.parameters(), tc.grad_clip)
@@ -199,7 +198,7 @@ class Trainer:
         if self.step == 0:
             last_eval = self.evaluate()
         else:  # resumed: the newest evaluation so far stands until the next one
-            from tlm_probe.train.metrics import read_metrics
+            from tlm_probe.results import read_metrics
 
             last_eval = next((m for m in reversed(read_metrics(self.plan.out)) if m["kind"] == "eval"), {})
         interrupted = False
@@ -263,12 +262,6 @@ class Trainer:
         if dist.is_main() and not interrupted:
             atomic_write_text(self.plan.out / "run.json", json.dumps(summary, indent=2) + "\n")
         return summary
-
-
-def next_token_loss(model, batch: torch.Tensor) -> torch.Tensor:
-    """Mean NLL of ids 1..T given 0..T-1 for a (B, T + 1) batch: T inputs and T targets per row."""
-    logits = model(batch[:, :-1])  # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
 
 
 def _main_thread() -> bool:

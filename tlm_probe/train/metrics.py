@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 from tlm_probe.fileio import atomic_write_text
-
-FILE = "metrics.jsonl"
+from tlm_probe.results import METRICS as FILE
 
 
 class MetricsLog:
@@ -31,9 +30,3 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
             f.flush()
 
-
-def read_metrics(run: str | Path) -> list[dict]:
-    path = Path(run) / FILE
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

@@ -21,7 +21,6 @@ from tlm_probe.fileio import (
     replace_entry,
     temp_folder,
 )
-from tlm_probe.fileio import ensure_writable as ensure_writable  # re-exported for older callers
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import CONFIG, WEIGHTS

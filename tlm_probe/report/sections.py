@@ -1,5 +1,5 @@
 """What goes into `tlm report`: sections of figures and tables built from probe results, comparisons and
-runs. Rendering (HTML, Markdown, files) is html_report's job; drawing is the plotting modules' job."""
+runs. Rendering (HTML, Markdown, files) is report.html's job; drawing is the plotting modules' job."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlm_probe.html_report import Document, FigureBlock, Section, Table, Text
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
     Comparison,
-    ProbeResult,
     input_kind,
     load_comparison,
     load_eval,
@@ -25,6 +23,8 @@ from tlm_probe.plotting.inputs import (
     load_run,
     merge_probes,
 )
+from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
+from tlm_probe.results import ProbeResult
 
 # depth figures come in this order; statistics not listed follow in the order the table has them
 DEPTH_FIRST = (

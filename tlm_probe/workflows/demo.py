@@ -97,7 +97,7 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
 
     from tlm_probe.plotting import plot_depth, save_figure
     from tlm_probe.probe import probe
-    from tlm_probe.report import write_results
+    from tlm_probe.results import write_results
 
     tables, folders = [], {}
     ids = np.asarray(val, dtype=np.int64)  # the exact validation ids the trainer evaluated on

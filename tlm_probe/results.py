@@ -1,4 +1,5 @@
-"""Result tables on disk: results.csv/.parquet, matrices.csv/.parquet and provenance.json (the contract).
+"""The result contract: tidy columns, provenance, and the result folders on disk (results.csv/.parquet,
+matrices.csv/.parquet, provenance.json; a run's metrics.jsonl).
 
 Writes are all-or-nothing: every file goes to a temporary folder next to DIR first and is then renamed
 into place (fileio.publish), so an interrupted run never leaves a half-written result; in an existing DIR
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +20,23 @@ from tlm_probe.errors import UserError
 from tlm_probe.fileio import publish, temp_folder
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
+# the columns of every result table, in order; statistics may add columns after these
+RESULT_COLUMNS = [
+    "model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "std"
+]
+MATRIX_COLUMNS = ["model", "layer_i", "layer_j", "statistic", "value"]
+METRICS = "metrics.jsonl"
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
+
+
+@dataclass
+class ProbeResult:
+    """One probe's tables and provenance; `path` is the folder it was read from (None: not written)."""
+
+    table: pd.DataFrame
+    matrices: pd.DataFrame | None
+    provenance: dict = field(default_factory=dict)
+    path: Path | None = None
 
 
 def _versions() -> dict:
@@ -132,3 +149,20 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
     except json.JSONDecodeError as e:
         raise UserError(f"corrupt {prov_path}: {e}") from e
     return table, _read_table(folder, MATRICES), prov
+
+
+def read_metrics(run: str | Path) -> list[dict]:
+    """A run folder's metrics.jsonl, one dict per line ([] if there is none); a corrupt line is a UserError
+    naming it."""
+    path = Path(run) / METRICS
+    if not path.is_file():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{number} is not JSON ({e.msg})") from e
+    return rows

@@ -1,0 +1,1 @@
+"""Multi-step recipes (train -> probe -> plot). Only commands/ and analyses/ import them."""
