@@ -180,4 +180,4 @@ def test_other_adapter_rows_pass_the_guardrails(tmp_path, family):
     # every tap fires and the pieces add up on the first batch, or the probe raises GuardrailError
     pm = load_probe_model(build_model(family, tmp_path / family))
     df = probe(pm, TEXTS, seq_len=16, batch_size=3, max_tokens=200)
-    assert len(df) == 8 * pm.n_layers and df.value.notna().all() and (df.n_tokens == 200).all()
+    assert len(df) == len(STATISTICS) * pm.n_layers and df.value.notna().all() and (df.n_tokens == 200).all()

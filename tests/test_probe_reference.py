@@ -91,6 +91,8 @@ def _stats(pre, attn, mid, mlp, post) -> dict[str, torch.Tensor]:
     return {
         "align_mlp_mid": cos(mlp, mid),
         "align_mlp_pre": cos(mlp, pre),
+        "align_abs_mlp_mid": cos(mlp, mid).abs(),
+        "align_abs_mlp_pre": cos(mlp, pre).abs(),
         "align_attn_pre": cos(attn, pre),
         "norm_ratio_mlp": n(mlp) / n(mid),
         "block_influence": 1 - cos(pre, post),
