@@ -20,6 +20,16 @@ import torch  # noqa: E402
 torch.set_num_threads(2)
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny forwards and the Titans memory's many small ops only lose from threads: on a busy 2-core
+    machine a thread pool cost 20x (measured 0.5 s vs 0.025 s)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def real_probe_dirs(tmp_path_factory):
     """Probe result folders of tiny uniform/tapered tlm models, written by the real probe engine

@@ -23,13 +23,7 @@ HOPE = dict(mixer="hope_attention", cms_periods=(1, 3))
 MIXER_KW = {"attention": {}, "gated_attention": {}, "titans": TITANS, "hope_attention": HOPE}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The memory's many small ops only lose from threads (20x slower with 2 on a busy 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny forwards lose from threads
 
 
 def tiny(mixer: str, **kw) -> TLMConfig:

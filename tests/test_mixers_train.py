@@ -23,13 +23,7 @@ from tlm_probe.train.run import plan_run
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The memory's many small ops only lose from threads (20x slower with 2 on a busy 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny forwards lose from threads
 BASE = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
                    steps=9, eval_interval=9, eval_tokens=64, warmup=1, progress=False, data="synthetic",
                    threads=1, mixer="hope_attention")

@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
         from tlm_probe.commands.probe import _threads
         from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval
+        from tlm_probe.fileio import folder_lock
 
         opts = EvalOptions(
             tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
@@ -71,7 +72,8 @@ def register(app: typer.Typer) -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tasks-") as staging:
                 res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging))
-                write_eval(out, res, Path(staging))
+                with folder_lock(out):  # one writer at a time (a second gets the holder's pid)
+                    write_eval(out, res, Path(staging))
         if json_out:
             rows = res.table.to_dict("records")
             print_json({"out": str(out), "provenance": res.provenance, "results": rows})
@@ -91,7 +93,9 @@ def check_output(out: Path) -> None:
 
 
 def write_eval(out: Path, res, staging: Path) -> None:
-    """results + provenance (all-or-nothing, report.write_results), then the built-in task files."""
+    """results + provenance (all-or-nothing, results.write_results), then the built-in task files (named in
+    the folder's manifest first, each written atomically)."""
+    from tlm_probe.fileio import atomic_write_text, record
     from tlm_probe.results import write_results
 
     write_results(out, res.table, None, res.provenance)
@@ -99,12 +103,13 @@ def write_eval(out: Path, res, staging: Path) -> None:
     if not written:
         return
     tasks = out / "tasks"
+    record(out, ["tasks"], "eval")
     tasks.mkdir(exist_ok=True)
     for p in written:
         text = p.read_text()
         if p.suffix == ".yaml":  # point the config at its data file's new home
             text = text.replace(str(staging / p.stem), str((tasks / p.stem).resolve()))
-        (tasks / p.name).write_text(text)
+        atomic_write_text(tasks / p.name, text)
 
 
 def print_summary(table, prov: dict, out: Path) -> None:
