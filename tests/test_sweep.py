@@ -70,6 +70,22 @@ def test_sweep_cli_end_to_end(tmp_path):
     assert pd.read_csv(out / "results.csv").equals(res)
 
 
+def test_sweep_over_two_mixers_draws_a_panel_each(tmp_path):
+    out = tmp_path / "sweep"
+    r = runner.invoke(app, ["sweep", "--shapes", "cosine", "--ratios", "1.5:0.5", "--mixers",
+                            "attention,gated_attention", "--seeds", "0,1", "--data", "builtin:pydoc",
+                            "--out", str(out), *TINY])
+    assert r.exit_code == 0, r.output
+    sweep = pd.read_csv(out / "sweep.csv")
+    assert sorted(zip(sweep.mixer, sweep["shape"], sweep.ratio, strict=True)) == [
+        ("attention", "cosine", "1.5→0.5"), ("gated_attention", "cosine", "1.5→0.5")]
+    res = pd.read_csv(out / "results.csv")
+    arm, base = "gated_attention-cosine:1.5:0.5", "gated_attention-uniform"  # paired within its own mixer
+    d = (res[res.arm == arm].sort_values("seed").val_loss.to_numpy()
+         - res[res.arm == base].sort_values("seed").val_loss.to_numpy())
+    assert sweep.set_index("arm").loc[arm, "delta"] == pytest.approx(d.mean(), abs=1e-12)
+
+
 def test_sweep_bad_ratio_is_one_line(tmp_path):
     r = runner.invoke(app, ["sweep", "--shapes", "cosine", "--ratios", "1.5", "--out", str(tmp_path / "x"),
                             *TINY])

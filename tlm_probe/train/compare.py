@@ -190,7 +190,8 @@ def paired_table(
         base = results[results["arm"] == ref].set_index("seed")
         mine = results[results["arm"] == arm].set_index("seed")
         seeds = sorted(set(mine.index) & set(base.index))
-        row = {"arm": arm, "mixer": mixer, "baseline": ref, "n_pairs": len(seeds)}
+        schedule = mine["schedule"].iloc[0] if "schedule" in mine else arm
+        row = {"arm": arm, "mixer": mixer, "schedule": schedule, "baseline": ref, "n_pairs": len(seeds)}
         for m in metrics:
             row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
         rows.append(row)
