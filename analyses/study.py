@@ -159,7 +159,7 @@ def collect(opts) -> None:
             tlm("plot", str(src), "--kind", "sweep", "--out", str(dst / "sweep_heatmap.png"))
         config["parts"][part] = json.loads((src / "compare.json").read_text())["settings"]
         md += [f"## {part}", "", summ.training_table(dst), ""]
-        evals = summ.eval_table(opts.root / "eval", part)
+        evals = summ.eval_table(opts.root / "eval", dst)
         md += [f"### {part}: downstream (tlm eval)", "", evals, ""] if evals else []
     md += _collect_mechanism(opts, summ)
     (RESULTS / "summary.md").write_text("\n".join(md) + "\n")

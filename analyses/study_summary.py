@@ -9,6 +9,7 @@ with depth, with the verdict that follows from it ("rises", "falls" or "no monot
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -57,44 +58,38 @@ def _training_row(arm: str, s: pd.Series, paired: pd.DataFrame) -> list[str]:
             _fmt(p.val_loss_p, ".3g"), _fmt(p.p_holm, ".3g")]
 
 
-def eval_table(eval_root: Path, part: str) -> str:
-    """Per arm: mean of each task metric over seeds, and its paired difference to uniform (p)."""
-    frames = []
-    for res in sorted((eval_root / part).glob("*/results.csv")):
+def eval_table(eval_root: Path, folder: Path) -> str:
+    """Per arm of the comparison in `folder`: mean of each task metric over seeds, and its paired difference
+    to the uniform arm of the same mixer (compare's own paired_table, as for the validation loss)."""
+    from tlm_probe.train.compare import paired_table, summary_table
+
+    rows = []
+    for res in sorted((eval_root / folder.name).glob("*/results.csv")):
         arm, seed = res.parent.name.rsplit("-s", 1)
         df = pd.read_csv(res)
-        df["arm"], df["seed"] = arm, int(seed)
-        frames.append(df)
-    if not frames:
+        rows.append({"arm": arm, "seed": int(seed), **dict(zip(df["task"] + " " + df["metric"], df["value"],
+                                                                strict=True))})
+    if not rows:
         return ""
-    df = pd.concat(frames)
-    df["key"] = df["task"] + " " + df["metric"]
-    wide = df.pivot_table(index=["arm", "seed"], columns="key", values="value")
-    keys = list(wide.columns)
+    evals = pd.DataFrame(rows)
+    keys = tuple(c for c in evals.columns if c not in ("arm", "seed"))
+    runs = pd.read_csv(folder / "results.csv").drop(columns=["val_loss", "val_ppl", "val_bpb"])
+    table = runs.merge(evals, on=["arm", "seed"])
+    summary = summary_table(table, keys).set_index("arm")
+    baseline = json.loads((folder / "compare.json").read_text())["baseline"]
+    paired = paired_table(table, baseline, keys)
+    paired = paired.set_index("arm") if len(paired) else paired
     lines = ["| arm | seeds | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
-    arms = list(dict.fromkeys(a for a, _ in wide.index))
-    for arm in arms:
-        mine = wide.loc[arm]
-        cells = [arm, str(len(mine))]
+    for arm, s in summary.iterrows():
+        cells = [arm, str(s.n_seeds)]
         for k in keys:
-            cell = f"{mine[k].mean():.4g}"
-            base = _baseline_of(arm, arms)
-            if base and base != arm:
-                seeds = sorted(set(mine.index) & set(wide.loc[base].index))
-                if len(seeds) >= 2:
-                    d = mine.loc[seeds, k].to_numpy() - wide.loc[base].loc[seeds, k].to_numpy()
-                    p = stats.ttest_rel(mine.loc[seeds, k], wide.loc[base].loc[seeds, k]).pvalue \
-                        if np.ptp(d) > 0 else math.nan
-                    cell += f" (Δ {d.mean():+.3g}, p {_fmt(p, '.2g')})"
+            cell = f"{s[f'{k}_mean']:.4g}"
+            if arm in paired.index:
+                p = paired.loc[arm]
+                cell += f" (Δ {p[f'{k}_diff_mean']:+.3g}, p {_fmt(p[f'{k}_p'], '.2g')})"
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _baseline_of(arm: str, arms: list[str]) -> str | None:
-    mixer = arm.split("-", 1)[0] if "-" in arm and not arm.startswith("wider") else ""
-    base = f"{mixer}-uniform" if mixer else "uniform"
-    return base if base in arms else None
 
 
 def trend(values: np.ndarray) -> tuple[float, float, str]:
