@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
@@ -22,28 +23,6 @@ from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 
 runner = CliRunner()
-TINY = [
-    "--steps",
-    "2",
-    "--threads",
-    "1",
-    "--multiple-of",
-    "16",
-    "--seq-len",
-    "16",
-    "--d-model",
-    "32",
-    "--layers",
-    "2",
-    "--heads",
-    "2",
-    "--d-ff",
-    "64",
-    "--eval-tokens",
-    "64",
-    "--batch-size",
-    "2",
-]
 CFG = dict(vocab_size=64, d_model=16, n_layers=2, n_heads=2, max_seq_len=32)
 PROVENANCE = '{"model": "m"}'
 NO_CUDA = not torch.cuda.is_available()

@@ -5,35 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
 
 runner = CliRunner()
-TINY = [
-    "--steps",
-    "2",
-    "--threads",
-    "1",
-    "--multiple-of",
-    "16",
-    "--seq-len",
-    "16",
-    "--d-model",
-    "32",
-    "--layers",
-    "2",
-    "--heads",
-    "2",
-    "--d-ff",
-    "64",
-    "--eval-tokens",
-    "64",
-    "--batch-size",
-    "2",
-    "--eval-interval",
-    "2",
-]
 
 
 @pytest.fixture
