@@ -86,3 +86,40 @@ def test_stat_selection_and_unknown_names():
     assert acc.needs == {"mlp_out", "resid_mid", "resid_pre", "resid_post"}
     with pytest.raises(UserError, match="unknown statistic 'nope'"):
         build_accumulators("nope", 3, (8, 8, 8))
+
+
+def test_accumulator_defers_each_batch_and_flushes_before_it_is_read():
+    """Layers of one batch are computed together when the batch ends; a caller that never ends a batch
+    (or reads the rows mid-batch) still gets every batch, each with its own token index, never mixed."""
+    from tlm_probe.stats import STATISTICS
+
+    torch.manual_seed(2)
+    names = ("align_mlp_mid", "resid_norm_growth", "attn_influence")
+    batches = []
+    for mask in (torch.ones(2, 6), torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0], [1] * 6])):
+        index = TokenIndex(mask.long(), exclude_bos=True)
+        layers = []
+        for layer in range(3):
+            pre, attn, mlp = (torch.randn(*mask.shape, 8) for _ in range(3))
+            raw = {"resid_pre": pre, "attn_out": attn, "resid_mid": pre + attn, "mlp_out": mlp}
+            layers.append(LayerPieces(layer, {**raw, "resid_post": pre + attn + mlp}, index))
+        batches.append((index, layers))
+    want = SequenceMoments(len(names) * 3)
+    for index, layers in batches:
+        for p in layers:
+            for i, name in enumerate(names):
+                want.add(i * 3 + p.layer, STATISTICS[name][1](p), index.seq, index.n_seq)
+    for end_batches in (True, False):
+        (acc,) = build_accumulators(",".join(names), 3, (8, 8, 8))
+        for _, layers in batches:
+            for p in layers:
+                acc.update(p.layer, p)
+            if end_batches:
+                acc.end_layers()
+        got = {(r["statistic"], r["layer"]): r for r in acc.rows()}
+        for i, name in enumerate(names):
+            for layer in range(3):
+                expect = want.summary(i * 3 + layer)
+                assert got[(name, layer)]["n_tokens"] == expect["n_tokens"] == 5 * 2 + 3 + 1 + 5
+                for key in ("value", "std", "ci_low", "ci_high"):
+                    assert got[(name, layer)][key] == pytest.approx(expect[key], rel=1e-12, abs=1e-15)

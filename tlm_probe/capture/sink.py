@@ -75,6 +75,9 @@ class StatSink:
                 f"layers completed in this batch: {self.layers_seen}, expected 0..{self.pm.n_layers - 1}"
                 f"; the {self.pm.family} adapter does not match this model"
             )
+        with _one_thread(self.index.counted.device):
+            for acc in self.accumulators:
+                acc.end_layers()
         self.batches_done += 1
 
 

@@ -41,6 +41,9 @@ class Accumulator:
     def update(self, layer: int, pieces) -> None:  # pieces: stats.pieces.LayerPieces
         """Called once per layer per batch, in layer order."""
 
+    def end_layers(self) -> None:
+        """Called once per batch after the last layer's update (the model output may not exist yet)."""
+
     def end_batch(self, batch: Batch) -> None:
         """Called once per batch after the forward pass."""
 

@@ -1,19 +1,20 @@
-"""All alignment statistics of a layer from its Gram matrix in a few tensor operations.
+"""All alignment statistics of every layer of a batch from their dot products, in a few tensor operations.
 
 Each statistic of stats.alignment.STATISTICS is a cosine, one minus a cosine, or a ratio of norms of two
-pieces. Evaluating them one by one costs ~60 small operations per layer, which on narrow models (64-384
-wide) is a visible share of the forward pass; here every selected statistic is gathered at once from the
-per-token Gram matrix. The arithmetic per value is the same as the one-by-one formulas (dot / clamp(|a||b|),
--cos + 1 == 1 - cos exactly, |a| / clamp(|b|)), so the values are bitwise equal; a test checks it.
+pieces, so a layer needs only the dot products of a few pairs of pieces (`Plan.pairs`: the squared norm of
+every piece read, then the cross terms). Evaluating the statistics one by one costs ~60 small operations per
+layer, which on narrow models (64-384 wide) is a visible share of the forward pass; here the dot products of
+all layers of a batch are stacked into one (layers * pairs, n) table and every value is computed at once.
+The arithmetic per value is the one-by-one formulas' (dot / clamp(|a||b|), -cos + 1 == 1 - cos exactly,
+|a| / clamp(|b|)) on the same products, so the values are bitwise equal; a test checks it.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
-
-from tlm_probe.stats.pieces import LayerPieces
 
 # name -> (kind, a, b): cos = cos(a, b), |cos| = |cos(a, b)|, 1-cos = 1 - cos(a, b), ratio = |a| / |b|
 FORMULAS = {
@@ -28,42 +29,67 @@ FORMULAS = {
     "attn_influence": ("1-cos", "resid_pre", "resid_mid"),
     "resid_norm_growth": ("ratio", "resid_post", "resid_pre"),
 }
-# kind -> (scale, offset) applied to the cosine; ratios are selected separately
-_AFFINE = {"cos": (1.0, 0.0), "|cos|": (1.0, 0.0), "1-cos": (-1.0, 1.0), "ratio": (1.0, 0.0)}
 
 
-def gram_values(pieces: LayerPieces, statistics: tuple[str, ...]) -> torch.Tensor | None:
-    """(n, len(statistics)) float64, or None when a statistic is not a Gram formula (then go one by one)."""
-    if any(s not in FORMULAS for s in statistics):
-        return None
-    g = pieces.gram()  # (n, k, k)
-    plan = _plan(statistics, tuple(pieces._slot.items()), g.shape[-1], g.device)
-    if plan is None:
-        return None
-    pairs, diag_a, diag_b, scale, offset, is_ratio, is_abs = plan
-    flat = g.reshape(g.shape[0], -1)  # (n, k*k): one index_select per gather instead of 2-d fancy indexing
-    na, nb = flat.index_select(1, diag_a).sqrt(), flat.index_select(1, diag_b).sqrt()
-    cos = flat.index_select(1, pairs) / (na * nb).clamp_min(1e-300)
-    cos = torch.where(is_abs, cos.abs(), cos)
-    return torch.where(is_ratio, na / nb.clamp_min(1e-300), cos * scale + offset)
+@dataclass(frozen=True)
+class Plan:
+    """Which dot products one layer needs, and where each statistic reads them."""
+
+    statistics: tuple[str, ...]
+    pieces: tuple[str, ...]  # every piece read; pairs[j] = (pieces[j], pieces[j]) for j < len(pieces)
+    pairs: tuple[tuple[str, str], ...]  # squared norms first, then the cross terms
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(statistics: tuple[str, ...], slots: tuple, k: int, device: torch.device):
-    """Index tensors into the flattened Gram, built once per (statistics, pieces) combination."""
-    slot = dict(slots)
+def plan(statistics: tuple[str, ...]) -> Plan:
     specs = [FORMULAS[s] for s in statistics]
-    if any(a not in slot or b not in slot for _, a, b in specs):
-        return None
-    ia = [slot[a] for _, a, _ in specs]
-    ib = [slot[b] for _, _, b in specs]
-    idx = lambda values: torch.tensor(values, device=device)  # noqa: E731
-    return (
-        idx([a * k + b for a, b in zip(ia, ib, strict=True)]),
-        idx([a * k + a for a in ia]),
-        idx([b * k + b for b in ib]),
-        torch.tensor([_AFFINE[kind][0] for kind, _, _ in specs], dtype=torch.float64, device=device),
-        torch.tensor([_AFFINE[kind][1] for kind, _, _ in specs], dtype=torch.float64, device=device),
-        idx([kind == "ratio" for kind, _, _ in specs]),
-        idx([kind == "|cos|" for kind, _, _ in specs]),
-    )
+    pieces = sorted({p for _, a, b in specs for p in (a, b)})
+    pairs = [(p, p) for p in pieces] + sorted({(a, b) for kind, a, b in specs if kind != "ratio"})
+    return Plan(tuple(statistics), tuple(pieces), tuple(pairs))
+
+
+def layer_values(dots: torch.Tensor, p: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """dots (L * len(p.pairs), n) float64, layer after layer -> values (L * S, n) float64 and, for each row
+    of values, its (layer position, statistic index) as an (L * S, 2) tensor. Rows come grouped by kind
+    (cosines, |cosines|, one minus cosines, ratios), so each kind is one operation on a slice; the
+    work is done in place on few buffers (a fresh multi-megabyte tensor per step costs page faults)."""
+    layers = dots.shape[0] // len(p.pairs)
+    ix = _indices(p, layers, dots.device)
+    norms = dots.index_select(0, ix["squares"]).sqrt_()  # (L * pieces, n)
+    out = torch.empty(len(ix["where"]), dots.shape[1], dtype=dots.dtype, device=dots.device)
+    m = len(ix["num"])  # cosine rows; the ratios follow
+    n_cos, n_abs = ix["counts"]
+    den = norms.index_select(0, ix["a"][:m]).mul_(norms.index_select(0, ix["b"][:m])).clamp_min_(1e-300)
+    cos = torch.index_select(dots, 0, ix["num"], out=out[:m]).div_(den)
+    cos[n_cos : n_cos + n_abs].abs_()
+    cos[n_cos + n_abs :].neg_().add_(1)  # -cos + 1 == 1 - cos exactly
+    if m < len(out):
+        torch.div(norms.index_select(0, ix["a"][m:]), norms.index_select(0, ix["b"][m:]).clamp_min_(1e-300),
+                  out=out[m:])
+    return out, ix["where"]
+
+
+_KIND_ORDER = ("cos", "|cos|", "1-cos", "ratio")
+
+
+@functools.lru_cache(maxsize=64)
+def _indices(p: Plan, layers: int, device: torch.device) -> dict:
+    """Row indices over `layers` layers, built once per (plan, layers): the squared norms in `dots`, the
+    cross terms of the cosine rows, each value row's a and b in the norms, and where each value row goes."""
+    width, k = len(p.pairs), len(p.pieces)
+    col = {pair: j for j, pair in enumerate(p.pairs)}
+    piece = {name: j for j, name in enumerate(p.pieces)}
+    kind_of = [_KIND_ORDER.index(FORMULAS[s][0]) for s in p.statistics]
+    rows = sorted((kind_of[i], layer, i) for layer in range(layers) for i in range(len(p.statistics)))
+    specs = [(kind, layer, FORMULAS[p.statistics[i]]) for kind, layer, i in rows]
+    cosine = [(layer, a, b) for kind, layer, (_, a, b) in specs if _KIND_ORDER[kind] != "ratio"]
+    counts = [sum(1 for kind, _, _ in rows if _KIND_ORDER[kind] == name) for name in _KIND_ORDER]
+    t = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
+    return {
+        "squares": t([layer * width + j for layer in range(layers) for j in range(k)]),
+        "num": t([layer * width + col[(a, b)] for layer, a, b in cosine]),
+        "a": t([layer * k + piece[a] for _, layer, (_, a, _) in specs]),
+        "b": t([layer * k + piece[b] for _, layer, (_, _, b) in specs]),
+        "counts": (counts[0], counts[1]),  # cosines, |cosines|; then 1 - cosines, then ratios
+        "where": torch.tensor([(layer, i) for _, layer, i in rows], dtype=torch.long),  # metadata: on the CPU
+    }

@@ -27,35 +27,34 @@ class SequenceMoments:
 
     def add(self, slot: int, values: torch.Tensor, seq: torch.Tensor, n_seq: int) -> None:
         """values (n,) float64 for the counted tokens; seq (n,) the sequence index of each, in [0, n_seq)."""
-        self.add_many(torch.tensor([slot]), values[:, None], seq, n_seq)
+        self.add_many(torch.tensor([slot]), values[None, :], seq, n_seq)
 
-    def add_many(
-        self,
-        slots: torch.Tensor,
-        values: torch.Tensor,
-        seq: torch.Tensor,
-        n_seq: int,
-        n_s: torch.Tensor | None = None,
-    ) -> None:
-        """values (n, k) float64: column j goes to slots[j]. n_s: tokens per sequence, if known."""
-        if n_s is None:
-            n_s = torch.bincount(seq, minlength=n_seq).to(torch.float64)
-        k = values.shape[1]
-        x_s = torch.zeros(n_seq, k, dtype=torch.float64, device=values.device).index_add_(0, seq, values)
-        n_col = n_s[:, None]  # (n_seq, 1)
+    def add_many(self, slots: torch.Tensor, values: torch.Tensor, seq: torch.Tensor, n_seq: int) -> None:
+        """values (k, n) float64: row j goes to slots[j]; seq (n,) the sequence of each token."""
+        n_s = torch.bincount(seq, minlength=n_seq).to(torch.float64)
+        x_s = torch.zeros(n_seq, values.shape[0], dtype=torch.float64, device=values.device)
+        self._add(slots, values, x_s.index_add_(0, seq, values.T).T, n_s)
+
+    def add_tokens(self, slots: torch.Tensor, values: torch.Tensor, index) -> None:
+        """values (k, n) float64 over the counted tokens of a stats.pieces.TokenIndex."""
+        self._add(slots, values, index.per_sequence(values), index.seq_counts.to(values.device))
+
+    def _add(self, slots: torch.Tensor, values: torch.Tensor, x_s: torch.Tensor, n_s: torch.Tensor) -> None:
+        """x_s (k, n_seq): each row's sum over each sequence; n_s (n_seq,) tokens per sequence."""
+        k = values.shape[0]
         rows = torch.stack(
             [
                 (n_s > 0).sum().to(torch.float64).expand(k),
                 n_s.sum().expand(k),
-                x_s.sum(0),
-                values.square().sum(0),
-                x_s.square().sum(0),
-                (x_s * n_col).sum(0),
+                x_s.sum(1),
+                values.square().sum(1),
+                x_s.square().sum(1),
+                (x_s * n_s).sum(1),
                 n_s.square().sum().expand(k),
             ],
             dim=1,
         )  # (k, WIDTH)
-        self.state.index_add_(0, slots, rows.to(self.state.device))
+        self.state.index_add_(0, slots.to(self.state.device), rows.to(self.state.device))
 
     def merge(self, other: SequenceMoments) -> None:
         self.state += other.state

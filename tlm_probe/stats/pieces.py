@@ -1,11 +1,10 @@
 """The per-layer input of every statistic: the captured pieces of one layer for one batch.
 
-Only counted tokens are used (padding removed, position 0 removed with exclude_bos). All the dot products
-between pieces come from one Gram matrix per token, computed with a single batched matmul: the eight
-alignment statistics need eleven dot products of five pieces, and one (n, k, d) @ (n, d, k) product is far
-cheaper than eleven separate passes (this keeps the probe within a few percent of a plain forward pass).
-The products are taken in float32 (float64 for float64 models; bf16/fp16 pieces are upcast first): a
-per-token relative error of ~1e-7, far below the spread of the statistics. Every value is then
+Only counted tokens are used (padding removed, position 0 removed with exclude_bos). Every statistic is a
+function of dot products between pieces, and only the pairs asked for are computed, one fused
+`torch.linalg.vecdot` each over every position (cheaper than gathering the counted rows of the (B, T, d)
+pieces first). The products are taken in float32 (float64 for float64 models; bf16/fp16 pieces are upcast
+first): a per-token relative error of ~1e-7, far below the spread of the statistics. Every value is
 converted to float64 before anything is summed.
 """
 
@@ -23,15 +22,30 @@ class TokenIndex:
             counted[:, 0] = False  # right padding: position 0 is each sequence's first token
         self.counted = counted  # (B, T)
         self.all = bool(counted.all())  # no padding, nothing excluded: selection is a reshape
-        self.flat = counted.reshape(-1).nonzero().squeeze(1)  # (n,)
+        flat = counted.reshape(-1)
+        self.flat = torch.arange(flat.numel(), device=flat.device) if self.all else flat.nonzero().squeeze(1)
         self.seq = self.flat // counted.shape[1]  # (n,) row of each counted token
         self.n_seq = counted.shape[0]
         self.seq_counts = counted.sum(1).to(torch.float64)  # (B,) tokens counted per sequence
+        # every row counts the same number of tokens: selected tokens are one equal block per sequence
+        self.uniform = bool((self.seq_counts == self.seq_counts[0]).all())
 
     def select(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (n, ...) for the counted tokens."""
         flat = x.reshape(-1, *x.shape[2:])
         return flat if self.all else flat[self.flat]
+
+    def select_last(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., B, T) -> (..., n) for the counted tokens."""
+        flat = x.reshape(*x.shape[:-2], -1)
+        return flat if self.all else flat.index_select(-1, self.flat)
+
+    def per_sequence(self, values: torch.Tensor) -> torch.Tensor:
+        """(k, n) values of the counted tokens -> (k, B) their sum over each sequence."""
+        if self.uniform:
+            return values.reshape(values.shape[0], self.n_seq, -1).sum(-1)
+        sums = torch.zeros(self.n_seq, values.shape[0], dtype=values.dtype, device=values.device)
+        return sums.index_add_(0, self.seq.to(values.device), values.T).T
 
 
 class LayerPieces:
@@ -41,45 +55,44 @@ class LayerPieces:
         self.layer = layer
         self.raw = raw  # name -> (B, T, d) as captured, model dtype
         self.index = index
-        self._vec: dict[str, torch.Tensor] = {}
-        self._gram: torch.Tensor | None = None
-        self._slot: dict[str, int] = {}
+        self._wide: dict[str, torch.Tensor] = {}
+        self._cols: dict[tuple[str, str], torch.Tensor] = {}  # (a, b) -> (B, T) products at every position
+        self._buf: torch.Tensor | None = None
 
     def __contains__(self, name: str) -> bool:
         return name in self.raw
 
     def vec(self, name: str) -> torch.Tensor:
         """(n, d) float64 rows of piece `name` for the counted tokens."""
-        if name not in self._vec:
-            self._vec[name] = self.index.select(self.raw[name]).to(torch.float64)
-        return self._vec[name]
+        return self.index.select(self.raw[name]).to(torch.float64)
 
-    def gram(self) -> torch.Tensor:
-        """(n, k, k) float64 dot products between the residual-width pieces, for every counted token."""
-        if self._gram is None:
-            width = next(iter(self.raw.values())).shape[-1]
-            names = [k for k, v in self.raw.items() if v.shape[-1] == width]
-            self._slot = {k: i for i, k in enumerate(names)}
-            x = torch.stack([self.raw[k] for k in names], dim=-2)  # (B, T, k, d)
-            x = x if x.dtype == torch.float64 else x.to(torch.float32)
-            # every position, then keep the counted rows of the small (k, k) result: gathering the (k, d)
-            # pieces instead cost more than the products on the few padded positions (bucketing)
-            self._gram = self.index.select(x @ x.transpose(-1, -2)).to(torch.float64)  # (n, k, k)
-        return self._gram
+    def dots(self, pairs: tuple[tuple[str, str], ...]) -> torch.Tensor:
+        """(len(pairs), n) float64: row j is the dot product of pairs[j] at every counted token."""
+        cols = torch.stack([self._col(a, b) for a, b in pairs])  # (P, B, T)
+        return self.index.select_last(cols).to(torch.float64)
+
+    def _col(self, a: str, b: str) -> torch.Tensor:
+        key = (b, a) if (b, a) in self._cols else (a, b)  # a . b == b . a: computed once
+        if key not in self._cols:
+            x, y = self._product_dtype(a), self._product_dtype(b)
+            if self._buf is None or self._buf.shape != x.shape or self._buf.dtype != x.dtype:
+                self._buf = torch.empty_like(x)
+            self._cols[key] = torch.mul(x, y, out=self._buf).sum(-1)
+        return self._cols[key]
+
+    def _product_dtype(self, name: str) -> torch.Tensor:
+        if name not in self._wide:
+            x = self.raw[name]
+            self._wide[name] = x if x.dtype in (torch.float64, torch.float32) else x.to(torch.float32)
+        return self._wide[name]
 
     def dot(self, a: str, b: str) -> torch.Tensor:
-        g = self.gram()
-        if a in self._slot and b in self._slot:
-            return g[:, self._slot[a], self._slot[b]]
-        return (self.vec(a) * self.vec(b)).sum(-1)  # pieces of another width (mlp_post)
+        return self.dots(((a, b),))[0]
 
-    def all_finite(self) -> bool:
-        return bool(torch.isfinite(self.gram().diagonal(dim1=1, dim2=2)).all())
-
-    def sq_norms(self) -> dict[str, torch.Tensor]:
-        """Squared norm of every residual-width piece, (n,) each: inf/NaN here means inf/NaN in the piece."""
-        diag = self.gram().diagonal(dim1=1, dim2=2)  # (n, k)
-        return {k: diag[:, i] for k, i in self._slot.items()}
+    def sq_norms(self) -> torch.Tensor:
+        """(k, n) squared norm of every piece, in the order of `raw` and the dtype of the products (the
+        statistics read the same products): inf/NaN here means inf/NaN in the piece."""
+        return self.index.select_last(torch.stack([self._col(k, k) for k in self.raw]))
 
     def norm(self, name: str) -> torch.Tensor:
         return self.dot(name, name).sqrt()
