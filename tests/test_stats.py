@@ -88,13 +88,11 @@ def test_stat_selection_and_unknown_names():
         build_accumulators("nope", 3, (8, 8, 8))
 
 
-def test_accumulator_defers_each_batch_and_flushes_before_it_is_read():
-    """Layers of one batch are computed together when the batch ends; a caller that never ends a batch
-    (or reads the rows mid-batch) still gets every batch, each with its own token index, never mixed."""
-    from tlm_probe.stats import STATISTICS
+NAMES = ("align_mlp_mid", "resid_norm_growth", "attn_influence")
 
+
+def _two_batches():
     torch.manual_seed(2)
-    names = ("align_mlp_mid", "resid_norm_growth", "attn_influence")
     batches = []
     for mask in (torch.ones(2, 6), torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0], [1] * 6])):
         index = TokenIndex(mask.long(), exclude_bos=True)
@@ -103,23 +101,36 @@ def test_accumulator_defers_each_batch_and_flushes_before_it_is_read():
             pre, attn, mlp = (torch.randn(*mask.shape, 8) for _ in range(3))
             raw = {"resid_pre": pre, "attn_out": attn, "resid_mid": pre + attn, "mlp_out": mlp}
             layers.append(LayerPieces(layer, {**raw, "resid_post": pre + attn + mlp}, index))
-        batches.append((index, layers))
-    want = SequenceMoments(len(names) * 3)
-    for index, layers in batches:
+        batches.append(layers)
+    return batches
+
+
+def _one_by_one(batches) -> SequenceMoments:
+    from tlm_probe.stats import STATISTICS
+
+    want = SequenceMoments(len(NAMES) * 3)
+    for p in (p for layers in batches for p in layers):
+        for i, name in enumerate(NAMES):
+            want.add(i * 3 + p.layer, STATISTICS[name][1](p), p.index.seq, p.index.n_seq)
+    return want
+
+
+@pytest.mark.parametrize("end_batches", [True, False])
+def test_accumulator_defers_each_batch_and_flushes_before_it_is_read(end_batches):
+    """Layers of one batch are computed together when the batch ends; a caller that never ends a batch
+    (or reads the rows mid-batch) still gets every batch, each with its own token index, never mixed."""
+    batches = _two_batches()
+    want = _one_by_one(batches)
+    (acc,) = build_accumulators(",".join(NAMES), 3, (8, 8, 8))
+    for layers in batches:
         for p in layers:
-            for i, name in enumerate(names):
-                want.add(i * 3 + p.layer, STATISTICS[name][1](p), index.seq, index.n_seq)
-    for end_batches in (True, False):
-        (acc,) = build_accumulators(",".join(names), 3, (8, 8, 8))
-        for _, layers in batches:
-            for p in layers:
-                acc.update(p.layer, p)
-            if end_batches:
-                acc.end_layers()
-        got = {(r["statistic"], r["layer"]): r for r in acc.rows()}
-        for i, name in enumerate(names):
-            for layer in range(3):
-                expect = want.summary(i * 3 + layer)
-                assert got[(name, layer)]["n_tokens"] == expect["n_tokens"] == 5 * 2 + 3 + 1 + 5
-                for key in ("value", "std", "ci_low", "ci_high"):
-                    assert got[(name, layer)][key] == pytest.approx(expect[key], rel=1e-12, abs=1e-15)
+            acc.update(p.layer, p)
+        if end_batches:
+            acc.end_layers()
+    got = {(r["statistic"], r["layer"]): r for r in acc.rows()}
+    for i, name in enumerate(NAMES):
+        for layer in range(3):
+            expect, row = want.summary(i * 3 + layer), got[(name, layer)]
+            assert row["n_tokens"] == expect["n_tokens"] == 5 * 2 + 3 + 1 + 5
+            for key in ("value", "std", "ci_low", "ci_high"):
+                assert row[key] == pytest.approx(expect[key], rel=1e-12, abs=1e-15)
