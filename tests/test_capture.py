@@ -173,6 +173,7 @@ def test_non_finite_caught_after_the_first_batch_too(tmp_path):
         sink.start_batch(TokenIndex(mask))
         with pytest.raises(NonFiniteError, match="layer 2 in attn_out"):
             NativeBackend(sink).run(ids, mask)
+            sink.end_batch()
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2", "gpt_neox_seq", "gptj", "opt", "roberta"])

@@ -88,15 +88,17 @@ def sample_counted(counted: torch.Tensor, k: int = SAMPLE_TOKENS) -> torch.Tenso
     return keep.view_as(counted)
 
 
-def check_finite(layer: int, pieces) -> None:
-    """Cheap per-batch check: a piece with inf/NaN has a non-finite squared norm (the statistics read the
-    same squared norms, so this costs one reduction)."""
-    sq = pieces.sq_norms()
-    if bool(torch.isfinite(sq).all()):
+def check_finite(squares: list[tuple[int, str, torch.Tensor]], index) -> None:
+    """Once per batch: squares holds (layer, piece, (B, T) squared norms) for every piece of every layer (the
+    statistics compute them anyway); a piece with inf/NaN has a non-finite squared norm. Names the first
+    layer and piece at fault."""
+    if not squares:
         return
-    for i, name in enumerate(pieces.raw):
-        if not torch.isfinite(sq[i]).all():
-            raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
+    finite = torch.isfinite(index.select_last(torch.stack([sq for _, _, sq in squares]))).all(-1)
+    if bool(finite.all()):
+        return
+    layer, name, _ = squares[int((~finite).nonzero()[0, 0])]
+    raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
 
 
 def _check_sum(layer: int, lhs: str, terms: tuple[str, ...], raw: dict, counted: torch.Tensor, taps: dict):

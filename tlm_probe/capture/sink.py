@@ -1,8 +1,9 @@
 """Where every backend delivers each layer's captured pieces: guardrails, then every accumulator.
 
 Every batch: every tap must have fired and every captured piece must be finite (read off the squared norms
-the statistics compute anyway). The first `check_batches` batches also verify additivity (the pieces add
-up): an adapter is structural, so a wrong one shows in the first batch, and later batches skip the cost.
+the statistics compute anyway, all layers at once when the batch ends). The first `check_batches` batches
+also verify additivity (the pieces add up): an adapter is structural, so a wrong one shows in the first
+batch, and later batches skip the cost.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from tlm_probe.capture.guardrails import (
     GuardrailError,
+    NonFiniteError,
     add_derived,
     capture_set,
     check_finite,
@@ -21,6 +23,7 @@ from tlm_probe.capture.guardrails import (
 )
 from tlm_probe.capture.loading import ProbeModel
 from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
+from tlm_probe.stats.workspace import Workspace
 
 
 class StatSink:
@@ -41,9 +44,11 @@ class StatSink:
         self.taps = {p: taps[p] for p in self.pieces}
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
+        self.scratch = Workspace()
 
     def start_batch(self, index: TokenIndex) -> None:
         self.index, self.layers_seen = index, []
+        self.squares: list[tuple[int, str, torch.Tensor]] = []  # (layer, piece, (B, T)) for check_finite
 
     def on_layer(self, layer: int, raw: dict[str, torch.Tensor]) -> None:
         with _one_thread(self.index.counted.device):
@@ -60,11 +65,17 @@ class StatSink:
         B, T = self.index.counted.shape
         raw = {k: _as_btd(v, B, T) for k, v in raw.items()}
         full_check = self.guardrails and (self.check_batches < 0 or self.batches_done < self.check_batches)
-        if full_check:  # on a sample of tokens; every token's finiteness is checked below
-            check_layer(self.pm.block_kind, layer, raw, sample_counted(self.index.counted), self.taps)
+        if full_check:  # on a sample of tokens; every token's finiteness is checked when the batch ends
+            try:
+                check_layer(self.pm.block_kind, layer, raw, sample_counted(self.index.counted), self.taps)
+            except NonFiniteError:
+                check_finite(self.squares, self.index)  # an earlier layer at fault is named first
+                raise
         add_derived(self.pm.block_kind, raw)
-        pieces = LayerPieces(layer, {k: v for k, v in raw.items() if k in self.needs} or raw, self.index)
-        check_finite(layer, pieces)
+        pieces = LayerPieces(
+            layer, {k: v for k, v in raw.items() if k in self.needs} or raw, self.index, self.scratch
+        )
+        self.squares += [(layer, name, pieces.square(name)) for name in pieces.raw]
         for acc in self.accumulators:
             acc.update(layer, pieces)
         self.layers_seen.append(layer)
@@ -76,6 +87,8 @@ class StatSink:
                 f"; the {self.pm.family} adapter does not match this model"
             )
         with _one_thread(self.index.counted.device):
+            check_finite(self.squares, self.index)
+            self.squares = []
             for acc in self.accumulators:
                 acc.end_layers()
         self.batches_done += 1

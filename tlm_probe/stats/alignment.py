@@ -15,6 +15,7 @@ from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.alignment_fast import layer_values, plan
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
+from tlm_probe.stats.workspace import Workspace
 
 # name -> (pieces it reads, per-token value)
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tensor]]] = {
@@ -49,29 +50,38 @@ class AlignmentAccumulator(Accumulator):
         self.plan = plan(self.statistics)
         self.moments = SequenceMoments(len(self.statistics) * n_layers)
         self.state = self.moments.state  # shared storage: merging the base state merges the moments
-        self._pending: list[tuple[int, torch.Tensor]] = []  # (layer, dots) of the current batch
+        self._layers: list[int] = []  # layers of the current batch, in the order of their table rows
+        self._scratch = Workspace()  # the (n_layers * pairs, n) table of dot products, and the values
         self._index = None
 
     def _slot(self, i: int, layer: int) -> int:
         return i * self.n_layers + layer
 
     def update(self, layer: int, pieces: LayerPieces) -> None:
-        if pieces.index is not self._index:
+        width = len(self.plan.pairs)
+        if pieces.index is not self._index or len(self._layers) == self.n_layers:
             self._flush()
             self._index = pieces.index
-        self._pending.append((layer, pieces.dots(self.plan.pairs)))
+        row = len(self._layers) * width
+        pieces.dots(self.plan.pairs, out=self._table()[row : row + width])
+        self._layers.append(layer)
 
     def end_layers(self) -> None:
         self._flush()
 
+    def _table(self) -> torch.Tensor:
+        """(n_layers * pairs, n) float64 dot products of the current batch, layer after layer."""
+        counts = self._index.seq_counts  # float64, on the batch's device
+        return self._scratch.get("dots", (self.n_layers * len(self.plan.pairs), len(self._index.seq)), counts)
+
     def _flush(self) -> None:
-        if not self._pending:
+        if not self._layers:
             return
-        layers = torch.tensor([layer for layer, _ in self._pending])
-        values, where = layer_values(torch.cat([d for _, d in self._pending]), self.plan)  # (L * S, n)
-        slots = where[:, 1] * self.n_layers + layers[where[:, 0]]
-        index, self._pending = self._index, []
-        self.moments.add_tokens(slots, values, index)
+        table = self._table()[: len(self._layers) * len(self.plan.pairs)]
+        values, where = layer_values(table, self.plan, self._scratch)  # (L * S, n)
+        slots = where[:, 1] * self.n_layers + torch.tensor(self._layers)[where[:, 0]]
+        self._layers = []
+        self.moments.add_tokens(slots, values, self._index)
 
     def merge(self, other: Accumulator) -> None:
         self._flush()

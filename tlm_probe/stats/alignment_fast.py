@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tlm_probe.stats.workspace import Workspace
+
 # name -> (kind, a, b): cos = cos(a, b), |cos| = |cos(a, b)|, 1-cos = 1 - cos(a, b), ratio = |a| / |b|
 FORMULAS = {
     "align_mlp_mid": ("cos", "mlp_out", "resid_mid"),
@@ -48,24 +50,29 @@ def plan(statistics: tuple[str, ...]) -> Plan:
     return Plan(tuple(statistics), tuple(pieces), tuple(pairs))
 
 
-def layer_values(dots: torch.Tensor, p: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_values(
+    dots: torch.Tensor, p: Plan, scratch: Workspace | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """dots (L * len(p.pairs), n) float64, layer after layer -> values (L * S, n) float64 and, for each row
     of values, its (layer position, statistic index) as an (L * S, 2) tensor. Rows come grouped by kind
-    (cosines, |cosines|, one minus cosines, ratios), so each kind is one operation on a slice; the
-    work is done in place on few buffers (a fresh multi-megabyte tensor per step costs page faults)."""
-    layers = dots.shape[0] // len(p.pairs)
+    (cosines, |cosines|, one minus cosines, ratios), so each kind is one operation on a slice. The work is
+    done in place in `scratch` buffers; the values are one of them, valid until its next use."""
+    scratch = scratch or Workspace()
+    layers, n = dots.shape[0] // len(p.pairs), dots.shape[1]
     ix = _indices(p, layers, dots.device)
-    norms = dots.index_select(0, ix["squares"]).sqrt_()  # (L * pieces, n)
-    out = torch.empty(len(ix["where"]), dots.shape[1], dtype=dots.dtype, device=dots.device)
     m = len(ix["num"])  # cosine rows; the ratios follow
+    rows = len(ix["where"])
+
+    def take(name, source, index):
+        return torch.index_select(source, 0, index, out=scratch.get(name, (len(index), n), source))
+
+    norms = take("norms", dots, ix["squares"]).sqrt_()  # (L * pieces, n)
+    out, a, b = scratch.get("values", (rows, n), dots), take("a", norms, ix["a"]), take("b", norms, ix["b"])
+    cos = torch.index_select(dots, 0, ix["num"], out=out[:m]).div_(a[:m].mul_(b[:m]).clamp_min_(1e-300))
     n_cos, n_abs = ix["counts"]
-    den = norms.index_select(0, ix["a"][:m]).mul_(norms.index_select(0, ix["b"][:m])).clamp_min_(1e-300)
-    cos = torch.index_select(dots, 0, ix["num"], out=out[:m]).div_(den)
     cos[n_cos : n_cos + n_abs].abs_()
     cos[n_cos + n_abs :].neg_().add_(1)  # -cos + 1 == 1 - cos exactly
-    if m < len(out):
-        torch.div(norms.index_select(0, ix["a"][m:]), norms.index_select(0, ix["b"][m:]).clamp_min_(1e-300),
-                  out=out[m:])
+    torch.div(a[m:], b[m:].clamp_min_(1e-300), out=out[m:])
     return out, ix["where"]
 
 

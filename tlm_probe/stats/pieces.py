@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from tlm_probe.stats.workspace import Workspace
+
 
 class TokenIndex:
     """Which positions of a (B, T) batch are counted, and the sequence each belongs to."""
@@ -51,13 +53,13 @@ class TokenIndex:
 class LayerPieces:
     """Pieces (resid_pre, attn_out, resid_mid, mlp_out, resid_post, ...) of one layer, counted tokens only."""
 
-    def __init__(self, layer: int, raw: dict[str, torch.Tensor], index: TokenIndex):
+    def __init__(self, layer: int, raw: dict[str, torch.Tensor], index: TokenIndex, scratch=None):
         self.layer = layer
         self.raw = raw  # name -> (B, T, d) as captured, model dtype
         self.index = index
         self._wide: dict[str, torch.Tensor] = {}
         self._cols: dict[tuple[str, str], torch.Tensor] = {}  # (a, b) -> (B, T) products at every position
-        self._buf: torch.Tensor | None = None
+        self._scratch = scratch or Workspace()  # the caller's, to reuse the product buffer across layers
 
     def __contains__(self, name: str) -> bool:
         return name in self.raw
@@ -66,18 +68,18 @@ class LayerPieces:
         """(n, d) float64 rows of piece `name` for the counted tokens."""
         return self.index.select(self.raw[name]).to(torch.float64)
 
-    def dots(self, pairs: tuple[tuple[str, str], ...]) -> torch.Tensor:
-        """(len(pairs), n) float64: row j is the dot product of pairs[j] at every counted token."""
-        cols = torch.stack([self._col(a, b) for a, b in pairs])  # (P, B, T)
-        return self.index.select_last(cols).to(torch.float64)
+    def dots(self, pairs: tuple[tuple[str, str], ...], out: torch.Tensor | None = None) -> torch.Tensor:
+        """(len(pairs), n) float64: row j is the dot product of pairs[j] at every counted token; written
+        into `out` when given."""
+        cols = self.index.select_last(torch.stack([self._col(a, b) for a, b in pairs]))  # (P, n)
+        return cols.to(torch.float64) if out is None else out.copy_(cols)
 
     def _col(self, a: str, b: str) -> torch.Tensor:
         key = (b, a) if (b, a) in self._cols else (a, b)  # a . b == b . a: computed once
         if key not in self._cols:
             x, y = self._product_dtype(a), self._product_dtype(b)
-            if self._buf is None or self._buf.shape != x.shape or self._buf.dtype != x.dtype:
-                self._buf = torch.empty_like(x)
-            self._cols[key] = torch.mul(x, y, out=self._buf).sum(-1)
+            product = self._scratch.get("product", x.shape, x)
+            self._cols[key] = torch.mul(x, y, out=product).sum(-1)
         return self._cols[key]
 
     def _product_dtype(self, name: str) -> torch.Tensor:
@@ -89,10 +91,10 @@ class LayerPieces:
     def dot(self, a: str, b: str) -> torch.Tensor:
         return self.dots(((a, b),))[0]
 
-    def sq_norms(self) -> torch.Tensor:
-        """(k, n) squared norm of every piece, in the order of `raw` and the dtype of the products (the
+    def square(self, name: str) -> torch.Tensor:
+        """(B, T) squared norm of piece `name` at every position, in the dtype of the products (the
         statistics read the same products): inf/NaN here means inf/NaN in the piece."""
-        return self.index.select_last(torch.stack([self._col(k, k) for k in self.raw]))
+        return self._col(name, name)
 
     def norm(self, name: str) -> torch.Tensor:
         return self.dot(name, name).sqrt()
