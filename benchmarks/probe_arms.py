@@ -112,9 +112,9 @@ def _feed(sink: StatSink, mask, pieces: dict) -> None:
 
 
 def tl_bridge(pm):
-    from tlm_probe.capture.tl_backend import _boot_bridge
+    from tlm_probe.capture.tl_backend import _build_bridge
 
-    return _boot_bridge(pm)
+    return _build_bridge(pm)
 
 
 def tl_forward(bridge, ids, mask):
