@@ -11,9 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from models_zoo import build_model  # noqa: E402
+
 from benchmarks import bench_costs, bench_probe, bench_train  # noqa: E402
 from benchmarks.timing import line  # noqa: E402
-from models_zoo import build_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
