@@ -77,7 +77,7 @@ def info_vs_schedule(workdir: Path, rounds: int) -> dict:
     (folder / "config.json").write_text(json.dumps(preset_config("tlm-1.3b").to_dict()))
     cli = str(ROOT / "cli.py")
     run = lambda *a: subprocess.run([sys.executable, cli, *a], capture_output=True, check=True)  # noqa: E731
-    config = str(folder / "config.json")  # a config file is described without torch; a folder's weights are read
+    config = str(folder / "config.json")  # described without torch (a folder: its weights are read)
     fns = {"info": lambda: run("info", config, "--json"), "schedule": lambda: run("schedule")}
     t = interleaved(fns, rounds)
     return {"tlm info (1.3B preset) / tlm schedule": ratio(t, "info", "schedule")}
