@@ -87,6 +87,64 @@ def test_disk_full_during_training_is_one_line_and_keeps_the_previous_checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy", "run"]  # no lock left either
 
 
+class _FillsUp:
+    """A file whose write gets half its bytes onto the disk, then reports a full disk."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        self.f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_disk_full_while_appending_metrics_leaves_no_torn_line(tmp_path, ids, monkeypatch):
+    out, real_open, appends = tmp_path / "run", type(tmp_path).open, []
+
+    def open_(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        if path.name == "metrics.jsonl" and "a" in mode:
+            appends.append(path)
+            return _FillsUp(f) if len(appends) == 3 else f
+        return f
+
+    monkeypatch.setattr(type(tmp_path), "open", open_)
+    r = runner.invoke(app, ["train", "--data", ids, "--out", str(out), *TINY, "--steps", "4",
+                            "--log-interval", "1", "--ckpt-interval", "1"])
+    err = _one_line_error(r)
+    assert "disk full writing" in err and "metrics.jsonl" in err
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all("step" in json.loads(ln) for ln in lines)  # whole lines only
+    monkeypatch.undo()
+    r = runner.invoke(app, ["train", "--data", ids, "--out", str(out), *TINY, "--steps", "4",
+                            "--log-interval", "1", "--ckpt-interval", "1", "--resume"])
+    assert r.exit_code == 0, r.output
+    steps = [json.loads(ln)["step"] for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 4
+
+
+def test_resume_drops_a_torn_last_metrics_line(tmp_path):
+    from tlm_probe.train.metrics import MetricsLog
+
+    log = MetricsLog(tmp_path)
+    for step in (1, 2, 3):
+        log.write({"kind": "train", "step": step, "loss": 1.0})
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "train", "st')  # kill -9 in the middle of a line
+    log.truncate_after(2)
+    assert [json.loads(ln)["step"] for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
 @pytest.fixture
 def tlm(tmp_path):
     torch.manual_seed(0)

@@ -97,6 +97,24 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def append_line(path: str | Path, line: str) -> None:
+    """Append `line` (a newline is added) and flush. A failed write (a full disk) leaves the file exactly as
+    it was, never a torn last line; a full disk becomes one UserError naming `path`."""
+    path = Path(path)
+    data = (line + "\n").encode("utf-8")
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        with path.open("ab") as f:
+            f.write(data)
+            f.flush()
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.truncate(path, size)
+        if is_disk_full(e):
+            raise disk_full_error(path, len(data)) from None
+        raise
+
+
 @contextlib.contextmanager
 def temp_folder(near: str | Path, need: int = 0) -> Iterator[Path]:
     """An empty folder beside `near` (same file system, so it can be renamed into place), mode per the

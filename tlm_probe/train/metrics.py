@@ -1,12 +1,13 @@
-"""metrics.jsonl: one JSON object per line, kind "train" or "eval"; appended and flushed line by line.
-On resume, lines beyond the restored step (written after the last checkpoint) are dropped first."""
+"""metrics.jsonl: one JSON object per line, kind "train" or "eval"; appended and flushed line by line
+(fileio.append_line: a full disk leaves no torn line). On resume, lines beyond the restored step (written
+after the last checkpoint) are dropped first, and so is a torn last line left by a killed process."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tlm_probe.fileio import atomic_write_text
+from tlm_probe.fileio import append_line, atomic_write_text
 from tlm_probe.results import METRICS as FILE
 
 
@@ -18,15 +19,20 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         if not (self.enabled and self.path.is_file()):
             return
-        keep = [
-            ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step
-        ]
+        lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
+        if lines and not self.path.read_bytes().endswith(b"\n") and not _parses(lines[-1]):
+            lines.pop()  # the process was killed while writing it
+        keep = [ln for ln in lines if json.loads(ln)["step"] <= step]
         atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def write(self, record: dict) -> None:
-        if not self.enabled:
-            return
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
+        if self.enabled:
+            append_line(self.path, json.dumps(record))
 
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
