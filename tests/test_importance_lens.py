@@ -54,3 +54,34 @@ def test_gpt2_lens_uses_ln_f_and_matches_hf_loss():
     rows = lens.rows()
     assert rows["logit_lens_kl"][1]["value"] == pytest.approx(0.0, abs=1e-6)
     assert rows["logit_lens_ce"][1]["value"] == pytest.approx(out.loss.item(), abs=1e-5)
+
+
+def test_every_layer_against_float64_with_reused_buffers():
+    """Layers and batches of different shapes share the lens's scratch buffers; each value still equals a
+    float64 recomputation from scratch."""
+    torch.manual_seed(3)
+    V, d = 41, 8
+    head, norm = torch.nn.Linear(d, V, bias=False), torch.nn.LayerNorm(d)
+    lens = LogitLens(2, norm, head)
+    want = {name: [[], []] for name in ("kl", "ce", "entropy", "top1")}
+    for B, T in [(2, 7), (3, 5)]:
+        final = torch.randn(B, T, V) * 2
+        ids = torch.randint(0, V, (B, T))
+        mask = torch.ones(B, T, dtype=torch.bool)
+        fin = lens.final(final)
+        logq = torch.log_softmax(final.double(), -1)
+        for layer in range(2):
+            resid = torch.randn(B, T, d)
+            lens.update(layer, resid, fin, ids, mask)
+            with torch.no_grad():
+                logp = torch.log_softmax(head(norm(resid)).double(), -1)
+            want["kl"][layer] += (logq.exp() * (logq - logp)).sum(-1).flatten().tolist()
+            want["entropy"][layer] += (-(logp.exp() * logp).sum(-1)).flatten().tolist()
+            want["top1"][layer] += (logp.argmax(-1) == logq.argmax(-1)).double().flatten().tolist()
+            want["ce"][layer] += (-logp[:, :-1].gather(-1, ids[:, 1:, None])).flatten().tolist()
+    rows = lens.rows()
+    for name, per_layer in want.items():
+        for layer in range(2):
+            got = rows[f"logit_lens_{name}"][layer]
+            assert got["n_tokens"] == len(per_layer[layer])
+            assert got["value"] == pytest.approx(sum(per_layer[layer]) / len(per_layer[layer]), abs=1e-5)

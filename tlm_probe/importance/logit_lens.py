@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from tlm_probe.importance.streaming import TokenMean
+from tlm_probe.stats.workspace import Workspace
 
 LENS_STATS = ("logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", "logit_lens_top1")
 
@@ -24,11 +24,13 @@ class LogitLens:
     def __init__(self, n_layers: int, final_norm: Callable, unembed: Callable):
         self.final_norm, self.unembed = final_norm, unembed
         self.means = {name: TokenMean(n_layers) for name in LENS_STATS}
+        self.scratch = Workspace()  # (B, T, V) buffers reused by every layer and batch: fresh ones cost
+        # page faults on hundreds of megabytes each (the vocabulary is wide)
 
     @torch.no_grad()
     def final(self, final_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log q, q, top-1 of q) of the model's own prediction: computed once per batch, used per layer."""
-        logq = F.log_softmax(final_logits.float(), -1)
+        logq = torch.log_softmax(final_logits.float(), -1)
         return logq, logq.exp(), logq.argmax(-1)
 
     @torch.no_grad()
@@ -38,9 +40,11 @@ class LogitLens:
         """
         mask = mask.bool()
         logq, q, top_q = final if isinstance(final, tuple) else self.final(final)
-        logp = F.log_softmax(self.unembed(self.final_norm(resid)).float(), -1)  # (B, T, V)
-        kl = (q * (logq - logp)).sum(-1)
-        entropy = -(logp.exp() * logp).sum(-1)
+        z = self.unembed(self.final_norm(resid)).float()  # (B, T, V)
+        logp = torch.log_softmax(z, -1, out=self.scratch.get("logp", z.shape, z))
+        buf = self.scratch.get("vocab", z.shape, z)
+        kl = torch.mul(q, torch.sub(logq, logp, out=buf), out=buf).sum(-1)  # sum q (log q - log p)
+        entropy = -torch.mul(torch.exp(logp, out=buf), logp, out=buf).sum(-1)  # -sum p log p
         top1 = (logp.argmax(-1) == top_q).double()
         for name, v in (("logit_lens_kl", kl), ("logit_lens_entropy", entropy), ("logit_lens_top1", top1)):
             self.means[name].add(layer, v, mask)
