@@ -35,6 +35,9 @@ for _command in COMMANDS:
 
 
 def main() -> None:
+    from tlm_probe.allocator import keep_freed_memory
+
+    keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in again
     app()
 
 

@@ -1,5 +1,6 @@
 """Fixed costs per run and memory, as ratios: built corpus cached / built, weight hash cached / computed,
-`tlm info` (1.3B preset) / `tlm schedule`, and peak memory growth above the start-up peak.
+`tlm info` (1.3B preset) / `tlm schedule`, training steps with freed memory kept (tlm_probe/allocator.py)
+/ the system allocator, and peak memory growth above the start-up peak.
 
     python -m benchmarks.bench_costs [--quick]
 """
@@ -87,6 +88,9 @@ MEMORY = """
 import sys, torch, numpy as np
 from pathlib import Path
 torch.set_num_threads(1)
+if sys.argv[3] == "kept":
+    from tlm_probe.allocator import keep_freed_memory
+    assert keep_freed_memory()
 from tlm_probe.capture import load_probe_model
 from tlm_probe.probe import probe
 def hwm():
@@ -105,12 +109,47 @@ print(hwm() - start)
 
 
 def memory(folder: Path, small: int, large: int) -> dict:
-    """Peak RSS growth (MiB) above the start-up peak (model loaded, two batches probed), in a child."""
-    grow = {n: float(_python(MEMORY, str(folder), str(n))) for n in (small, large)}
-    return {
-        f"peak RSS growth above start-up, {small:,} tokens (MiB)": {"value_mib": grow[small]},
-        f"peak RSS growth above start-up, {large:,} tokens (MiB)": {"value_mib": grow[large]},
+    """Peak RSS growth (MiB) above the start-up peak (model loaded, two batches probed), in a child; with
+    freed memory kept in the process (as `tlm` runs) and with the system allocator's defaults."""
+    out = {}
+    for how in ("kept", "system"):
+        for n in (small, large):
+            grow = float(_python(MEMORY, str(folder), str(n), how))
+            out[f"peak RSS growth above start-up, {n:,} tokens, {how} (MiB)"] = {"value_mib": grow}
+    return out
+
+
+STEPS = """
+import sys, time, torch
+from pathlib import Path
+torch.set_num_threads(1)
+if sys.argv[1] == "kept":
+    from tlm_probe.allocator import keep_freed_memory
+    assert keep_freed_memory()
+from benchmarks.bench_train import _config, _data
+from tlm_probe.train.loop import Trainer
+from tlm_probe.train.run import plan_run
+size = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, batch_size=8, seq_len=128)
+trainer = Trainer(plan_run(_config("uniform", size, 100, 1), Path(sys.argv[2]), data=_data(), overwrite=True),
+                  overwrite=True)
+for _ in range(2):
+    trainer.train_step()
+t = time.perf_counter()
+for _ in range(int(sys.argv[3])):
+    trainer.train_step()
+print(time.perf_counter() - t)
+"""
+
+
+def allocator(workdir: Path, rounds: int, steps: int) -> dict:
+    """Training steps in a fresh process: freed memory kept (what `tlm` does) / the system's defaults."""
+    seconds: dict[str, list[float]] = {"kept": [], "system": []}
+    fns = {
+        how: (lambda how=how: seconds[how].append(float(_python(STEPS, how, str(workdir / how), str(steps)))))
+        for how in seconds
     }
+    interleaved(fns, rounds, warmup=0)
+    return {"train steps, freed memory kept / system allocator": ratio(seconds, "kept", "system")}
 
 
 def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
@@ -122,6 +161,7 @@ def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     out.update(info_vs_schedule(workdir, rounds))
     sizes = (8_192, 65_536) if quick else (16_384, 524_288)
     out.update(memory(models.stories(workdir / "stories"), *sizes))
+    out.update(allocator(workdir, rounds, 6 if quick else 20))
     return out
 
 

@@ -38,6 +38,7 @@ def test_cost_arms_run(tmp_path, gpt2):
     _check(bench_costs.weight_hash(gpt2, tmp_path, rounds=1))
     _check(bench_costs.info_vs_schedule(tmp_path, rounds=1))
     _check(bench_costs.corpus(tmp_path, rounds=1))
+    _check(bench_costs.allocator(tmp_path, rounds=1, steps=1))
 
 
 def test_train_arms_run(tmp_path, one_thread):
