@@ -40,7 +40,7 @@ class StatSink:
         if missing:
             raise GuardrailError(f"the {pm.family} adapter has no tap for {', '.join(sorted(missing))}")
         self.pieces = sorted(capture_set(pm.block_kind, needs))
-        self.needs = needs  # guardrail-only pieces (post-LN sums) stay out of the statistics' Gram matrix
+        self.needs = needs  # guardrail-only pieces (post-LN sums) stay out of the statistics' products
         self.taps = {p: taps[p] for p in self.pieces}
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
