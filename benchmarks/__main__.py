@@ -29,7 +29,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
     ap.add_argument("--only", choices=list(SECTIONS), action="append", help="run only these sections")
     ap.add_argument("--out", type=Path, default=Path("benchmarks.json"))
+    ap.add_argument("--malloc", choices=["kept", "system"], default="kept",
+                    help="freed memory kept in the process, as `tlm` runs (default), or the system's")
     args = ap.parse_args()
+    if args.malloc == "kept":
+        from tlm_probe.allocator import keep_freed_memory
+
+        keep_freed_memory()
     torch.set_num_threads(args.threads)
     logging.disable(logging.WARNING)
     started = time.time()
@@ -46,6 +52,7 @@ def main() -> None:
     doc = {
         "quick": args.quick,
         "threads": args.threads,
+        "malloc": args.malloc,
         "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(),
         "seconds": round(time.time() - started, 1),

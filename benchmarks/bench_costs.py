@@ -108,11 +108,11 @@ print(hwm() - start)
 """
 
 
-def memory(folder: Path, small: int, large: int) -> dict:
+def memory(folder: Path, small: int, large: int, allocators=("kept", "system")) -> dict:
     """Peak RSS growth (MiB) above the start-up peak (model loaded, two batches probed), in a child; with
     freed memory kept in the process (as `tlm` runs) and with the system allocator's defaults."""
     out = {}
-    for how in ("kept", "system"):
+    for how in allocators:
         for n in (small, large):
             grow = float(_python(MEMORY, str(folder), str(n), how))
             out[f"peak RSS growth above start-up, {n:,} tokens, {how} (MiB)"] = {"value_mib": grow}
@@ -126,11 +126,16 @@ torch.set_num_threads(1)
 if sys.argv[1] == "kept":
     from tlm_probe.allocator import keep_freed_memory
     assert keep_freed_memory()
-from benchmarks.bench_train import _config, _data
+import numpy as np
+from benchmarks.bench_train import _config
+from tlm_probe.data.stream import TokenData
 from tlm_probe.train.loop import Trainer
 from tlm_probe.train.run import plan_run
+V = 8192  # a real tokenizer's vocabulary: the logits are the largest blocks
+ids = np.random.default_rng(0).integers(0, V, size=200_000).astype(np.uint32)
+data = TokenData(ids[:190_000], ids[190_000:], None, "random", V)
 size = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, batch_size=8, seq_len=128)
-trainer = Trainer(plan_run(_config("uniform", size, 100, 1), Path(sys.argv[2]), data=_data(), overwrite=True),
+trainer = Trainer(plan_run(_config("uniform", size, 100, 1), Path(sys.argv[2]), data=data, overwrite=True),
                   overwrite=True)
 for _ in range(2):
     trainer.train_step()
@@ -160,7 +165,8 @@ def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     out.update(weight_hash(gpt2, workdir, rounds))
     out.update(info_vs_schedule(workdir, rounds))
     sizes = (8_192, 65_536) if quick else (16_384, 524_288)
-    out.update(memory(models.stories(workdir / "stories"), *sizes))
+    allocators = ("kept",) if quick else ("kept", "system")
+    out.update(memory(models.stories(workdir / "stories"), *sizes, allocators))
     out.update(allocator(workdir, rounds, 6 if quick else 20))
     return out
 
