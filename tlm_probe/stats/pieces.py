@@ -1,11 +1,12 @@
 """The per-layer input of every statistic: the captured pieces of one layer for one batch.
 
 Only counted tokens are used (padding removed, position 0 removed with exclude_bos). Every statistic is a
-function of dot products between pieces, and only the pairs asked for are computed, one fused
-`torch.linalg.vecdot` each over every position (cheaper than gathering the counted rows of the (B, T, d)
-pieces first). The products are taken in float32 (float64 for float64 models; bf16/fp16 pieces are upcast
-first): a per-token relative error of ~1e-7, far below the spread of the statistics. Every value is
-converted to float64 before anything is summed.
+function of dot products between pieces, and only the pairs asked for are computed, each once, over every
+position (cheaper than gathering the counted rows of the (B, T, d) pieces first), as a product into one
+reused buffer and a sum (a (n, k, d) batched matmul over all pairs, or a fresh temporary per pair, cost
+more on narrow models). The products are taken in float32 (float64 for float64 models; bf16/fp16 pieces
+are upcast first): a per-token relative error of ~1e-7, far below the spread of the statistics. Every value
+is converted to float64 before anything is summed.
 """
 
 from __future__ import annotations
@@ -63,10 +64,6 @@ class LayerPieces:
 
     def __contains__(self, name: str) -> bool:
         return name in self.raw
-
-    def vec(self, name: str) -> torch.Tensor:
-        """(n, d) float64 rows of piece `name` for the counted tokens."""
-        return self.index.select(self.raw[name]).to(torch.float64)
 
     def dots(self, pairs: tuple[tuple[str, str], ...], out: torch.Tensor | None = None) -> torch.Tensor:
         """(len(pairs), n) float64: row j is the dot product of pairs[j] at every counted token; written
