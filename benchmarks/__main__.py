@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import bench_costs, bench_probe, bench_train
+from benchmarks import bench_costs, bench_probe, bench_train, malloc
 
 SECTIONS = {"probe": bench_probe, "costs": bench_costs, "train": bench_train}
 
@@ -29,13 +29,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
     ap.add_argument("--only", choices=list(SECTIONS), action="append", help="run only these sections")
     ap.add_argument("--out", type=Path, default=Path("benchmarks.json"))
-    ap.add_argument("--malloc", choices=["kept", "system"], default="kept",
-                    help="freed memory kept in the process, as `tlm` runs (default), or the system's")
+    malloc.add_option(ap)
     args = ap.parse_args()
-    if args.malloc == "kept":
-        from tlm_probe.allocator import keep_freed_memory
-
-        keep_freed_memory()
+    malloc.apply(args)
     torch.set_num_threads(args.threads)
     logging.disable(logging.WARNING)
     started = time.time()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import malloc
+
 
 def demo_sized_model(folder: Path) -> Path:
     from tlm_probe.models.config import TLMConfig
@@ -67,7 +69,9 @@ def main() -> None:
     ap.add_argument("--ppl-tokens", type=int, default=16_384)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    malloc.add_option(ap)
     args = ap.parse_args()
+    malloc.apply(args)
     from tlm_probe.eval.run import EvalOptions
 
     if args.threads:

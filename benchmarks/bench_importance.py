@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import malloc
+
 BACKWARD_IN_FORWARDS = 2.0  # a backward costs about two forwards (one per weight and input gradient)
 
 
@@ -79,7 +81,9 @@ def main() -> None:
         "--stats", default="importance,logit_lens_kl,ablation_dnll_mlp_zero,taylor_mlp,fisher_mlp"
     )
     ap.add_argument("--quick", action="store_true")
+    malloc.add_option(ap)
     args = ap.parse_args()
+    malloc.apply(args)
     if args.quick:
         args.layers, args.d_model, args.vocab, args.seq_len, args.batches = 2, 64, 1000, 64, 1
         args.grad_sequences = 4

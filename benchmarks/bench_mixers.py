@@ -21,6 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks import malloc
 from tlm_probe.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
 from tlm_probe.models.memory import memory_chunked, memory_rates, memory_reference
@@ -111,7 +112,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="CPU threads (0 = PyTorch's default).")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true")
+    malloc.add_option(p)
     args = p.parse_args()
+    malloc.apply(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
