@@ -94,6 +94,11 @@ CATALOGUE = [
         ["probe", "models/ckk", "--data", "ids.npy", "--out", "out"],
     ),
     (
+        "probe: mistyped name, no folder, hub unreachable",
+        "cannot load model 'models-ck': no folder 'models-ck' here, and on the hub:",
+        ["probe", "models-ck", "--data", "ids.npy", "--out", "out"],
+    ),
+    (
         "train: --steps 0",
         "--steps must be >= 1",
         ["train", "--data", "ids.npy", "--out", "out", *TINY, "--steps", "0"],

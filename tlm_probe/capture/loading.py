@@ -219,7 +219,8 @@ def _load_hf(
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as e:  # offline hub, typo, corrupt json: all one line for the user
-        raise UserError(f"cannot load model {source!r}: {_first_line(e)}") from e
+        where = "" if folder is not None else f"no folder {source!r} here, and on the hub: "
+        raise UserError(f"cannot load model {source!r}: {where}{_first_line(e)}") from e
     adapter = adapter_for(getattr(config, "model_type", None))
     auto = AutoModelForCausalLM if adapter.is_causal else AutoModel
     try:
