@@ -191,3 +191,18 @@ def test_plot_draws_what_exists_and_names_the_skipped_model(tmp_path):
     assert "note: skipped lacks: no align_mlp_mid in its results" in r.stderr
     assert json.loads(r.stdout)["notes"] == ["skipped lacks: no align_mlp_mid in its results"]
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_importance_figure_names_the_model_a_panel_leaves_out(tmp_path):
+    from tlm_probe.results import write_results
+
+    row = dict(layer=[0, 1], depth=[0.0, 1.0], value=[0.1, 0.2], ci_low=[0.0, 0.1], ci_high=[0.2, 0.3],
+               n_tokens=[10, 10], d_ff=[64, 64])
+    for name, model, stats in (("a", "both", ("taylor_mlp", "fisher_mlp")), ("b", "one", ("taylor_mlp",))):
+        frames = [pd.DataFrame({**row, "model": model, "statistic": s}) for s in stats]
+        write_results(tmp_path / name, pd.concat(frames, ignore_index=True), None, {})
+    a, b, fig = (str(tmp_path / n) for n in ("a", "b", "f.png"))
+    r = runner.invoke(app, ["plot", a, b, "--kind", "importance", "-s", "taylor_mlp", "-s", "fisher_mlp",
+                            "--out", fig, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["notes"] == ["skipped one: no fisher_mlp in its results"]
