@@ -14,7 +14,6 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from contextlib import nullcontext
@@ -27,6 +26,7 @@ import torch
 from tlm_probe import importance as imp
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
+from tlm_probe.capture.backends import BACKENDS
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
@@ -34,12 +34,6 @@ from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS, ProbeResult
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 
-# backend name -> "module:class", imported on use (nnsight and transformer_lens are heavy)
-BACKENDS = {
-    "native": "tlm_probe.capture.native:NativeBackend",
-    "transformer-lens": "tlm_probe.capture.tl_backend:TransformerLensBackend",
-    "nnsight": "tlm_probe.capture.nnsight_backend:NNsightBackend",
-}
 DEFAULT_SEQ_LEN = 256
 
 
@@ -110,8 +104,7 @@ def plan_stats(spec: str) -> StatPlan:
 def _backend(name: str):
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return BACKENDS[name]()
 
 
 def _dist() -> tuple[int, int, bool]:
