@@ -1,5 +1,6 @@
-"""`python -m benchmarks [--quick] [--threads 1] [--out FILE]`: every benchmark figure as a ratio with its
-spread (median of per-round ratios, min, max), printed and written to JSON (benchmarks.json by default).
+"""`python -m benchmarks [--quick] [--threads 1] [--only SECTION] [--malloc kept|system] [--out FILE]`:
+every benchmark figure as a ratio with its spread (median of per-round ratios, min, max), printed and
+written to JSON (benchmarks.json by default).
 
 Ratios only: the machine this runs on is shared, so absolute times mean little, but a ratio taken within a
 round (arms interleaved, order rotated) survives the load. --quick finishes in under two minutes on an
@@ -18,21 +19,18 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import bench_costs, bench_probe, bench_train, malloc
+from benchmarks import bench_costs, bench_probe, bench_train, section
 
 SECTIONS = {"probe": bench_probe, "costs": bench_costs, "train": bench_train}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes and few rounds (< 2 minutes)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
+    section.options(ap)
     ap.add_argument("--only", choices=list(SECTIONS), action="append", help="run only these sections")
     ap.add_argument("--out", type=Path, default=Path("benchmarks.json"))
-    malloc.add_option(ap)
     args = ap.parse_args()
-    malloc.apply(args)
-    torch.set_num_threads(args.threads)
+    section.setup(args)
     logging.disable(logging.WARNING)
     started = time.time()
     results: dict = {}
@@ -40,8 +38,8 @@ def main() -> None:
         for name in args.only or list(SECTIONS):
             module = SECTIONS[name]
             t = time.perf_counter()
-            where = args.threads if name == "train" else Path(tmp)
-            res = module.run(args.quick, where)
+            (Path(tmp) / name).mkdir()
+            res = module.run(args.quick, Path(tmp) / name)
             print(f"{name} ({time.perf_counter() - t:.0f} s)")
             print("\n".join(module.report(res)), flush=True)
             results[name] = res

@@ -7,14 +7,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import models
+from benchmarks import models, section
 from benchmarks.timing import interleaved, line, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,16 +178,7 @@ def report(results: dict) -> list[str]:
 
 
 def main() -> None:
-    import tempfile
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rounds", type=int, default=None)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        res = run(args.quick, Path(tmp), args.rounds)
-    print("\n".join(report(res)))
-    print(json.dumps(res))
+    section.main(sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -6,14 +6,13 @@ same batch with the same head, length bucketing on text, and the first batch aga
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
+import sys
 from pathlib import Path
 
 import torch
 
-from benchmarks import models
+from benchmarks import models, section
 from benchmarks import probe_arms as arms
 from benchmarks.timing import interleaved, line, ratio, spread
 
@@ -173,18 +172,7 @@ def report(results: dict) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=None)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        res = run(args.quick, Path(tmp), args.rounds)
-    print("\n".join(report(res)))
-    print(json.dumps(res))
+    section.main(sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -2,19 +2,19 @@
 steps interleaved and rotated at the same thread count; and a whole short run's end-to-end rate
 (evaluations, checkpoints, start-up included) against the step-only rate that run.json reports.
 
-    python -m benchmarks.bench_train [--quick] [--threads 1]
+    python -m benchmarks.bench_train [--quick] [--threads 1] [--rounds N]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import tempfile
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks import section
 from benchmarks.timing import interleaved, line, ratio, spread
 from tlm_probe.data.stream import TokenData
 from tlm_probe.tokenizer import ByteTokenizer
@@ -71,11 +71,12 @@ SIZES = {
 }
 
 
-def run(quick: bool, threads: int = 1) -> dict:
-    size, rounds, steps, repeats = SIZES[quick]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = arms(size, rounds, threads, Path(tmp))
-        out.update(end_to_end(size, steps, threads, Path(tmp), repeats))
+def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
+    """Both arms at the thread count torch has now (the caller sets it)."""
+    size, default_rounds, steps, repeats = SIZES[quick]
+    threads = torch.get_num_threads()
+    out = arms(size, rounds or default_rounds, threads, workdir)
+    out.update(end_to_end(size, steps, threads, workdir, repeats))
     return out
 
 
@@ -84,13 +85,7 @@ def report(results: dict) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    res = run(args.quick, args.threads)
-    print("\n".join(report(res)))
-    print(json.dumps(res))
+    section.main(sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ are printed by `python -m benchmarks`, never asserted)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -45,3 +46,20 @@ def test_train_arms_run(tmp_path, one_thread):
     size = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 256, "seq_len": 16, "batch_size": 2}
     _check(bench_train.arms(size, rounds=1, threads=1, out=tmp_path))
     _check(bench_train.end_to_end(size, steps=2, threads=1, out=tmp_path, repeats=1))
+
+
+def test_one_command_runs_a_section_and_writes_json(tmp_path, one_thread, monkeypatch):
+    import json
+
+    from benchmarks.__main__ import main
+
+    out = tmp_path / "b.json"
+    argv = ["benchmarks", "--quick", "--only", "train", "--malloc", "system", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        main()
+    finally:
+        logging.disable(logging.NOTSET)  # main() silences warnings for the benchmark; not for other tests
+    doc = json.loads(out.read_text())
+    assert doc["malloc"] == "system" and set(doc["results"]) == {"train"}
+    _check(doc["results"]["train"])
