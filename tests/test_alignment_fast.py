@@ -50,7 +50,7 @@ def test_only_the_needed_pairs():
 def test_independent_float64_recomputation():
     p = _pieces(torch.float64)
     v = _fast([p], ("align_mlp_mid", "resid_norm_growth", "block_influence"))
-    sel = {k: p.index.select(x) for k, x in p.raw.items()}
+    sel = {k: x[p.index.counted] for k, x in p.raw.items()}  # (n, d): counted tokens in row-major order
     cos = torch.nn.functional.cosine_similarity
     torch.testing.assert_close(v[:, 0], cos(sel["mlp_out"], sel["resid_mid"], dim=-1), rtol=1e-12, atol=1e-12)
     ratio = sel["resid_post"].norm(dim=-1) / sel["resid_pre"].norm(dim=-1)

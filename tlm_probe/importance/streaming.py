@@ -37,8 +37,8 @@ class TokenMean:
         """values and mask (B, T'): row b is sequence b; only values where mask is True count."""
         mask = mask.bool()
         seq = mask.nonzero()[:, 0].cpu()
-        v = values.detach()[mask].reshape(1, -1).to("cpu", torch.float64)
-        self.moments.add_many(torch.tensor([slot]), v, seq, mask.shape[0])
+        v = values.detach()[mask].reshape(-1).to("cpu", torch.float64)
+        self.moments.add(slot, v, seq, mask.shape[0])
 
     def all_reduce_(self) -> None:
         self.moments.all_reduce_()

@@ -33,11 +33,6 @@ class TokenIndex:
         # every row counts the same number of tokens: selected tokens are one equal block per sequence
         self.uniform = bool((self.seq_counts == self.seq_counts[0]).all())
 
-    def select(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, ...) -> (n, ...) for the counted tokens."""
-        flat = x.reshape(-1, *x.shape[2:])
-        return flat if self.all else flat[self.flat]
-
     def select_last(self, x: torch.Tensor) -> torch.Tensor:
         """(..., B, T) -> (..., n) for the counted tokens."""
         flat = x.reshape(*x.shape[:-2], -1)
