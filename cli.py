@@ -19,6 +19,7 @@ from tlm_probe.commands import (
     train,
 )
 from tlm_probe.commands import eval as eval_cmd
+from tlm_probe.commands.common import OneLineUsage, stop_on_sigterm
 
 # the order of `tlm --help`
 COMMANDS = (schedule, info, plot, report, train, data, probe, compare, demo, eval_cmd, generate)
@@ -28,6 +29,7 @@ app = typer.Typer(
     help="Probe how language models use their depth; train tapered models against fair uniform baselines.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineUsage,  # usage errors in one line (exit 2), like every other error
     pretty_exceptions_enable=False,
 )
 for _command in COMMANDS:
@@ -38,6 +40,7 @@ def main() -> None:
     from tlm_probe.allocator import keep_freed_memory
 
     keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in again
+    stop_on_sigterm()  # SIGTERM: one line and exit 143, as Ctrl-C gives one line and 130
     app()
 
 

@@ -4,7 +4,6 @@ Our models decode with a KV cache (tlm_probe/models/hf.py): each step runs only 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import torch
 from tlm_probe.capture.loading import DTYPES, _load_tokenizer, check_device, load_probe_model
 from tlm_probe.errors import UserError
 from tlm_probe.eval.scorer import TextCodec, model_max_length
+from tlm_probe.models.config_file import CONFIG, read_config_json
+from tlm_probe.models.verify import verify_checkpoint
 
 
 @dataclass
@@ -41,8 +42,8 @@ class GenerateOptions:
 def load_generator(source: str, opts: GenerateOptions):
     """(model with .generate, TextCodec, context length)."""
     folder = Path(source)
-    if folder.is_dir() and (folder / "config.json").is_file():
-        if json.loads((folder / "config.json").read_text()).get("model_type") == "tlm":
+    if folder.is_dir() and (folder / CONFIG).is_file():
+        if read_config_json(folder).get("model_type") == "tlm":
             return _load_tlm(folder, opts)
     pm = load_probe_model(source, opts.device, opts.dtype)
     if not pm.is_causal or not hasattr(pm.model, "generate"):
@@ -56,6 +57,7 @@ def _load_tlm(folder: Path, opts: GenerateOptions):
     from tlm_probe.models.hf import TLMForCausalLM
 
     check_device(opts.device)
+    verify_checkpoint(folder)  # the checks every loader makes, before transformers allocates the model
     hf_logging.disable_progress_bar()
     model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[opts.dtype]).to(opts.device).eval()
     return model, TextCodec(_load_tokenizer(folder)), model.cfg.max_seq_len

@@ -20,6 +20,8 @@ from tlm_probe.errors import UserError
 META = "tlm_tokenizer.json"
 EOS = "<|endoftext|>"
 DEFAULT_BPE_VOCAB = 4096
+KINDS = ("byte", "bpe", "hf")
+"""The `kind` a saved tokenizer records (tlm_tokenizer.json): ByteTokenizer.kind and HFTokenizer's kinds."""
 
 
 class ByteTokenizer:
@@ -117,12 +119,25 @@ def load_hf_tokenizer(name_or_path: str) -> HFTokenizer:
     return HFTokenizer(tok, "hf", name_or_path)
 
 
+def read_meta(folder: Path) -> dict:
+    """tlm_tokenizer.json of a folder, with a `kind` we know; one line for a corrupt or foreign file."""
+    path = folder / META
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"corrupt {path}: {e}") from None
+    kind = meta.get("kind") if isinstance(meta, dict) else None
+    if kind not in KINDS:
+        raise UserError(f"{path} names no tokenizer kind of {', '.join(KINDS)} (got {repr(kind)[:40]})")
+    return meta
+
+
 def load_saved_tokenizer(folder: str | Path) -> ByteTokenizer | HFTokenizer | None:
     """The tokenizer a run folder or prepared-data folder was made with; None when it records none."""
     folder = Path(folder)
     if not (folder / META).is_file():
         return None
-    meta = json.loads((folder / META).read_text())
+    meta = read_meta(folder)
     if meta["kind"] == "byte":
         return ByteTokenizer()
     tok = load_hf_tokenizer(str(folder))

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from tlm_probe.capture.adapters import adapter_for
+from tlm_probe.capture.gguf_header import check_gguf
 from tlm_probe.errors import UserError
 
 
@@ -19,8 +20,7 @@ def load_gguf(path: Path, dtype: torch.dtype):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    if not path.is_file():
-        raise UserError(f"GGUF file not found: {path}")
+    check_gguf(path)  # every declared length within the file, before the gguf reader allocates it
     hf_logging.disable_progress_bar()
     logging.getLogger("transformers.modeling_gguf_pytorch_utils").setLevel(logging.ERROR)
     folder, name = str(path.parent), path.name

@@ -1,18 +1,49 @@
-"""Shared CLI plumbing: user errors become one line on stderr and exit code 1; JSON output."""
+"""Shared CLI plumbing: user errors become one line on stderr and exit code 1; usage errors one line and
+exit code 2; Ctrl-C and SIGTERM one line and exit code 130 / 143 (128 + the signal); JSON output."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import signal
 import sys
 
 import typer
 from rich.console import Console
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer's own click (typer >= 0.20)
+from typer.core import TyperGroup
 
-from tlm_probe.errors import UserError
+from tlm_probe.errors import Interrupted, UserError
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
+
+
+def say(line: str) -> None:
+    """One line on stderr, printed as is (no rich markup: paths may hold brackets)."""
+    err_console.print(line, markup=False, highlight=False)
+
+
+def interrupt_code(e: KeyboardInterrupt) -> int:
+    """The shell's exit status of a process a signal stopped: 130 for Ctrl-C (SIGINT), 143 for SIGTERM."""
+    return 128 + getattr(e, "signum", signal.SIGINT)
+
+
+def interrupt_name(e: KeyboardInterrupt) -> str:
+    return signal.Signals(getattr(e, "signum", signal.SIGINT)).name
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (`kill`, a scheduler's stop) unwinds like Ctrl-C: every `finally` runs (locks released,
+    temporary files removed) and the command says so in one line, where Python's default would kill
+    the process on the spot with no word (exit -15). Training installs its own handler while it runs
+    (train/loop.py: checkpoint, then stop)."""
+    signal.signal(signal.SIGTERM, _raise_interrupted)
 
 
 def command(app: typer.Typer, name: str, example: str):
@@ -24,17 +55,45 @@ def command(app: typer.Typer, name: str, example: str):
             try:
                 return fn(*args, **kwargs)
             except UserError as e:
-                err_console.print(f"error: {e}", markup=False, highlight=False)
+                say(f"error: {e}")
                 raise typer.Exit(1) from None
             except OSError as e:  # a path the user gave cannot be read or written (disk full, /proc, ...)
                 where = f": {e.filename}" if e.filename else ""
-                err_console.print(f"error: {e.strerror or e}{where}", markup=False, highlight=False)
+                say(f"error: {e.strerror or e}{where}")
                 raise typer.Exit(1) from None
+            except KeyboardInterrupt as e:  # a command with more to say (what was saved) catches it first
+                say(f"interrupted by {interrupt_name(e)}; tlm {name} stopped")
+                raise typer.Exit(interrupt_code(e)) from None
 
         app.command(name, epilog=f"Example: {example}")(wrapper)
         return fn
 
     return deco
+
+
+class OneLineUsage(TyperGroup):
+    """The `tlm` group: a usage error (`--layers abc`, an unknown option or command, a missing argument) is
+    one line `error: ...` and exit code 2, not typer's multi-line box. `tlm` alone still prints the help."""
+
+    def make_context(self, *args, **kwargs):  # the group's own options: `tlm --bogus`
+        with _one_line_usage():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):  # the command's name and options, parsed here
+        with _one_line_usage():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_line_usage():
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise
+    except UsageError as e:
+        where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        say(f"error: {' '.join(e.format_message().split())}{where}")
+        raise typer.Exit(e.exit_code) from None
 
 
 def print_json(obj) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import Config, with_config_options
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
@@ -141,9 +141,9 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -
         result["rank"] = dist.rank()
         dist.shutdown()
         return result
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
         err_console.print(f"interrupted; finished runs and checkpoints are in {out}; re-run to continue")
-        raise typer.Exit(130) from None
+        raise typer.Exit(interrupt_code(e)) from None
 
 
 def print_summary(result: dict) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
                 probe=not no_probe,
                 mixer=mixer,
             )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
             err_console.print(f"interrupted; re-run the same command to continue in {out}")
-            raise typer.Exit(130) from None
+            raise typer.Exit(interrupt_code(e)) from None
         if json_out:
             print_json(doc)
             return

@@ -9,9 +9,9 @@ from rich.table import Table
 
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.commands.common import command, console, print_json
-from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
-from tlm_probe.models.config_file import CONFIG, read_config_json  # torch-free
+from tlm_probe.models.config_file import CONFIG, read_tlm_config  # torch-free
+from tlm_probe.models.verify import verify_checkpoint  # torch-free
 
 
 def register(app: typer.Typer) -> None:
@@ -24,14 +24,10 @@ def register(app: typer.Typer) -> None:
     ):
         """Print a checkpoint's config, per-layer MLP widths and parameter counts."""
         config_only = checkpoint.is_file() and checkpoint.name == CONFIG
-        raw = read_config_json(checkpoint.parent if config_only else checkpoint)
-        if raw.get("model_type") != "tlm":
-            raise UserError(f"{checkpoint} holds a {raw.get('model_type')!r} model, not a tlm checkpoint")
-        cfg = TLMConfig.from_dict(raw)
-        if not config_only:
-            from tlm_probe.models.io import check_weights  # imports torch: only for a weights file
-
-            check_weights(checkpoint, cfg)
+        if config_only:
+            cfg = read_tlm_config(checkpoint.parent)
+        else:  # the weights' names and shapes from the safetensors header: no torch, no model code
+            cfg, _ = verify_checkpoint(checkpoint)
         pc = count_params(cfg)
         uniform = _uniform(cfg)
         result = {

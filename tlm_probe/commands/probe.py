@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.errors import UserError
 
 SUMMARY_STATS = (
@@ -146,9 +146,9 @@ def _interrupt(out: Path):
     """Ctrl-C: one line saying that nothing was written, exit code 130."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
         err_console.print(f"interrupted; nothing written to {out}", markup=False, highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(interrupt_code(e)) from None
 
 
 def _print_summary(table, prov: dict, out: Path) -> None:

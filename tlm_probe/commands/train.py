@@ -76,7 +76,7 @@ def _print_summary(s: dict, json_out: bool) -> None:
         console.print(f"{s['out']}: " + ", ".join(parts), highlight=False)
     if s["interrupted"]:
         err_console.print(f"stopped at step {s['step']}; checkpoint saved; continue with --resume")
-        raise typer.Exit(130 if s.get("stopped_by_signal") else 0)
+        raise typer.Exit(128 + (s.get("stop_signal") or 2) if s.get("stopped_by_signal") else 0)  # 130/143
 
 
 def _fmt(label: str, value, spec: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -137,6 +138,7 @@ class TLMConfig:
         unknown = sorted(k for k in d if k not in known and k not in _IGNORED_KEYS)
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
+        check_types(d)
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def save(self, path: str | Path) -> None:
@@ -154,6 +156,32 @@ class TLMConfig:
 _IGNORED_KEYS = {
     "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "tie_word_embeddings",
 }
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# a field's annotation -> (test of a value read from JSON, what the message says it must be)
+FIELD_TYPES = {
+    "int": (_is_int, "an integer"),
+    "float": (lambda v: _is_int(v) or (isinstance(v, float) and math.isfinite(v)), "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "tuple[int, ...]": (lambda v: isinstance(v, list | tuple) and all(map(_is_int, v)), "a list of integers"),
+    "dict": (lambda v: isinstance(v, dict), "a JSON object"),
+}
+
+
+def check_types(d: dict) -> None:
+    """Each field of a config read from disk has its annotated JSON type: a string or a list where a
+    number belongs would otherwise fail deep inside validation (a TypeError) or, for "48" as d_ff, be
+    read digit by digit as the widths (4, 8)."""
+    for f in fields(TLMConfig):
+        if f.name in d:
+            test, what = FIELD_TYPES[f.type]
+            if not test(d[f.name]):
+                raise ConfigError(f"config field {f.name} must be {what}, got {repr(d[f.name])[:60]}")
 
 
 def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMConfig:

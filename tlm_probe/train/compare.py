@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from scipy import stats
 
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
-from tlm_probe.errors import UserError
+from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.fileio import atomic_write_text, claim, read_manifest, record, remove_owned
 from tlm_probe.models.device import resolve_device
 from tlm_probe.train import distributed as dist
@@ -361,6 +362,7 @@ def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData,
 
     summary = (train_fn or run_training)(tc, run, data=data, resume=True, description=name)
     if summary.get("interrupted"):
-        raise KeyboardInterrupt  # Ctrl-C inside a run: its checkpoint is saved; stop the whole comparison
+        # Ctrl-C or SIGTERM inside a run: its checkpoint is saved; stop the whole comparison
+        raise Interrupted(summary.get("stop_signal") or signal.SIGINT)
     return summary
 

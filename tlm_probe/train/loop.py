@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import BatchOrder, eval_windows, target_bytes
-from tlm_probe.errors import UserError
+from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.fileio import atomic_write_text
 from tlm_probe.models.device import resolve_device
 from tlm_probe.models.io import save_tlm
@@ -71,6 +71,7 @@ class Trainer:
         self.log = MetricsLog(plan.out, dist.is_main())
         self._build(fsdp)
         self.stop_requested = False
+        self.stop_signal = 0  # which signal asked to stop: the exit code is 128 + it
         self.rates: list[float] = []
 
     # ---- set-up -----------------------------------------------------------------------------------
@@ -188,8 +189,8 @@ class Trainer:
 
     def _on_sigint(self, signum, frame) -> None:
         if self.stop_requested:  # a second Ctrl-C: stop now, without a checkpoint
-            raise KeyboardInterrupt
-        self.stop_requested = True
+            raise Interrupted(signum)
+        self.stop_requested, self.stop_signal = True, signum
 
     def _loop(self, report) -> dict:
         tc, progress = self.tc, Progress(self.total, self.step)
@@ -247,6 +248,7 @@ class Trainer:
             "tokens": self.tokens,
             "interrupted": interrupted,
             "stopped_by_signal": self.stop_requested,
+            "stop_signal": self.stop_signal,
             "wall_s": wall,
             "world_size": self.world,
             "params": count_params(self.plan.cfg).total,
