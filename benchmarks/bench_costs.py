@@ -1,6 +1,6 @@
 """Fixed costs per run and memory, as ratios: built corpus cached / built, weight hash cached / computed,
-`tlm info` (1.3B preset) / `tlm schedule`, training steps with freed memory kept (tlm_probe/allocator.py)
-/ the system allocator, and peak memory growth above the start-up peak.
+`tlm info` (1.3B preset) / `tlm schedule`, `tlm info RUN_FOLDER` / `tlm --help`, training steps with freed
+memory kept (tlm_probe/allocator.py) / the system allocator, and peak memory growth above the start-up peak.
 
     python -m benchmarks.bench_costs [--quick]
 """
@@ -83,6 +83,24 @@ def info_vs_schedule(workdir: Path, rounds: int) -> dict:
     return {"tlm info (1.3B preset) / tlm schedule": ratio(t, "info", "schedule")}
 
 
+def info_folder_vs_help(workdir: Path, rounds: int) -> dict:
+    """`tlm info RUN_FOLDER` (config.json + model.safetensors: the weights' names and shapes are checked
+    from the safetensors header, models/verify.py) / `tlm --help`, each a fresh process. The goal is <= 3x;
+    it was 19x while the check built the model on the meta device (torch, transformer_lens)."""
+    from tlm_probe.models.config import TLMConfig
+    from tlm_probe.models.io import save_tlm
+    from tlm_probe.models.tlm import TaperedLM
+
+    folder = workdir / "info-run"
+    if not (folder / "model.safetensors").is_file():
+        save_tlm(TaperedLM(TLMConfig()), folder)  # the default 4-layer config: 0.5 MB of weights
+    cli = str(ROOT / "cli.py")
+    run = lambda *a: subprocess.run([sys.executable, cli, *a], capture_output=True, check=True)  # noqa: E731
+    fns = {"info": lambda: run("info", str(folder), "--json"), "help": lambda: run("--help")}
+    t = interleaved(fns, rounds)
+    return {"tlm info RUN_FOLDER / tlm --help": ratio(t, "info", "help")}
+
+
 MEMORY = """
 import sys, torch, numpy as np
 from pathlib import Path
@@ -163,6 +181,7 @@ def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     out.update(corpus(workdir, rounds))
     out.update(weight_hash(gpt2, workdir, rounds))
     out.update(info_vs_schedule(workdir, rounds))
+    out.update(info_folder_vs_help(workdir, rounds))
     sizes = (8_192, 65_536) if quick else (16_384, 524_288)
     allocators = ("kept",) if quick else ("kept", "system")
     out.update(memory(models.stories(workdir / "stories"), *sizes, allocators))

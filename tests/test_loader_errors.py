@@ -218,3 +218,11 @@ def test_info_on_a_run_folder_imports_no_model_library(work):
     torch.manual_seed(0)
     model = TaperedLM(TLMConfig(d_ff=(48, 16), **CFG))
     assert out["params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_info_benchmark_arm_runs(tmp_path):
+    """benchmarks/bench_costs.info_folder_vs_help: one round gives a positive ratio."""
+    from benchmarks import bench_costs
+
+    (name, r), = bench_costs.info_folder_vs_help(tmp_path, rounds=1).items()
+    assert name == "tlm info RUN_FOLDER / tlm --help" and r["median"] > 0 and r["rounds"] == 1

@@ -136,3 +136,35 @@ def test_train_sigterm_saves_and_exits_143(work):
     assert [l for l in err.splitlines() if "stopped at step" in l], err
     step = json.loads((work / "run" / "metrics.jsonl").read_text().splitlines()[-1])["step"]
     assert step > 0 and (work / "run" / "model.safetensors").is_file()
+
+
+USAGE = [
+    (["schedule", "--layers", "abc"], "Invalid value for '--layers'"),
+    (["probe", "ck", "--data", "ids.npy", "--out", "out", "--no-such-flag"], "No such option: --no-such"),
+    (["probe"], "Missing argument 'model'"),
+    (["no-such-command"], "No such command 'no-such-command'"),
+    (["--bogus"], "No such option: --bogus"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", USAGE, ids=[" ".join(a) for a, _ in USAGE])
+def test_usage_error_is_one_line_exit_2(work, argv, needle, monkeypatch):
+    """Typer drew these as a multi-line box; the contract keeps exit code 2 for usage errors."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    monkeypatch.chdir(work)
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.output
+
+
+def test_tlm_alone_still_prints_its_help():
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    r = CliRunner().invoke(app, [])
+    assert "Usage:" in r.output and "probe" in r.output and len(r.output.splitlines()) > 10
