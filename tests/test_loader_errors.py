@@ -61,6 +61,12 @@ def _pickle_only(folder: Path) -> None:
     torch.save({}, folder / "pytorch_model.bin")
 
 
+def _small_vocab(folder: Path) -> None:
+    """A 64-id model beside a byte-level tokenizer (256 ids)."""
+    torch.manual_seed(0)
+    save_tlm(TaperedLM(TLMConfig(d_ff=(48, 16), **{**CFG, "vocab_size": 64})), folder)
+
+
 def _other_width(folder: Path) -> None:
     torch.manual_seed(0)
     save_tlm(TaperedLM(TLMConfig(d_ff=(32, 32), **CFG)), folder.parent / "other-width")
@@ -84,6 +90,7 @@ VARIANTS = {
     "pickle": _pickle_only,
     "tok-corrupt": _write("tlm_tokenizer.json", "{bad"),
     "tok-nokind": _write("tlm_tokenizer.json", '{"name": "x"}'),
+    "tok-vocab": _small_vocab,
 }
 NEEDLES = {
     "dmodel-str": "config field d_model must be an integer, got '16'",
@@ -101,6 +108,7 @@ NEEDLES = {
     "pickle": "has only pickle weights (pytorch_model.bin); refusing to unpickle",
     "tok-corrupt": "corrupt models/tok-corrupt/tlm_tokenizer.json",
     "tok-nokind": "tlm_tokenizer.json names no tokenizer kind",
+    "tok-vocab": "its tokenizer gives token id 98, outside the model's vocabulary of 64",
 }
 # which commands each variant broke with a traceback before (info reads no tokenizer; some of these
 # had a clean line from info and probe already and a traceback from generate only)
@@ -116,6 +124,7 @@ BROKEN_BEFORE = {
     **{v: ("generate",) for v in ("cfg-corrupt", "trunc-header", "nonjson-header", "width", "pickle")},
     "tok-corrupt": ("probe", "generate"),
     "tok-nokind": ("probe", "generate"),
+    "tok-vocab": ("generate",),  # an IndexError in the embedding
 }
 CASES = [(v, c) for v, cmds in BROKEN_BEFORE.items() for c in cmds]
 

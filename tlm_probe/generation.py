@@ -89,5 +89,11 @@ def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: in
 def generate_text(source: str, prompt: str, opts: GenerateOptions) -> dict:
     opts.check()
     model, codec, context = load_generator(source, opts)
-    new = generate_ids(model, codec.encode(prompt), opts, codec.eos_id, context)
+    ids = codec.encode(prompt)
+    vocab = model.get_input_embeddings().num_embeddings
+    top = max([*ids, codec.eos_id])
+    if top >= vocab:  # a tokenizer that does not belong to the model: an IndexError in the embedding
+        raise UserError(f"{source}: its tokenizer gives token id {top}, outside the model's vocabulary of "
+                        f"{vocab}; the tokenizer does not match the model")
+    new = generate_ids(model, ids, opts, codec.eos_id, context)
     return {"prompt": prompt, "completion": codec.decode(new), "new_tokens": len(new), "ids": new}
