@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
 
         if max_tokens < 0:
             raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
+        check_not_weights(data)
         opts = ProbeOptions(
             data=data,
             stats=stats,
@@ -129,6 +130,19 @@ def register(app: typer.Typer) -> None:
             )
         else:
             _print_summary(res.table, res.provenance, out)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
+
+
+def check_not_weights(data: str) -> None:
+    """A weights file (or a model folder) given as --data would be read as text or token ids: refuse."""
+    path = Path(data)
+    if path.is_file() and path.suffix.lower() in WEIGHT_SUFFIXES:
+        raise UserError(f"--data {data} is a model weights file, not text or token ids; "
+                        "give the model as the first argument and the data with --data")
+    if path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors")):
+        raise UserError(f"--data {data} is a model folder (config.json and weights), not text or token ids")
 
 
 def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool) -> None:

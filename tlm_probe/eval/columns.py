@@ -37,6 +37,7 @@ def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
             table = res.table
         return {column_name(r.task, r.metric): float(r.value) for r in table.itertuples()}
 
+    after_run.needs_tokenizer = bool(opts.tasks)  # task text must become ids: compare checks it first
     return after_run
 
 

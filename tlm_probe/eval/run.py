@@ -61,6 +61,8 @@ def check_options(opts: EvalOptions) -> None:
         raise UserError(f"--limit must be >= 1, got {opts.limit}")
     if opts.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    if opts.ppl_tokens < 0:  # 0 means all; below 0 would silently score one window
+        raise UserError(f"--ppl-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
     if opts.ppl_split not in ("train", "val", "all"):
         raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
     for t in opts.tasks:
@@ -70,10 +72,13 @@ def check_options(opts: EvalOptions) -> None:
 
 def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust_remote_code: bool = False):
     from tlm_probe.capture.loading import load_probe_model
+    from tlm_probe.eval.perplexity import IdsOnly, is_token_source
     from tlm_probe.eval.scorer import Scorer, TextCodec
 
     pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, allow_pickle)
-    return Scorer(pm, TextCodec(pm.tokenizer), batch_size=opts.batch_size)
+    ids_only = not opts.tasks and all(is_token_source(s) for s in opts.ppl_data)  # no text to encode
+    codec = IdsOnly() if pm.tokenizer is None and ids_only else TextCodec(pm.tokenizer)
+    return Scorer(pm, codec, batch_size=opts.batch_size)
 
 
 def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None) -> EvalResult:

@@ -73,7 +73,10 @@ def parse_seeds(text: str) -> list[int]:
     items = parse_list(text, "seeds")
     if not all(s.lstrip("-").isdigit() for s in items):
         raise UserError(f"--seeds must be integers separated by commas, got {text!r}")
-    return [int(s) for s in items]
+    seeds = [int(s) for s in items]
+    if len(set(seeds)) != len(seeds):  # "0,00" or "7,07": one seed twice would train it twice
+        raise UserError(f"--seeds lists a seed twice: {text}")
+    return seeds
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,9 @@ def compare(
     for arm in arms:  # cheap checks before the corpus is tokenized
         arm.config(base)
     data = data if data is not None else load_token_data(base.data, base.tokenizer)
+    if getattr(after_run, "needs_tokenizer", False) and data.tokenizer is None:  # before --out is touched
+        raise UserError(f"--eval-tasks needs a tokenizer to turn task text into ids, and --data {base.data} "
+                        "is token ids without one; use a text source or a prepared folder")
     settings = {
         "arms": [a.name for a in arms],
         "seeds": seeds,

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tlm_probe.data.stream import TokenData
+from tlm_probe.errors import UserError
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.loop import Trainer
@@ -42,6 +43,8 @@ def run_training(
 ) -> dict:
     """Check everything (before the first step), train, and return the run summary. The progress bar is
     drawn on rank 0 when tc.progress is set (TrainConfig(progress=False) trains quietly)."""
+    if stop_at is not None and stop_at < 1:  # step 0 or below is never reached: it would be ignored
+        raise UserError(f"--stop-at must be a step >= 1, got {stop_at}")
     plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
     with writer_lock(plan.out):
         trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
