@@ -51,7 +51,8 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads, mixer)
-    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False)  # compare checks the rest
+    # compare checks the rest
+    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo")
     data = load_token_data(base.data, base.tokenizer)
     with writer_lock(out):  # compare() takes the same lock again; the demo holds it to the end
         return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
