@@ -77,10 +77,14 @@ def is_disk_full(e: BaseException) -> bool:
     return "No space left" in text or short_write
 
 
+class DiskFull(UserError):
+    """A write that ran out of space (a UserError: the one line names the path and the bytes needed)."""
+
+
 def disk_full_error(path: Path, need: int) -> UserError:
     where = next((p for p in [path, *path.parents] if p.exists()), Path("."))
     free = shutil.disk_usage(where).free
-    return UserError(f"disk full writing {path}: it needs about {human(need)}, {human(free)} free")
+    return DiskFull(f"disk full writing {path}: it needs about {human(need)}, {human(free)} free")
 
 
 def human(n: int) -> str:
@@ -151,6 +155,7 @@ def temp_folder(near: str | Path, need: int = 0) -> Iterator[Path]:
         yield tmp
     except BaseException as e:
         if is_disk_full(e):
+            shutil.rmtree(tmp, ignore_errors=True)  # first, so that the free space reported is true
             raise disk_full_error(near, need) from None
         raise
     finally:
