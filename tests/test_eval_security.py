@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from cli import app
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS
-from tlm_probe.eval.offline import is_local
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -162,6 +161,8 @@ def test_local_model_and_tasks_open_no_connection(ck, tmp_path, monkeypatch):
 
 
 def test_only_a_hub_name_may_reach_the_network(ck, tmp_path):
+    from tlm_probe.eval.offline import is_local
+
     local = str(ck)
     assert is_local(local, ["pydoc-mc"], ["builtin:pydoc"], set(BUILDERS))
     assert is_local(local, [str(tmp_path)], [], set(BUILDERS))  # a folder of task files
