@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe import fileio
+from tlm_probe.data.prepare import prepare
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
@@ -58,8 +59,9 @@ def _checkpoint(folder: Path) -> Path:
 
 @pytest.fixture
 def work(tmp_path, monkeypatch):
-    """models/ck (a run folder), probe/ (a probe result), cmp/ (a comparison), the user's text and token
-    ids, and a symbolic link `via` -> models (a second name for the checkpoint's parent)."""
+    """models/ck (a run folder), probe/ (a probe result, with the user's ids.npy beside), cmp/ (a
+    comparison), prep/ (prepared token shards), the user's text and token ids, and a symbolic link
+    `via` -> models (a second name for the checkpoint's parent)."""
     _checkpoint(tmp_path / "models" / "ck")
     write_results(tmp_path / "probe", TABLE, None, {"model": "m", "backend": "native"})
     cmp = tmp_path / "cmp"
@@ -70,6 +72,10 @@ def work(tmp_path, monkeypatch):
     (tmp_path / "text.txt").write_text("def f(x):\n    return x\n" * 400)
     np.save(tmp_path / "ids.npy", (np.arange(4000) % 200).astype(np.int64))
     (tmp_path / "via").symlink_to(tmp_path / "models", target_is_directory=True)
+    (tmp_path / "probe" / "ids.npy").write_bytes((tmp_path / "ids.npy").read_bytes())  # the user's, beside
+    docs = "".join(json.dumps({"text": f"def f{i}(x):\n    return x * {i}\n" * 8}) + "\n" for i in range(200))
+    (tmp_path / "docs.jsonl").write_text(docs)  # documents enough for both splits (each 1 in 20 is val)
+    prepare(str(tmp_path / "docs.jsonl"), tmp_path / "prep")  # token shards of `tlm data prepare`
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -106,8 +112,8 @@ APART = [
      ["probe", "models/ck", "--data", "ids.npy", "--out", "models/ck/p"], "lies inside"),
     ("probe CK --out PARENT --overwrite",
      ["probe", "models/ck", "--data", "ids.npy", "--out", "models", "--overwrite"], "contains"),
-    ("probe --data inside --out", ["probe", "models/ck", "--data", "probe/results.csv", "--out", "probe"],
-     "contains the input probe/results.csv"),
+    ("probe --data inside --out", ["probe", "models/ck", "--data", "probe/ids.npy", "--out", "probe"],
+     "contains the input probe/ids.npy"),
     ("report CK --out CK", ["report", "models/ck", "--out", "models/ck"], "is the input"),
     ("report PROBE --out PROBE", ["report", "probe", "--out", "probe"], "is the input"),
     ("report PROBE --out PROBE --overwrite",
@@ -115,7 +121,8 @@ APART = [
     ("eval CK --out CK", ["eval", "models/ck", "--tasks", "pydoc-mc", "--out", "via/ck"], "is the input"),
     ("eval --ppl-data PROBE/x --out PROBE",
      ["eval", "models/ck", "--ppl-data", "probe/results.csv", "--out", "probe"], "contains the input"),
-    ("train --data ids --out ids", ["train", "--data", "ids.npy", "--out", "ids.npy", *TINY], "is the input"),
+    ("train --data PREP --out PREP --overwrite",
+     ["train", "--data", "prep", "--out", "prep", "--overwrite", *TINY], "is the input"),
     ("data prepare text --out text", ["data", "prepare", "text.txt", "--out", "text.txt/x"], "lies inside"),
 ]
 
@@ -261,15 +268,17 @@ def test_the_lock_file_is_never_opened_through_a_link(tmp_path, how):
 
 
 def test_two_names_of_one_folder_share_its_lock(tmp_path):
-    real = tmp_path / "real"
-    real.mkdir()
+    """`--out link` with link -> real/run and `--out real/run`: one folder, so one lock (the lock files
+    .link.lock and .run.lock would be two)."""
+    real = tmp_path / "real" / "run"
+    real.mkdir(parents=True)
     (tmp_path / "link").symlink_to(real, target_is_directory=True)
-    with fileio.folder_lock(real / "run"):
+    with fileio.folder_lock(real):
         code = f"""
             from tlm_probe import fileio
             from tlm_probe.errors import UserError
             try:
-                with fileio.folder_lock({str(tmp_path / "link" / "run")!r}):
+                with fileio.folder_lock({str(tmp_path / "link")!r}):
                     print("got it")
             except UserError as e:
                 print(e)

@@ -10,6 +10,7 @@ another way, e.g. a sibling YAML of a group in the same folder)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,22 +90,25 @@ def _includes(root) -> list[Path]:
 
 @contextlib.contextmanager
 def harness_code_guard(trust: bool):
-    """While the harness runs: its `!function` importer refuses modules outside lm_eval's own tasks."""
-    from lm_eval.tasks import _yaml_loader
+    """While the harness runs: its `!function` importer refuses modules outside lm_eval's own tasks.
+    lm_eval 0.4.13 resolves the tag in tasks/_yaml_loader.py (older 0.4 releases in utils.import_function,
+    which has no such hook here: there the check before any work is the guard)."""
+    import lm_eval.tasks
 
-    if trust:
+    loader = sys.modules.get("lm_eval.tasks._yaml_loader")
+    original = getattr(loader, "_import_func_in_yml", None)
+    if trust or original is None:
         yield
         return
-    own = Path(_yaml_loader.__file__).resolve().parent
-    original = _yaml_loader._import_func_in_yml
+    own = Path(lm_eval.tasks.__file__).resolve().parent
 
     def guarded(qual: str, base_dir: Path):
         if not Path(base_dir).resolve().is_relative_to(own):
             raise UserError(f"a task config in {base_dir} runs Python code (!function {qual}); {HINT}")
         return original(qual, base_dir)
 
-    _yaml_loader._import_func_in_yml = guarded
+    loader._import_func_in_yml = guarded
     try:
         yield
     finally:
-        _yaml_loader._import_func_in_yml = original
+        loader._import_func_in_yml = original
