@@ -76,6 +76,7 @@ def work(tmp_path, monkeypatch):
     docs = "".join(json.dumps({"text": f"def f{i}(x):\n    return x * {i}\n" * 8}) + "\n" for i in range(200))
     (tmp_path / "docs.jsonl").write_text(docs)  # documents enough for both splits (each 1 in 20 is val)
     prepare(str(tmp_path / "docs.jsonl"), tmp_path / "prep")  # token shards of `tlm data prepare`
+    (tmp_path / "prep" / "docs.jsonl").write_text(docs)  # the user's copy of the corpus, beside them
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -123,7 +124,8 @@ APART = [
      ["eval", "models/ck", "--ppl-data", "probe/results.csv", "--out", "probe"], "contains the input"),
     ("train --data PREP --out PREP --overwrite",
      ["train", "--data", "prep", "--out", "prep", "--overwrite", *TINY], "is the input"),
-    ("data prepare text --out text", ["data", "prepare", "text.txt", "--out", "text.txt/x"], "lies inside"),
+    ("data prepare PREP/docs --out PREP --overwrite",
+     ["data", "prepare", "prep/docs.jsonl", "--out", "prep", "--overwrite"], "contains the input"),
 ]
 
 
@@ -139,7 +141,8 @@ KINDS = [
     ("report --out CMP --overwrite", ["report", "probe", "--out", "cmp", "--overwrite"],
      "holds the output of `tlm compare`"),
     ("data prepare --out CK --overwrite",
-     ["data", "prepare", "text.txt", "--out", "models/ck", "--overwrite"], "holds the output of `tlm train`"),
+     ["data", "prepare", "docs.jsonl", "--out", "models/ck", "--overwrite"],
+     "holds the output of `tlm train`"),
     ("compare --out RUN", ["compare", "--data", "ids.npy", "--out", "models/ck", *TINY,
                            "--schedules", "uniform,cosine:1.5:0.5"], "holds the output of `tlm train`"),
     ("compare --out RUN --overwrite", ["compare", "--data", "ids.npy", "--out", "models/ck", "--overwrite",
