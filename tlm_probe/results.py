@@ -81,15 +81,16 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float) -> dic
 
 
 def write_results(
-    out: str | Path, table: pd.DataFrame, matrices: pd.DataFrame | None, provenance: dict
+    out: str | Path, table: pd.DataFrame, matrices: pd.DataFrame | None, provenance: dict, kind: str = "probe"
 ) -> Path:
-    """Write DIR/results.{csv,parquet}, DIR/matrices.{csv,parquet} (if any) and DIR/provenance.json."""
+    """Write DIR/results.{csv,parquet}, DIR/matrices.{csv,parquet} (if any) and DIR/provenance.json;
+    `kind`: the command whose folder DIR is (probe or eval: neither replaces the other's results)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
     with temp_folder(out) as tmp:
         _write_all(tmp, table, matrices, provenance)
-        publish(tmp, out, "probe")  # matrices of an earlier run with other stats go; other files stay
+        publish(tmp, out, kind)  # matrices of an earlier run with other stats go; other files stay
     return out
 
 

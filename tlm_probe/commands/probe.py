@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
         )
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
-        check_out(out, overwrite, max_tokens, exclude_bos)
+        check_out(out, overwrite, max_tokens, exclude_bos, inputs=(model, data))
         main = int(os.environ.get("RANK", "0")) == 0
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
             res = run_probe(
@@ -145,14 +145,16 @@ def check_not_weights(data: str) -> None:
         raise UserError(f"--data {data} is a model folder (config.json and weights), not text or token ids")
 
 
-def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool) -> None:
-    """Before loading anything: --out can be written and holds no file of the user's we would replace."""
-    from tlm_probe.fileio import claim
+def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
+    """Before loading anything: --out can be written, is apart from the model and data it reads, and
+    holds no file of the user's (or of another command) we would replace."""
+    from tlm_probe.fileio import check_apart, claim
     from tlm_probe.results import OURS
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
-    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False)
+    check_apart(out, inputs)
+    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ import pandas as pd
 
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
+from tlm_probe.eval.offline import is_local, offline
+from tlm_probe.eval.task_code import check_task_code
 
 EVAL_COLUMNS = ["model", "task", "metric", "value", "stderr", "n"]
 
@@ -44,6 +46,8 @@ class EvalOptions:
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0
+    trust_task_code: bool = False
+    """Let task YAMLs run the Python their !function tags name (refused by default)."""
 
 
 @dataclass
@@ -68,6 +72,13 @@ def check_options(opts: EvalOptions) -> None:
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
             raise UserError(f"task config not found: {t}")
+    check_task_code(opts.tasks, opts.trust_task_code)
+
+
+def stays_offline(model: str, opts: EvalOptions):
+    """Offline mode for the block when nothing the user gave names the hub (eval/offline.py)."""
+    sources = [*opts.ppl_data, *([opts.task_source] if set(opts.tasks) & set(BUILDERS) else [])]
+    return offline(is_local(model, opts.tasks, sources, set(BUILDERS)))
 
 
 def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust_remote_code: bool = False):
@@ -84,6 +95,11 @@ def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust
 def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None) -> EvalResult:
     """Evaluate; built-in task files are written into task_dir (a temporary folder when None)."""
     check_options(opts)
+    with stays_offline(model, opts):
+        return _run_eval(model, opts, scorer, task_dir)
+
+
+def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None) -> EvalResult:
     started = time.perf_counter()
     scorer = scorer or load_scorer(model, opts)
     rows, prov_tasks, samples = [], [], {}
@@ -115,6 +131,7 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
         [folder, *{p if p.is_dir() else p.parent for p in paths}] if builtin or paths else [],
         limit=opts.limit,
         seed=opts.seed,
+        trust_code=opts.trust_task_code,
         builtin_only=len(builtin) + len(paths) == len(opts.tasks),
     )
     if out is None:

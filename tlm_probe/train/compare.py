@@ -29,7 +29,15 @@ from scipy import stats
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_write_text, claim, read_manifest, record, remove_owned
+from tlm_probe.fileio import (
+    atomic_write_text,
+    check_apart,
+    check_kind,
+    claim,
+    read_manifest,
+    record,
+    remove_owned,
+)
 from tlm_probe.models.device import resolve_device
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
@@ -153,9 +161,10 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     path = out / SETTINGS
     old = _saved_settings(path)
     same = old is not None and _without_seeds(old) == _without_seeds(settings)
+    check_kind(out, "compare")  # before adopting: a train run folder holds a compare_settings.json never
     if same and not read_manifest(out):  # written before manifests existed: the same comparison, adopt it
         record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")
-    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False)
+    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False, kind="compare")
     if overwrite or old is None or same:  # more (or fewer) seeds of the same arms: each run stands alone
         return
     changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
@@ -304,6 +313,7 @@ def compare(
     earlier invocation): extra per-run columns, summarised and paired-tested like the validation loss."""
     out = Path(out)
     check_device(base.device)
+    check_apart(out, [base.data] if isinstance(base.data, (str, Path)) else [])
     arms = as_arms(base, arms)
     for arm in arms:  # cheap checks before the corpus is tokenized
         arm.config(base)

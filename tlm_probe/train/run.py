@@ -13,6 +13,8 @@ from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_toke
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import (
     atomic_write_text,
+    check_apart,
+    check_kind,
     claim,
     folder_lock,
     foreign,
@@ -48,6 +50,8 @@ def plan_run(
 ) -> RunPlan:
     out = Path(out)
     check_device(tc.device)
+    check_apart(out, [tc.data] if isinstance(tc.data, (str, Path)) else [])
+    check_kind(out, "train")  # also for --resume: never continue inside another command's folder
     data = data if data is not None else load_token_data(tc.data, tc.tokenizer)
     cfg = tc.model_config(data.vocab_size)
     check_compatible(tc, cfg, data)
@@ -95,7 +99,7 @@ RUN_FILES = (FILE, "data.json", "metrics.jsonl", CONFIG, WEIGHTS, "run.json", ch
 
 
 def check_output(out: Path, overwrite: bool) -> None:
-    claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it")
+    claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it", kind="train")
 
 
 def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:

@@ -52,7 +52,8 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads, mixer)  # refuses threads < 0
-    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False)  # compare checks the rest
+    # compare checks the rest
+    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo")
     data = load_token_data(base.data, base.tokenizer)
     # training sets base.threads per run; the probes and figures run under the same setting
     with writer_lock(out), _torch_threads(base.threads):  # compare() takes the same lock again
