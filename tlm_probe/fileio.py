@@ -175,6 +175,11 @@ def read_manifest(folder: str | Path) -> list[str]:
         entries = json.loads(path.read_text()).get("entries", [])
     except (OSError, ValueError, AttributeError):
         return []
+    entries = entries if isinstance(entries, list) else []
+    itself = [e for e in entries if isinstance(e, str) and not Path(e).parts]  # '.', '', './'
+    if itself:
+        raise UserError(f"{path} lists {itself[0]!r}, the folder itself, as an entry tlm wrote; "
+                        "refusing to use this folder")
     return [e for e in entries if isinstance(e, str) and e and ".." not in Path(e).parts]
 
 

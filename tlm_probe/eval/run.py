@@ -18,6 +18,8 @@ import pandas as pd
 
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
+from tlm_probe.eval.task_names import check_task_names
+from tlm_probe.seeds import check_seed
 
 EVAL_COLUMNS = ["model", "task", "metric", "value", "stderr", "n"]
 
@@ -63,9 +65,13 @@ def check_options(opts: EvalOptions) -> None:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.ppl_split not in ("train", "val", "all"):
         raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
+    check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
             raise UserError(f"task config not found: {t}")
+    files = [t for t in opts.tasks if Path(t).exists()]
+    names = [t for t in opts.tasks if t not in files]
+    check_task_names(names, [n for t in files for n in _task_names(t)])
 
 
 def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust_remote_code: bool = False):
