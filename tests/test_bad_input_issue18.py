@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_bad_input_catalogue import snapshot
 from tiny_flags import TINY
@@ -24,7 +25,8 @@ from tlm_probe.train.checkpoint import _save_weights, step_folders
 
 runner = CliRunner()
 TRAIN = ["train", "--data", "text.txt", *TINY]
-COMPARE = ["compare", "--data", "text.txt", *TINY, "--schedules", "uniform", "--seeds", "0"]
+# two arms, so that paired.csv has a row (a one-arm comparison writes a paired table without one)
+COMPARE = ["compare", "--data", "text.txt", *TINY, "--schedules", "uniform,linear:1.5:0.5", "--seeds", "0"]
 HEADER = "model,layer,depth,statistic,value,ci_low,ci_high,n_tokens,d_ff\n"
 GOOD_ROW = "m,0,0.0,align_mlp_mid,0.5,0.4,0.6,10,64\n"
 
@@ -222,7 +224,7 @@ CASES = [
     # ---- result folders read by report and plot ----
     *[
         (f"{cmd}: {what}", needle, [cmd, folder, "--out", out, *more])
-        for cmd, out, more in (("report", "o", []), ("plot", "o/fig.png", ["--kind", "curves"]))
+        for cmd, out, more in (("report", "o", []), ("plot", "fig.png", ["--kind", "curves"]))
         for what, needle, folder in (
             ("corrupt compare.json", "compare.json is not valid JSON", "rc-json"),
             ("compare.json a list", "compare.json does not hold a JSON object", "rc-list"),
@@ -233,7 +235,7 @@ CASES = [
     *[
         (f"{cmd}: provenance.json {what}", "provenance.json does not hold a JSON object",
          [cmd, folder, "--out", out])
-        for cmd, out in (("report", "o"), ("plot", "o/fig.png"))
+        for cmd, out in (("report", "o"), ("plot", "fig.png"))
         for what, folder in (("a list", "plist"), ("a string", "pstr"))
     ],
     ("report: eval results.csv without its columns", "no column 'model'",
@@ -254,3 +256,36 @@ def test_bad_input_is_one_line_exit_1_and_changes_nothing(work, needle, argv, mo
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.output
     assert snapshot(work) == before, "the work folder changed"
+
+
+def test_report_and_plot_read_a_one_arm_comparison(work, tmp_path, monkeypatch):
+    """A comparison of one arm has no pairs: compare writes paired.csv as a bare newline (pandas' CSV of
+    a table without rows or columns), which report and plot read as an empty table, not as an error."""
+    one = _copy(work, "cmp", "one-arm")
+    try:
+        (one / "paired.csv").write_text(pd.DataFrame().to_csv(index=False))
+        monkeypatch.chdir(work)
+        r = runner.invoke(app, ["report", "one-arm", "--out", str(tmp_path / "rep")])
+        assert r.exit_code == 0, (r.output, r.exception)
+        assert "Comparison: one-arm" in (tmp_path / "rep" / "report.md").read_text()
+        r = runner.invoke(app, ["plot", "one-arm", "--kind", "curves", "--out", str(tmp_path / "c.png")])
+        assert r.exit_code == 0, (r.output, r.exception)
+    finally:
+        shutil.rmtree(one)
+
+
+def test_resume_still_drops_a_torn_last_metrics_line(work, monkeypatch):
+    """The checks above refuse a bad line followed by a newline; a last line cut short by a killed run
+    (no newline) is still dropped, and the run resumes to its end."""
+    run = _copy(work, "run", "torn")
+    try:
+        good = (run / "metrics.jsonl").read_bytes()
+        (run / "metrics.jsonl").write_bytes(good + b'{"kind": "train", "st')
+        monkeypatch.chdir(work)
+        r = runner.invoke(app, _resume("torn"))
+        assert r.exit_code == 0, (r.output, r.exception)
+        steps = [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines()]
+        assert steps[: len(good.splitlines())] == [json.loads(ln)["step"] for ln in good.splitlines()]
+        assert steps[-1] == 2 and json.loads((run / "run.json").read_text())["step"] == 2
+    finally:
+        shutil.rmtree(run)
