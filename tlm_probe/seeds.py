@@ -12,6 +12,6 @@ SEED_MAX = 2**32 - 1
 
 def check_seed(seed, name: str = "seed") -> int:
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
-        raise UserError(f"{name} must be an integer in [0, {SEED_MAX}] (one range for every command: "
-                        f"NumPy's seeding, which the eval harness uses, takes no more), got {seed!r}")
+        raise UserError(f"{name} must be an integer in [0, {SEED_MAX}] (NumPy's seeding, which the eval "
+                        f"harness uses, takes no more), got {seed!r}")
     return seed
