@@ -163,8 +163,9 @@ def check_state(run: Path, cfg) -> None:
     folder = step_folders(run)[-1]
     read_step_info(folder)
     path = folder / "model.safetensors"
-    if not path.is_file():
-        raise UserError(f"checkpoint {folder} has no model.safetensors")
+    for name in ("model.safetensors", "trainer.pt"):
+        if not (folder / name).is_file():
+            raise UserError(f"checkpoint {folder} has no {name}")
     header = read_safetensors_header(path)
     with torch.device("meta"):
         model = TaperedLM(cfg)
