@@ -20,6 +20,8 @@ from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
 from tlm_probe.eval.task_code import check_task_code
+from tlm_probe.eval.task_names import check_task_names
+from tlm_probe.seeds import check_seed
 
 EVAL_COLUMNS = ["model", "task", "metric", "value", "stderr", "n"]
 
@@ -69,10 +71,14 @@ def check_options(opts: EvalOptions) -> None:
         raise UserError(f"--ppl-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
     if opts.ppl_split not in ("train", "val", "all"):
         raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
+    check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
             raise UserError(f"task config not found: {t}")
-    check_task_code(opts.tasks, opts.trust_task_code)
+    check_task_code(opts.tasks, opts.trust_task_code)  # before any task file is parsed
+    files = [t for t in opts.tasks if Path(t).exists()]
+    names = [t for t in opts.tasks if t not in files]
+    check_task_names(names, [n for t in files for n in _task_names(t)])
 
 
 def stays_offline(model: str, opts: EvalOptions):

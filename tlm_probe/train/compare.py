@@ -38,11 +38,13 @@ from tlm_probe.fileio import (
     record,
     remove_owned,
 )
+from tlm_probe.jsonfile import read_json_object
 from tlm_probe.models.device import resolve_device
+from tlm_probe.seeds import check_seed
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
-from tlm_probe.train.run import check_device, writer_lock
+from tlm_probe.train.run import check_device, check_resume, writer_lock
 
 SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
@@ -81,7 +83,7 @@ def parse_seeds(text: str) -> list[int]:
     items = parse_list(text, "seeds")
     if not all(s.lstrip("-").isdigit() for s in items):
         raise UserError(f"--seeds must be integers separated by commas, got {text!r}")
-    seeds = [int(s) for s in items]
+    seeds = [check_seed(int(s), "--seeds: a seed") for s in items]
     if len(set(seeds)) != len(seeds):  # "0,00" or "7,07": one seed twice would train it twice
         raise UserError(f"--seeds lists a seed twice: {text}")
     return seeds
@@ -182,7 +184,7 @@ def _saved_settings(path: Path) -> dict | None:
     then take their defaults (which is what that comparison trained with)."""
     if not path.is_file():
         return None
-    old = json.loads(path.read_text())
+    old = read_json_object(path)
     if isinstance(old.get("base"), dict):
         defaults = {k: v for k, v in TrainConfig(steps=1).to_dict().items() if k not in PER_RUN_OR_MACHINE}
         old["base"] = {**{k: defaults[k] for k in defaults.keys() - old["base"].keys()}, **old["base"]}
@@ -328,6 +330,8 @@ def compare(
     }
     budget = check_budget(base, arms, data.vocab_size)
     check_settings(out, settings, overwrite)
+    if not overwrite:
+        check_runs(out, base, arms, seeds, data.vocab_size)
     by_mixer = baselines(arms)
     # one baseline name when every arm shares a mixer (compare.json as before), else mixer -> name
     baseline = next(iter(by_mixer.values())) if len(by_mixer) == 1 else by_mixer
@@ -363,11 +367,24 @@ def _compare(
     return json.loads((out / "compare.json").read_text())
 
 
+def check_runs(out: Path, base: TrainConfig, arms: list[Arm], seeds: list[int], vocab_size: int) -> None:
+    """Before a continued comparison writes anything: every finished run's run.json reads as an object,
+    and every unfinished run with a checkpoint would resume (the checks of `tlm train --resume`)."""
+    for seed in seeds:
+        for arm in arms:
+            run = out / "runs" / run_name(arm.name, seed)
+            if (run / "run.json").is_file():
+                read_json_object(run / "run.json")
+            elif step_folders(run):
+                tc = arm.config(base, seed)
+                check_resume(run, tc, tc.model_config(vocab_size))
+
+
 def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData, train_fn) -> dict:
     run = out / "runs" / run_name(arm.name, seed)
     done = run / "run.json"
     if done.is_file():  # finished in an earlier invocation
-        return json.loads(done.read_text())
+        return read_json_object(done)
     if dist.is_main() and run.is_dir() and not step_folders(run):  # died before its first checkpoint
         remove_owned(run)
     dist.barrier()

@@ -211,7 +211,8 @@ class Trainer:
         else:  # resumed: the newest evaluation so far stands until the next one
             from tlm_probe.results import read_metrics
 
-            last_eval = next((m for m in reversed(read_metrics(self.plan.out)) if m["kind"] == "eval"), {})
+            evals = [m for m in read_metrics(self.plan.out) if m.get("kind") == "eval"]
+            last_eval = evals[-1] if evals else {}
         interrupted = False
         while self.step < self.total:
             loss, gnorm = self.train_step()
