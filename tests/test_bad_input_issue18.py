@@ -127,7 +127,8 @@ def _result_cases(root: Path) -> None:
     (root / "good" / "results.csv").write_text(HEADER + GOOD_ROW)
     (root / "good" / "provenance.json").write_text('{"model": "m"}')
     (root / "dotman").mkdir()
-    (root / "dotman" / MANIFEST).write_text(json.dumps({"written_by": "tlm_probe", "entries": ["."]}))
+    dot = {"written_by": "tlm_probe", "kind": "report", "entries": ["."]}
+    (root / "dotman" / MANIFEST).write_text(json.dumps(dot))
     (root / "dotman" / "keep.txt").write_text("the user's file")
     (_copy(root, "run", "rr-list") / "metrics.jsonl").write_text("[1, 2]\n")
 
