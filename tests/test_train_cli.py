@@ -143,10 +143,15 @@ def test_overwrite_only_replaces_our_own_folders(tmp_path, corpus):
     for args in commands:  # refused without --overwrite; with it, tlm writes beside notes.txt
         err = _fails_cleanly([*args, "--out", str(precious)])
         assert "tlm did not write it" in err and (precious / "notes.txt").read_text() == "keep"
-    for args in commands:  # each --overwrite replaces the files of the previous command, not notes.txt
+    # with --overwrite the first (data prepare) writes beside notes.txt; the others may not replace its
+    # output, another command's (issue 18)
+    for args in commands[::-1]:
         r = runner.invoke(app, [*args, "--out", str(precious), "--overwrite"])
-        assert r.exit_code == 0, r.output
-        assert "notes.txt" in r.output and (precious / "notes.txt").read_text() == "keep"
+        if args is commands[-1]:
+            assert r.exit_code == 0, r.output
+            assert "notes.txt" in r.output and (precious / "notes.txt").read_text() == "keep"
+        else:
+            assert r.exit_code == 1 and "holds the output of `tlm data prepare`" in r.output, r.output
     assert sorted(p.name for p in precious.iterdir()) == [".tlm-manifest.json", "meta.json", "notes.txt",
                                                           "tokenizer", "train", "val"]
 
