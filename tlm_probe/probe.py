@@ -35,6 +35,8 @@ from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 
 DEFAULT_SEQ_LEN = 256
+NEURON_STATS = ("dead_neuron_frac", "stable_rank_mlp_out")
+"""Importance statistics that read the MLP neurons (the mlp_post tap) or the down projection's weights."""
 
 
 @dataclass
@@ -245,6 +247,8 @@ def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress
     if not plan.importance:
         return [], [], None, {}
     refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
+    if pm.neuron_refusal:  # mixture of experts: no one neuron tensor per layer (capture/widths.py)
+        refused |= {s: pm.neuron_refusal for s in plan.importance if s in NEURON_STATS}
     stats = [s for s in plan.importance if s not in refused]
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]

@@ -1,0 +1,255 @@
+"""Every family of issue 20 on a tiny random model, every backend, against an independent reference.
+
+The reference knows nothing of the adapter table: it runs each layer of a float64 copy of the model on
+one unpadded sequence at a time, with the arguments the layer really received, and reads each sublayer's
+contribution off the *layer output* under interventions written here from the modeling files:
+- sequential blocks: the MLP's output zeroed gives resid_mid (the stream the MLP adds to); then
+  mlp_out = resid_post - resid_mid and attn_out = resid_mid - resid_pre;
+- parallel blocks: the MLP zeroed gives resid_pre + attn_out, the attention zeroed resid_pre + mlp_out;
+- post-LN blocks: with the second LayerNorm an identity the layer returns resid_mid + mlp_out (and
+  resid_mid when the MLP is zeroed too); with the first one an identity as well, resid_pre + attn_out.
+So a tap one norm off (Gemma 2's post-feedforward norm), a missing multiplier (Granite) or a module that
+adds the residual itself (BLOOM) disagrees with the reference. The statistics are the contract's formulas
+in float64 on these pieces.
+
+Tolerance: the probe runs in float32; its pieces carry relative errors of a few float32 eps (1.2e-7) per
+operation through 3 layers of width 32, and cosines / norm ratios of O(1) values inherit about the same:
+measured below 1e-6 (the table in the report). 1e-5 leaves a factor 10 for other CPU kernels while a wrong
+tap moves the statistics by 1e-2 or more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from families_zoo import ENCODERS, FAMILY_MODELS, build_family
+from models_zoo import CORPUS
+
+from tlm_probe.capture import load_probe_model
+from tlm_probe.capture.native import first_tensor
+from tlm_probe.capture.sequences import token_sequences
+from tlm_probe.errors import UserError
+from tlm_probe.probe import probe
+
+TEXTS = CORPUS
+SEQ_LEN = 16
+BACKENDS = ("native", "nnsight", "transformer-lens")
+TOL = 1e-5
+MAX_DIFF: dict[tuple[str, str], float] = {}  # (variant, backend) -> max |probe - reference|, for the report
+
+# variant -> (block kind, modules the reference intervenes on), read from transformers' modeling files
+SEQ = ("sequential", {"mlp": "mlp"})
+PAR = ("parallel", {"attn": "self_attn", "mlp": "mlp"})
+REFERENCE_LAYOUT = {
+    "phi3": SEQ,
+    "starcoder2": SEQ,
+    "smollm3": SEQ,
+    "stablelm": SEQ,
+    "stablelm_parallel": PAR,
+    "granite": SEQ,
+    "cohere": PAR,
+    "phi": PAR,
+    "gpt_bigcode": SEQ,
+    "codegen": ("parallel", {"attn": "attn", "mlp": "mlp"}),
+    "gemma2": SEQ,
+    "gemma3_text": SEQ,
+    "olmo2": SEQ,
+    "bloom": ("sequential", {"mlp": "mlp.dense_4h_to_h"}),  # BloomMLP adds the residual after this
+    "falcon_seq": SEQ,
+    "falcon_parallel": ("parallel", {"attn": "self_attention", "mlp": "mlp"}),
+    "falcon_new": ("parallel", {"attn": "self_attention", "mlp": "mlp"}),
+    "opt_post_ln": ("post_ln", {"mlp": "fc2", "ln1": "self_attn_layer_norm", "ln2": "final_layer_norm"}),
+    "bert_chunked": (
+        "post_ln",
+        {"mlp": "output.dense", "ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"},
+    ),
+    "distilbert": ("post_ln", {"mlp": "ffn", "ln1": "sa_layer_norm", "ln2": "output_layer_norm"}),
+    "modernbert": SEQ,
+    "mixtral": SEQ,
+    "qwen2_moe": SEQ,
+    "qwen3_moe": SEQ,
+    "olmoe": SEQ,
+    "gpt_oss": SEQ,
+    "deepseek_v3": SEQ,
+}
+VARIANTS = tuple(FAMILY_MODELS)
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3")
+
+
+def _zero(module, args, out):
+    if isinstance(out, torch.Tensor):
+        return torch.zeros_like(out)
+    return (torch.zeros_like(out[0]), *out[1:])  # (hidden, router scores): zero the hidden states
+
+
+def _identity(module, args, out):
+    return args[0]
+
+
+class _Layers:
+    """Records each layer's call (args, kwargs) and output during a forward of the reference model."""
+
+    def __init__(self, layers):
+        self.layers, self.calls, self.outs = layers, [], []
+        self.handles = [l.register_forward_pre_hook(self._pre, with_kwargs=True) for l in layers]
+        self.handles += [l.register_forward_hook(self._post) for l in layers]
+
+    def _pre(self, m, args, kwargs):
+        self.calls.append((args, kwargs))
+
+    def _post(self, m, args, out):
+        self.outs.append(first_tensor(out))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _run(layer, call, zero=(), identity=()) -> torch.Tensor:
+    hooks = [layer.get_submodule(p).register_forward_hook(_zero) for p in zero]
+    hooks += [layer.get_submodule(p).register_forward_hook(_identity) for p in identity]
+    try:
+        return first_tensor(layer(*call[0], **call[1]))
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def _pieces(kind: str, mods: dict, layer, call, post) -> tuple:
+    """(resid_pre, attn_out, resid_mid, mlp_out, resid_post) of one layer, from its output alone."""
+    args, kwargs = call
+    pre = args[0] if args else kwargs["hidden_states"]
+    if kind == "sequential":
+        mid = _run(layer, call, zero=[mods["mlp"]])
+        return pre, mid - pre, mid, post - mid, post
+    if kind == "parallel":
+        attn = _run(layer, call, zero=[mods["mlp"]]) - pre
+        mlp = _run(layer, call, zero=[mods["attn"]]) - pre
+        assert torch.allclose(pre + attn + mlp, post, atol=1e-10), "reference: not a parallel block"
+        return pre, attn, pre + attn, mlp, post
+    mid = _run(layer, call, zero=[mods["mlp"]], identity=[mods["ln2"]])
+    mlp = _run(layer, call, identity=[mods["ln2"]]) - mid
+    attn = _run(layer, call, zero=[mods["mlp"]], identity=[mods["ln1"], mods["ln2"]]) - pre
+    return pre, attn, mid, mlp, post
+
+
+def _stats(pre, attn, mid, mlp, post) -> dict[str, torch.Tensor]:
+    cos = lambda a, b: F.cosine_similarity(a, b, dim=-1)  # noqa: E731
+    n = lambda a: a.norm(dim=-1)  # noqa: E731
+    return {
+        "align_mlp_mid": cos(mlp, mid),
+        "align_mlp_pre": cos(mlp, pre),
+        "align_abs_mlp_mid": cos(mlp, mid).abs(),
+        "align_abs_mlp_pre": cos(mlp, pre).abs(),
+        "align_attn_pre": cos(attn, pre),
+        "norm_ratio_mlp": n(mlp) / n(mid),
+        "block_influence": 1 - cos(pre, post),
+        "mlp_influence": 1 - cos(mid, post),
+        "attn_influence": 1 - cos(pre, mid),
+        "resid_norm_growth": n(post) / n(pre),
+    }
+
+
+def reference(variant: str, folder) -> dict[tuple[int, str], np.ndarray]:
+    """Per (layer, statistic): the per-token values over all sequences, from a float64 copy."""
+    kind, mods = REFERENCE_LAYOUT[variant]
+    auto = FAMILY_MODELS[variant][1]
+    kw = {"experts_implementation": "eager"} if variant in MOE else {}  # grouped_mm has no float64
+    model = auto.from_pretrained(folder, dtype=torch.float64, **kw).eval()
+    if variant == "bert_chunked":  # chunks need seq % chunk == 0; per-token FFN: same numbers whole
+        model.config.chunk_size_feed_forward = 0
+        for lay in model.encoder.layer:
+            lay.chunk_size_feed_forward = 0
+    pm = load_probe_model(folder)  # only for its tokenizer's sequences (the same the probe reads)
+    layers = model.base_model.get_submodule(pm.adapter.layers)
+    values: dict[tuple[int, str], list] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: a thread pool on a busy machine costs more than it gives
+    try:
+        _reference_values(variant, model, pm, layers, values)
+    finally:
+        torch.set_num_threads(threads)
+    return {k: np.concatenate(v) for k, v in values.items()}
+
+
+def _reference_values(variant, model, pm, layers, values) -> None:
+    kind, mods = REFERENCE_LAYOUT[variant]
+    with torch.no_grad():
+        for seq in token_sequences(pm, TEXTS, SEQ_LEN):
+            rec = _Layers(layers)
+            try:
+                ids, mask = torch.tensor([seq]), torch.ones(1, len(seq), dtype=torch.long)
+                # no cache: re-running a layer must not append to the keys it attends over
+                model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    **({} if variant in ENCODERS else {"use_cache": False}),
+                )
+            finally:
+                rec.remove()
+            for l, layer in enumerate(layers):
+                pieces = _pieces(kind, mods, layer, rec.calls[l], rec.outs[l])
+                for name, v in _stats(*pieces).items():
+                    values.setdefault((l, name), []).append(v[0].numpy())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: one thread is faster than a pool contending for a shared machine's cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """variant -> (folder, reference): each tiny model and its reference built once for the module."""
+    root, cache = tmp_path_factory.mktemp("families"), {}
+
+    def get(variant: str):
+        if variant not in cache:
+            folder = build_family(variant, root / variant)
+            cache[variant] = (folder, reference(variant, folder))
+        return cache[variant]
+
+    return get
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_family_matches_independent_reference(built, variant, backend):
+    folder, ref = built(variant)
+    pm = load_probe_model(folder)  # a fresh load per backend: the bridge switches attention to eager
+    refusal = pm.adapter.tl_refusal
+    if backend == "transformer-lens" and refusal and refusal(pm.model.config):
+        with pytest.raises(UserError, match="TransformerLens backend cannot probe"):
+            probe(pm, TEXTS, backend=backend, seq_len=SEQ_LEN, batch_size=3, max_tokens=None)
+        return
+    df = probe(pm, TEXTS, backend=backend, seq_len=SEQ_LEN, batch_size=3, max_tokens=None)
+    worst = 0.0
+    for row in df.itertuples():
+        expect = ref[(row.layer, row.statistic)]
+        assert row.n_tokens == expect.size
+        worst = max(worst, abs(row.value - expect.mean()))
+    MAX_DIFF[(variant, backend)] = worst
+    assert worst <= TOL, (variant, backend, worst)
+    assert list(df.groupby("layer").d_ff.first()) == list(pm.d_ff)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v not in ENCODERS])
+def test_final_map_and_head_reproduce_the_logits(built, variant):
+    """The row's final norm (or OPT-350m's project_out) and head, applied to the last block's output."""
+    folder, _ = built(variant)
+    pm = load_probe_model(folder)
+    ids = torch.tensor([list(range(3, 3 + SEQ_LEN))])
+    last = {}
+    hook = pm.layer(pm.n_layers - 1).register_forward_hook(lambda m, a, o: last.update(x=first_tensor(o)))
+    with torch.no_grad():
+        logits = pm.model(input_ids=ids).logits
+        hook.remove()
+        final = pm.final_norm() or torch.nn.Identity()
+        again = pm.lm_head()(final(last["x"]))
+    assert torch.allclose(again, logits, atol=1e-5), float((again - logits).abs().max())
