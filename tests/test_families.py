@@ -20,6 +20,8 @@ tap moves the statistics by 1e-2 or more.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -27,17 +29,18 @@ import torch.nn.functional as F
 from families_zoo import ENCODERS, FAMILY_MODELS, build_family
 from models_zoo import CORPUS
 
-from tlm_probe.capture import load_probe_model
+from tlm_probe.capture import load_probe_model, wrap_model
+from tlm_probe.capture.guardrails import GuardrailError
 from tlm_probe.capture.native import first_tensor
 from tlm_probe.capture.sequences import token_sequences
 from tlm_probe.errors import UserError
-from tlm_probe.probe import probe
+from tlm_probe.probe import ProbeOptions, probe, run_probe
 
 TEXTS = CORPUS
 SEQ_LEN = 16
 BACKENDS = ("native", "nnsight", "transformer-lens")
 TOL = 1e-5
-MAX_DIFF: dict[tuple[str, str], float] = {}  # (variant, backend) -> max |probe - reference|, for the report
+MAX_DIFF: dict[tuple[str, str], float] = {}  # (variant, backend) -> max |probe - reference|
 
 # variant -> (block kind, modules the reference intervenes on), read from transformers' modeling files
 SEQ = ("sequential", {"mlp": "mlp"})
@@ -235,6 +238,7 @@ def test_family_matches_independent_reference(built, variant, backend):
         assert row.n_tokens == expect.size
         worst = max(worst, abs(row.value - expect.mean()))
     MAX_DIFF[(variant, backend)] = worst
+    print(f"max |probe - reference| {variant} {backend}: {worst:.1e}")  # the report's table (pytest -s)
     assert worst <= TOL, (variant, backend, worst)
     assert list(df.groupby("layer").d_ff.first()) == list(pm.d_ff)
 
@@ -253,3 +257,83 @@ def test_final_map_and_head_reproduce_the_logits(built, variant):
         final = pm.final_norm() or torch.nn.Identity()
         again = pm.lm_head()(final(last["x"]))
     assert torch.allclose(again, logits, atol=1e-5), float((again - logits).abs().max())
+
+
+# a row changed on purpose: (variant, what to change) -> the guardrail must refuse the model
+BROKEN_ROWS = {
+    "gemma2 mlp_out before its post-feedforward norm": ("gemma2", {"mlp_out": "mlp:out"}),
+    "gemma2 attn_out before its post-attention norm": ("gemma2", {"attn_out": "self_attn:out"}),
+    "olmo2 mlp_out before its post-feedforward norm": ("olmo2", {"mlp_out": "mlp:out"}),
+    "bloom mlp_out with the residual BloomMLP adds": ("bloom", {"mlp_out": "mlp:out"}),
+    "granite without residual_multiplier": ("granite", "no scale"),
+    "falcon parallel without the copy of mlp_out": ("falcon_parallel", "no copy"),
+}
+
+
+def _break(pm, change) -> None:
+    if change == "no scale":
+        pm.scales = {}
+    elif change == "no copy":
+        pm.adapter = dataclasses.replace(pm.adapter, copy=frozenset())
+    else:
+        taps = {k: {**v, **change} for k, v in pm.adapter.taps.items()}
+        pm.adapter = dataclasses.replace(pm.adapter, taps=taps)
+
+
+@pytest.mark.parametrize("backend", ("native", "nnsight"))
+@pytest.mark.parametrize("case", list(BROKEN_ROWS))
+def test_a_row_changed_on_purpose_is_refused(built, case, backend):
+    variant, change = BROKEN_ROWS[case]
+    folder, _ = built(variant)
+    pm = load_probe_model(folder)
+    probe(pm, TEXTS, backend=backend, seq_len=SEQ_LEN, max_tokens=64)  # the right row passes
+    _break(pm, change)
+    with pytest.raises(GuardrailError, match="is not"):
+        probe(pm, TEXTS, backend=backend, seq_len=SEQ_LEN, max_tokens=64)
+
+
+# d_ff per layer from each config's own numbers: dense layers intermediate_size, MoE layers
+# top_k x expert width + shared expert width
+MOE_WIDTHS = {
+    "mixtral": (160, 160, 160),
+    "qwen2_moe": (2 * 24 + 40, 80, 2 * 24 + 40),  # layer 1 is in mlp_only_layers: a dense MLP
+    "qwen3_moe": (48, 48, 48),
+    "olmoe": (160, 160, 160),
+    "gpt_oss": (48, 48, 48),
+    "deepseek_v3": (80, 2 * 24 + 24, 2 * 24 + 24),  # first_k_dense_replace=1; one shared expert of 24
+}
+
+
+@pytest.mark.parametrize("variant", list(MOE_WIDTHS))
+def test_moe_widths_and_neuron_statistics_refused_with_the_reason(built, variant):
+    folder, _ = built(variant)
+    pm = load_probe_model(folder)
+    assert pm.d_ff == MOE_WIDTHS[variant]
+    result = run_probe(
+        pm,
+        ProbeOptions(
+            data=TEXTS,
+            stats="align_mlp_mid,dead_neuron_frac,stable_rank_mlp_out",
+            seq_len=SEQ_LEN,
+            max_tokens=64,
+        ),
+    )
+    skipped = result.provenance["importance"]["skipped"]
+    assert set(skipped) == {"dead_neuron_frac", "stable_rank_mlp_out"}
+    assert all("mixture-of-experts" in why for why in skipped.values())
+    assert set(result.table.statistic) == {"align_mlp_mid"}
+    layers = result.provenance["architecture"]["adapter"]["mlp_layers"]
+    moe = [m for m in layers if m["kind"] == "moe"]
+    assert moe and all(m["d_ff"] == m["top_k"] * m["expert_width"] + sum(m["shared_widths"]) for m in moe)
+
+
+def test_lens_refused_where_the_model_transforms_its_logits(built):
+    folder, _ = built("gemma2")
+    opts = ProbeOptions(data=TEXTS, stats="logit_lens_kl", seq_len=SEQ_LEN, max_tokens=64)
+    assert set(run_probe(load_probe_model(folder), opts).table.statistic) == {"logit_lens_kl"}
+    pm = load_probe_model(folder)
+    pm.model.config.final_logit_softcapping = 30.0  # Gemma 2's default: logits = 30 tanh(x / 30)
+    pm = wrap_model(pm.model, pm.tokenizer)
+    result = run_probe(pm, opts)
+    assert result.table.empty
+    assert "soft-capped" in result.provenance["importance"]["skipped"]["logit_lens_kl"]

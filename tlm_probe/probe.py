@@ -249,6 +249,9 @@ def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress
     refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
     if pm.neuron_refusal:  # mixture of experts: no one neuron tensor per layer (capture/widths.py)
         refused |= {s: pm.neuron_refusal for s in plan.importance if s in NEURON_STATS}
+    if pm.lens_refusal:  # a logit scale or soft cap after the head: the lens would not be the model's readout
+        why = f"{pm.lens_refusal}; the lens (final norm + head) would not be the model's own readout"
+        refused |= {s: why for s in plan.importance if "lens" in imp.NEEDS.get(s, ())}
     stats = [s for s in plan.importance if s not in refused]
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]

@@ -104,6 +104,20 @@ def _bloom_kind(c) -> str:
     return SEQUENTIAL
 
 
+def _softcap(c) -> str | None:
+    cap = getattr(c, "final_logit_softcapping", None)
+    return None if cap is None else f"the logits are soft-capped (cap x tanh(x / cap), cap {cap})"
+
+
+def _logit_factor(attr: str, divides: bool):
+    def why(c) -> str | None:
+        value = float(getattr(c, attr, 1.0))
+        op = "divided" if divides else "multiplied"
+        return None if value == 1.0 else f"the logits are {op} by {attr} = {value}"
+
+    return why
+
+
 def _granite_scale(c) -> dict[str, float]:
     return {"attn_out": float(c.residual_multiplier), "mlp_out": float(c.residual_multiplier)}
 
@@ -144,6 +158,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         "granite",
         ("granite",),
         scale=_granite_scale,
+        head_transform=_logit_factor("logits_scaling", divides=True),
         notes="pre-norm; attn_out and mlp_out are the module outputs times residual_multiplier",
     ),
     _llama_like(
@@ -165,6 +180,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         ("cohere",),
         taps={PARALLEL: par_taps("self_attn", "mlp", "mlp.down_proj")},
         kind_of=fixed(PARALLEL),
+        head_transform=_logit_factor("logit_scale", divides=False),
         notes="parallel: attention and MLP read one norm of resid_pre",
     ),
     _llama_like(
@@ -180,6 +196,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         "gemma2",
         ("gemma2", "gemma3_text"),
         taps={SEQUENTIAL: _SANDWICH},
+        head_transform=_softcap,
         notes="sandwich norms: attn_out and mlp_out are the post-attention and post-feedforward "
         "norm outputs (what is added to the stream), resid_mid the pre-feedforward norm's input",
     ),

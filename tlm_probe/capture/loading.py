@@ -53,6 +53,8 @@ class ProbeModel:
     """piece -> factor applied to the captured module output (Adapter.scale)."""
     mlp_layers: tuple[dict, ...] = ()
     """Per layer: what the MLP is and what d_ff means there (widths.layer_mlp)."""
+    lens_refusal: str | None = None
+    """Why final norm + head of a layer is not the model's readout (Adapter.head_transform); None if it is."""
     neuron_refusal: str | None = None
     """Why statistics of MLP neurons (mlp_post, the down projection) cannot be computed; None if they can."""
 
@@ -99,6 +101,7 @@ class ProbeModel:
             "d_ff_meaning": {k: MEANING[k] for k in sorted(kinds)},
             "mlp_layers": list(self.mlp_layers),
             "neuron_statistics": self.neuron_refusal or "available",
+            "logit_lens": self.lens_refusal or "available",
         }
 
     def taps(self) -> dict[str, str]:
@@ -161,6 +164,7 @@ def wrap_model(
     pm.d_ff = tuple(m["d_ff"] for m in pm.mlp_layers)
     pm.neuron_refusal = neuron_refusal(list(pm.mlp_layers))
     pm.scales = dict(adapter.scale(config)) if adapter.scale else {}
+    pm.lens_refusal = adapter.head_transform(config) if adapter.head_transform else None
     return pm
 
 

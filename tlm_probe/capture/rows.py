@@ -80,6 +80,10 @@ class Adapter:
     """Fused experts module, relative to a layer: a layer that has it is a mixture-of-experts layer."""
     shared_experts: tuple[str, ...] = ()
     """Shared (always active) expert MLPs of a mixture-of-experts layer, relative to a layer."""
+    head_transform: Callable[[Any], str | None] | None = None
+    """config -> what the model does to the head's output beyond the final norm + head (a logit scale or
+    soft cap), None if nothing: the logit lens (final norm + head of an earlier layer) would not be the
+    model's own readout, so lens statistics are refused with this reason."""
     notes: str = field(default="", compare=False)
     """What the row's taps are, in words (README's family table is generated from it)."""
 
