@@ -21,6 +21,8 @@ tap moves the statistics by 1e-2 or more.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -337,3 +339,19 @@ def test_lens_refused_where_the_model_transforms_its_logits(built):
     result = run_probe(pm, opts)
     assert result.table.empty
     assert "soft-capped" in result.provenance["importance"]["skipped"]["logit_lens_kl"]
+
+
+def test_an_unsupported_folder_is_refused_before_heavy_imports(tmp_path):
+    """The refusal once took 7-11 s, almost all imports: now the table is read from config.json alone."""
+    (tmp_path / "config.json").write_text('{"model_type": "mamba"}')
+    code = (
+        "import sys\n"
+        "from tlm_probe.capture.adapters import check_folder\n"
+        "from tlm_probe.errors import UserError\n"
+        f"try:\n    check_folder({str(tmp_path)!r})\nexcept UserError as e:\n    print(e)\n"
+        "heavy = ('torch', 'transformers', 'transformer_lens', 'nnsight')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "unsupported architecture 'mamba'" in out
+    assert out.strip().endswith("[]"), out

@@ -15,6 +15,8 @@ guardrails (every tap fires, the pieces add up) tell you at once if a path is wr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tlm_probe.capture.rows import (
     BLOCK_KINDS,
     PARALLEL,
@@ -30,6 +32,7 @@ from tlm_probe.capture.rows import (
     split_tap,
 )
 from tlm_probe.errors import UserError
+from tlm_probe.models.config_file import CONFIG, read_config_json
 
 __all__ = ["ADAPTERS", "BLOCK_KINDS", "PARALLEL", "PIECES", "POST_LN", "SEQUENTIAL", "Adapter", "adapter_for"]
 __all__ += ["split_tap"]
@@ -402,3 +405,17 @@ def adapter_for(model_type: str | None) -> Adapter:
         f"unsupported architecture {model_type!r}. Supported families: {families}. To add one, add "
         "an Adapter row (layer path + taps) to ADAPTERS in tlm_probe/capture/adapters.py"
     )
+
+
+def check_folder(source: str | Path) -> None:
+    """Refuse a local checkpoint folder whose config.json names a model type no row serves, before the
+    caller imports torch, transformers or TransformerLens (a refusal took 7-11 s, almost all imports).
+    Anything else (hub names, GGUF files, unreadable configs) is left to load_probe_model."""
+    folder = Path(source)
+    if not (folder / CONFIG).is_file():
+        return
+    try:
+        model_type = read_config_json(folder).get("model_type")
+    except UserError:
+        return
+    adapter_for(model_type)

@@ -85,6 +85,9 @@ def register(app: typer.Typer) -> None:
         ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
+        from tlm_probe.capture.adapters import check_folder
+
+        check_folder(model)  # an unsupported architecture is refused before the heavy imports below
         from tlm_probe.fileio import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
