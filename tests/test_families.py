@@ -159,7 +159,6 @@ def _stats(pre, attn, mid, mlp, post) -> dict[str, torch.Tensor]:
 
 def reference(variant: str, folder) -> dict[tuple[int, str], np.ndarray]:
     """Per (layer, statistic): the per-token values over all sequences, from a float64 copy."""
-    kind, mods = REFERENCE_LAYOUT[variant]
     auto = FAMILY_MODELS[variant][1]
     kw = {"experts_implementation": "eager"} if variant in MOE else {}  # grouped_mm has no float64
     model = auto.from_pretrained(folder, dtype=torch.float64, **kw).eval()
@@ -179,10 +178,11 @@ def reference(variant: str, folder) -> dict[tuple[int, str], np.ndarray]:
     return {k: np.concatenate(v) for k, v in values.items()}
 
 
-def _reference_values(variant, model, pm, layers, values) -> None:
-    kind, mods = REFERENCE_LAYOUT[variant]
+def _reference_values(variant, model, pm, layers, values, layout=None, texts=TEXTS) -> None:
+    """Fill values[(layer, statistic)] with per-sequence arrays; layout defaults to the variant's."""
+    kind, mods = layout or REFERENCE_LAYOUT[variant]
     with torch.no_grad():
-        for seq in token_sequences(pm, TEXTS, SEQ_LEN):
+        for seq in token_sequences(pm, texts, SEQ_LEN):
             rec = _Layers(layers)
             try:
                 ids, mask = torch.tensor([seq]), torch.ones(1, len(seq), dtype=torch.long)

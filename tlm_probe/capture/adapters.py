@@ -15,6 +15,8 @@ guardrails (every tap fires, the pieces add up) tell you at once if a path is wr
 
 from __future__ import annotations
 
+import difflib
+import json
 from pathlib import Path
 
 from tlm_probe.capture.rows import (
@@ -394,16 +396,83 @@ ADAPTERS: tuple[Adapter, ...] = (
 )
 
 _BY_TYPE = {t: a for a in ADAPTERS for t in a.model_types}
+_USER: dict[str, Adapter] = {}
+"""Rows a user added or overrode (register_adapter, `tlm probe --adapter FILE`); looked up first."""
+
+
+def register_adapter(row: Adapter) -> None:
+    """Add or override a row without editing the package: `row` serves its model_types from now on (in
+    this process). The guardrails prove it on the loaded model before any statistic is computed."""
+    for t in row.model_types:
+        _USER[t] = row
+
+
+def adapter_source(row: Adapter) -> str:
+    """ "user" for a registered row, "table" for one of ADAPTERS (recorded in provenance)."""
+    return "user" if any(r is row for r in _USER.values()) else "table"
 
 
 def adapter_for(model_type: str | None) -> Adapter:
-    """The row serving `model_type`, or a UserError listing what is supported and how to add a row."""
+    """The row serving `model_type`, or a UserError naming the closest known type and how to add a row."""
+    if model_type in _USER:
+        return _USER[model_type]
     if model_type in _BY_TYPE:
         return _BY_TYPE[model_type]
     families = "; ".join(f"{a.family} ({', '.join(a.model_types)})" for a in ADAPTERS)
+    close = difflib.get_close_matches(str(model_type), list(_BY_TYPE), n=1, cutoff=0.5)
+    closest = f"Closest known type: {close[0]} ({_BY_TYPE[close[0]].family} row). " if close else ""
     raise UserError(
-        f"unsupported architecture {model_type!r}. Supported families: {families}. To add one, add "
-        "an Adapter row (layer path + taps) to ADAPTERS in tlm_probe/capture/adapters.py"
+        f"unsupported architecture {model_type!r}. {closest}Supported families: {families}. To add one "
+        "without editing the package, pass `tlm probe --adapter ROW.json` (a row: layers, mlp, mlp_down, "
+        "final_norm, lm_head, block_kind, taps) or call tlm_probe.capture.adapters.register_adapter; "
+        "or add an Adapter row (layer path + taps) to ADAPTERS in tlm_probe/capture/adapters.py"
+    )
+
+
+ROW_FIELDS = {
+    "family",
+    "model_types",
+    "layers",
+    "mlp",
+    "mlp_down",
+    "final_norm",
+    "lm_head",
+    "block_kind",
+    "taps",
+    "is_causal",
+}
+
+
+def load_adapter_file(path: str | Path) -> Adapter:
+    """A row from a JSON file: {"family", "model_types": [...], "layers", "mlp", "mlp_down", "final_norm",
+    "lm_head", "block_kind": "sequential" | "parallel" | "post_ln", "taps": {piece: "path:in|out"},
+    "is_causal" (default true)}."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read adapter file {path}: {e}") from e
+    if not isinstance(raw, dict):
+        raise UserError(f"adapter file {path}: expected a JSON object (a row), got {type(raw).__name__}")
+    unknown, missing = set(raw) - ROW_FIELDS, ROW_FIELDS - {"is_causal"} - set(raw)
+    if unknown or missing:
+        raise UserError(
+            f"adapter file {path}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}"
+        )
+    kind = raw["block_kind"]
+    if kind not in BLOCK_KINDS:
+        raise UserError(f"adapter file {path}: block_kind {kind!r} is not one of {', '.join(BLOCK_KINDS)}")
+    return Adapter(
+        str(raw["family"]),
+        tuple(raw["model_types"]),
+        layers=raw["layers"],
+        mlp=raw["mlp"],
+        mlp_down=raw["mlp_down"],
+        final_norm=raw["final_norm"],
+        lm_head=raw["lm_head"],
+        taps={kind: dict(raw["taps"])},
+        kind_of=fixed(kind),
+        is_causal=bool(raw.get("is_causal", True)),
+        notes=f"user row from {path}",
     )
 
 

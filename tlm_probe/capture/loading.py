@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tlm_probe.capture.adapters import Adapter, adapter_for
+from tlm_probe.capture.adapters import Adapter, adapter_for, adapter_source
 from tlm_probe.capture.widths import MEANING, layer_mlp, neuron_refusal
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import check_device
@@ -91,7 +91,7 @@ class ProbeModel:
         """The adapter as provenance: where the row came from, its taps and what d_ff means per layer."""
         kinds = {m["kind"] for m in self.mlp_layers}
         return {
-            "source": "table",
+            "source": adapter_source(self.adapter),
             "family": self.family,
             "taps": self.taps(),
             "scales": self.scales,
@@ -157,8 +157,9 @@ def wrap_model(
         ),
         path=path,
     )
-    layers = pm.base.get_submodule(adapter.layers)
+    layers = _find(pm.base, adapter.layers, f"the {adapter.family} row's layers")
     pm.n_layers = len(layers)
+    _check_taps(pm, layers[0])
     _apply_setup(adapter, layers)
     pm.mlp_layers = tuple(layer_mlp(adapter, layer, config, pm.d_model) for layer in layers)
     pm.d_ff = tuple(m["d_ff"] for m in pm.mlp_layers)
@@ -166,6 +167,25 @@ def wrap_model(
     pm.scales = dict(adapter.scale(config)) if adapter.scale else {}
     pm.lens_refusal = adapter.head_transform(config) if adapter.head_transform else None
     return pm
+
+
+def _find(root: nn.Module, path: str, what: str) -> nn.Module:
+    try:
+        return root.get_submodule(path)
+    except AttributeError as e:
+        raise UserError(f"{what}: the model has no module {path!r} ({type(root).__name__})") from e
+
+
+def _check_taps(pm: ProbeModel, first: nn.Module) -> None:
+    """Every tap of the row names a module of layer 0 (a wrong path is one clear line, not a traceback)."""
+    for piece, tap in pm.taps().items():
+        path, where = tap.rpartition(":")[::2]
+        if where not in ("in", "out"):
+            raise UserError(
+                f"the {pm.family} row's tap for {piece} is {tap!r}: expected 'path:in' or 'path:out'"
+            )
+        if path:
+            _find(first, path, f"the {pm.family} row's tap for {piece}")
 
 
 def _apply_setup(adapter: Adapter, layers) -> None:
