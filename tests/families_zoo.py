@@ -187,6 +187,12 @@ FAMILY_MODELS = {
         ),
         C,
     ),
+    "mamba": (
+        lambda: T.MambaConfig(
+            vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS, state_size=4, expand=2
+        ),
+        C,
+    ),
 }
 ENCODERS = ("bert_chunked", "distilbert", "modernbert")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -78,6 +79,7 @@ REFERENCE_LAYOUT = {
     "olmoe": SEQ,
     "gpt_oss": SEQ,
     "deepseek_v3": SEQ,
+    "mamba": ("mixer_only", {"mixer": "mixer"}),
 }
 VARIANTS = tuple(FAMILY_MODELS)
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss", "deepseek_v3")
@@ -129,6 +131,9 @@ def _pieces(kind: str, mods: dict, layer, call, post) -> tuple:
     if kind == "sequential":
         mid = _run(layer, call, zero=[mods["mlp"]])
         return pre, mid - pre, mid, post - mid, post
+    if kind == "mixer_only":  # no MLP: resid_mid and mlp_out do not exist (their statistics are refused)
+        attn = post - _run(layer, call, zero=[mods["mixer"]])
+        return pre, attn, post, torch.zeros_like(post), post
     if kind == "parallel":
         attn = _run(layer, call, zero=[mods["mlp"]]) - pre
         mlp = _run(layer, call, zero=[mods["attn"]]) - pre
@@ -343,7 +348,7 @@ def test_lens_refused_where_the_model_transforms_its_logits(built):
 
 def test_an_unsupported_folder_is_refused_before_heavy_imports(tmp_path):
     """The refusal once took 7-11 s, almost all imports: now the table is read from config.json alone."""
-    (tmp_path / "config.json").write_text('{"model_type": "mamba"}')
+    (tmp_path / "config.json").write_text('{"model_type": "rwkv"}')
     code = (
         "import sys\n"
         "from tlm_probe.capture.adapters import check_folder\n"
@@ -353,5 +358,17 @@ def test_an_unsupported_folder_is_refused_before_heavy_imports(tmp_path):
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "unsupported architecture 'mamba'" in out
+    assert "unsupported architecture 'rwkv'" in out
     assert out.strip().endswith("[]"), out
+
+
+def test_a_block_without_mlp_gives_block_level_statistics_only(built):
+    folder, _ = built("mamba")
+    opts = ProbeOptions(data=TEXTS, stats="alignment", seq_len=SEQ_LEN, max_tokens=64)
+    result = run_probe(load_probe_model(folder), opts)
+    assert set(result.table.statistic) == {"block_influence", "resid_norm_growth"}
+    assert set(result.table.d_ff) == {0}
+    refused = result.provenance["refused"]
+    assert "align_mlp_mid" in refused and all("no MLP" in why for why in refused.values())
+    with pytest.raises(UserError, match="none of the asked statistics can be computed"):
+        run_probe(load_probe_model(folder), replace(opts, stats="align_mlp_mid,taylor_mlp"))

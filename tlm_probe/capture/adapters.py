@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tlm_probe.capture.rows import (
     BLOCK_KINDS,
+    MIXER_ONLY,
     PARALLEL,
     PIECES,
     POST_LN,
@@ -215,6 +216,19 @@ ADAPTERS: tuple[Adapter, ...] = (
     _moe("mixtral", ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")),
     _moe("qwen2_moe", ("qwen2_moe",), shared=("mlp.shared_expert",)),
     _moe("deepseek_v3", ("deepseek_v3",), shared=("mlp.shared_experts",)),
+    Adapter(
+        "mamba",
+        ("mamba",),
+        layers="layers",
+        mlp=None,
+        mlp_down=None,
+        final_norm="norm_f",
+        lm_head="lm_head",
+        taps={MIXER_ONLY: {"resid_pre": ":in", "attn_out": "mixer:out", "resid_post": ":out"}},
+        kind_of=fixed(MIXER_ONLY),
+        tl_refusal=fixed("its Mamba bridge's hooks are not mapped onto the probe's pieces yet"),
+        notes="no MLP: attn_out is the mixer's output; only block-level statistics (resid_pre, resid_post)",
+    ),
     Adapter(
         "gpt_neox",
         ("gpt_neox",),

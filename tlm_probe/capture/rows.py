@@ -21,8 +21,10 @@ from typing import Any
 
 from tlm_probe.errors import UserError
 
-SEQUENTIAL, PARALLEL, POST_LN = "sequential", "parallel", "post_ln"
-BLOCK_KINDS = (SEQUENTIAL, PARALLEL, POST_LN)
+SEQUENTIAL, PARALLEL, POST_LN, MIXER_ONLY = "sequential", "parallel", "post_ln", "mixer_only"
+BLOCK_KINDS = (SEQUENTIAL, PARALLEL, POST_LN, MIXER_ONLY)
+"""mixer_only: a block with a token mixer and no MLP (Mamba): resid_post = resid_pre + attn_out, where
+attn_out is the mixer's output."""
 PIECES = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post", "mlp_post")
 
 
@@ -36,10 +38,11 @@ class Adapter:
     """Hugging Face `config.model_type` values served by this row."""
     layers: str
     """Path of the ModuleList of blocks, relative to the base model (`model.base_model`)."""
-    mlp: str
-    """MLP module, relative to a layer (its parameters are the gradient-importance group; for OPT, which
-    has no MLP module, the second linear; for a mixture of experts the whole sparse block)."""
-    mlp_down: str
+    mlp: str | None
+    """MLP module relative to a layer, None for a block without one (its parameters are the gradient-
+    importance group; for OPT, which has no MLP module, the second linear; for a mixture of experts the
+    whole sparse block)."""
+    mlp_down: str | None
     """MLP down projection (nn.Linear or Conv1D); its input is the neuron activity, its in-width is d_l.
     In a mixture-of-experts layer (see `experts`) there is none: d_l is read from the fused experts."""
     final_norm: str | None

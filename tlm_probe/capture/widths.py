@@ -10,7 +10,9 @@ from torch import nn
 
 DENSE = "dense"
 MOE = "moe"
+NONE = "none"
 MEANING = {
+    NONE: "no MLP in the block: 0",
     DENSE: "input width of the MLP down projection",
     MOE: "active width per token: top_k x expert width + shared expert widths (routed experts fused in one "
     "parameter; width read from its shape)",
@@ -41,6 +43,8 @@ def expert_width(experts: nn.Module, d_model: int) -> tuple[int, int]:
 
 def layer_mlp(adapter: Any, layer: nn.Module, config: Any, d_model: int) -> dict:
     """What this layer's MLP is: {"kind", "d_ff", ...the parts of a mixture of experts}."""
+    if adapter.mlp_down is None:
+        return {"kind": NONE, "d_ff": 0}
     experts = _submodule(layer, adapter.experts) if adapter.experts else None
     if experts is None:
         return {"kind": DENSE, "d_ff": down_width(layer.get_submodule(adapter.mlp_down))}
