@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers as T
@@ -144,3 +145,37 @@ def test_readme_family_list_is_the_table():
     block = text.split(START, 1)[1].split(END, 1)[0].strip()
     assert block == family_table(), "README's families differ: run python -m tlm_probe.capture.family_table"
     assert len(block.splitlines()) == 2 + len(adapters.ADAPTERS)
+
+
+def test_per_layer_widths_are_read_from_the_model(tmp_path):
+    """A Llama whose layer 1 MLP was narrowed (pruned, or tapered by hand): d_ff comes from the weights,
+    not the config's one intermediate_size, and the statistics match the reference layer by layer."""
+    import copy
+
+    from tlm_probe.capture import wrap_model
+    from tlm_probe.probe import probe
+
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=D,
+        intermediate_size=80,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=2,
+    )
+    model = T.AutoModelForCausalLM.from_config(cfg).eval()
+    mlp = model.model.layers[1].mlp
+    mlp.gate_proj, mlp.up_proj = torch.nn.Linear(D, 40, bias=False), torch.nn.Linear(D, 40, bias=False)
+    mlp.down_proj = torch.nn.Linear(40, D, bias=False)
+    _spread_weights(model)
+    pm = wrap_model(model, _causal_tokenizer(), "narrowed")
+    assert pm.d_ff == (80, 40, 80)
+    df = probe(pm, CORPUS, seq_len=SEQ_LEN, batch_size=3, max_tokens=None)
+    assert list(df.groupby("layer").d_ff.first()) == [80, 40, 80]
+    double = copy.deepcopy(model).double()
+    ref: dict = {}
+    _reference_values("llama", double, pm, double.model.layers, ref, layout=SEQ, texts=CORPUS)
+    for row in df.itertuples():
+        expect = np.concatenate(ref[(row.layer, row.statistic)]).mean()
+        assert abs(row.value - expect) <= 1e-5, (row.layer, row.statistic)
