@@ -99,9 +99,9 @@ def test_table_output(tmp_path, tlm):
 def test_unknown_architecture(tmp_path):
     model = tmp_path / "model"  # beside --out: an --out inside the model folder is refused first
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    (model / "config.json").write_text(json.dumps({"model_type": "rwkv"}))
     (model / "model.safetensors").write_bytes(b"")
-    _fails([str(model), "--out", str(tmp_path / "o")], "unsupported architecture 'mamba'")
+    _fails([str(model), "--out", str(tmp_path / "o")], "unsupported architecture 'rwkv'")
 
 
 def test_text_for_tokenizerless_checkpoint(tmp_path, tlm):

@@ -65,6 +65,7 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float) -> dic
             "n_layers": pm.n_layers,
             "d_ff": list(pm.d_ff),
             "is_causal": pm.is_causal,
+            "adapter": pm.describe(),
         },
         "backend": opts.backend,
         "data": {

@@ -78,6 +78,12 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(
             False, "--overwrite", help="Write into a non-empty --out that tlm did not write (its files stay)."
         ),
+        adapter: Path = typer.Option(
+            None,
+            "--adapter",
+            help="JSON adapter row (layers, mlp, mlp_down, final_norm, lm_head, block_kind, taps) that "
+            "serves or overrides its model_types; proved by the guardrails before any statistic.",
+        ),
         importance_option: list[str] = typer.Option(
             [],
             "--importance-option",
@@ -85,6 +91,11 @@ def register(app: typer.Typer) -> None:
         ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
+        from tlm_probe.capture.adapters import check_folder, load_adapter_file, register_adapter
+
+        if adapter is not None:
+            register_adapter(load_adapter_file(adapter))
+        check_folder(model)  # an unsupported architecture is refused before the heavy imports below
         from tlm_probe.fileio import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
