@@ -40,6 +40,9 @@ def test_bucketing_changes_no_statistic(tmp_path, family):
     on = run_probe(str(folder), ProbeOptions(**kw)).table
     off = run_probe(str(folder), ProbeOptions(**kw, length_bucketing=False)).table
     assert (on.n_tokens == off.n_tokens).all() and (on.statistic == off.statistic).all()
-    # equal up to the float32 rounding of a forward pass whose padded length changed (1e-9 measured)
+    # equal up to the float32 rounding of a forward pass whose padded length changed (other matrix shapes,
+    # so other float32 kernels and sums): 8 float32 eps x max(1, |value|), the bound of tests/test_golden.py
+    # (a cosine's rounding is relative to the norms, not to the cosine: absolute near 0). Measured 1e-9.
+    eps8 = 8 * float(np.finfo(np.float32).eps)
     for col in ("value", "std", "ci_low", "ci_high"):
-        np.testing.assert_allclose(on[col], off[col], rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(on[col], off[col], rtol=eps8, atol=eps8)

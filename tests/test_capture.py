@@ -56,8 +56,8 @@ def test_every_adapter_row_taps_what_its_block_kinds_need():
 
 
 def test_unknown_architecture_lists_families_and_how_to_add():
-    with pytest.raises(UserError, match="unsupported architecture 'mamba'.*gpt2.*add an Adapter row"):
-        adapter_for("mamba")
+    with pytest.raises(UserError, match="unsupported architecture 'rwkv'.*gpt2.*add an Adapter row"):
+        adapter_for("rwkv")
 
 
 @pytest.mark.parametrize("c", [2.0, -0.5])

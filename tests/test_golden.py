@@ -17,13 +17,55 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "golden"))
 
-from compare import differences, matrix_difference, merged  # noqa: E402
+from compare import matrix_difference, merged  # noqa: E402
 from make_golden import golden_tables  # noqa: E402
+from models_zoo import VOCAB  # noqa: E402
 
 from tlm_probe.stats import STATISTICS  # noqa: E402
 
 FAMILIES = ["gpt2", "gpt_neox", "bert", "opt", "tlm"]
 ADDED_LATER = {"align_abs_mlp_mid", "align_abs_mlp_pre"}
+
+# Portable bounds (issue 18). Every statistic is computed from a float32 forward (and backward) pass, and
+# PyTorch picks other float32 kernels, so another summation order, on another CPU (AVX-512/AMX, AVX2, or
+# ATEN_CPU_CAPABILITY=default): a fresh number may differ from the golden one by rounding, never by more
+# than a few float32 eps (1.2e-7) times the magnitude of the float32 numbers it was computed from.
+# bound = FACTOR x EPS32 x scale, where FACTOR = 8 ~ sqrt(64): the random-walk growth of the rounding of a
+# float32 dot product over the models' widths (d_model 32, d_ff <= 96), accumulated over <= 4 layers.
+# Measured on one Xeon (AVX-512/AMX) under the native, avx2 and default kernels: at most 0.7 eps x scale.
+EPS32 = float(np.finfo(np.float32).eps)
+FACTOR = 8.0
+# Statistics in nats are differences or means of per-token log-probabilities, each about ln(vocab) in
+# size: their rounding scales with ln V, not with the (often tiny) value (a dNLL of 1e-4 is a difference
+# of two NLLs of ~5.8 each).
+NATS = ("ablation_dnll_", "ablation_shift_", "logit_lens_ce", "logit_lens_entropy", "logit_lens_kl")
+# taylor_mlp = |sum theta * G| over a group's ~6,000 parameters: terms of both signs cancel, so the float32
+# gradients' relative error is amplified by sum|theta G| / |sum theta G|. Measured: 45 eps relative at most
+# (avx2); bound 256 eps relative, the ratio being a property of the model, not of the machine.
+RELATIVE = {"taylor_mlp": 256.0, "fisher_mlp": FACTOR, "grad_norm_mlp": FACTOR}
+VOCABS = {"tlm": 256}  # the zoo models use models_zoo.VOCAB
+
+
+def _scale(rows):
+    """The magnitude each row's value was computed from (see above)."""
+    ln_v = np.log(rows.model.map(lambda m: VOCABS.get(m, VOCAB)).astype(float))
+    nats = rows.statistic.str.startswith(NATS)
+    relative = rows.statistic.isin(set(RELATIVE))
+    plain = np.maximum(1.0, rows.value_old.abs())  # cosines, ratios, ranks, fractions: O(1) or the value
+    return np.where(nats, ln_v, np.where(relative, rows.value_old.abs(), plain))
+
+
+def _factor(rows):
+    return rows.statistic.map(lambda s: RELATIVE.get(s, FACTOR)).astype(float)
+
+
+def _worst(rows, col: str) -> tuple[float, list]:
+    """Largest |old - new| / bound of a column (NaN == NaN; a NaN on one side only is infinitely bad)."""
+    old, new = rows[f"{col}_old"], rows[f"{col}_new"]
+    bound = _factor(rows) * EPS32 * _scale(rows)
+    err = ((old - new).abs() / bound).where(~(old.isna() & new.isna()), 0.0).fillna(np.inf)
+    i = err.idxmax()
+    return float(err[i]), rows.loc[i, ["model", "layer", "statistic", f"{col}_old", f"{col}_new"]].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +87,13 @@ def test_golden_results_unchanged(fresh):
     assert set(new_only[~added].model) <= {"opt", "tlm"}  # importance rows: the old code crashed on them
     both = m[m._merge == "both"]
     aligned = both.statistic.isin(set(STATISTICS))
-    diffs = differences(both[~aligned], set())
-    assert all(v <= 1e-9 for v in diffs.values()), diffs  # importance: unchanged
-    # alignment: the per-token dot products are float32 (eps 1.2e-7), and issue 14 changed only the order
-    # in which float32 sums them (a 7x7, then 5x5 Gram by bmm, now one fused product per pair that a
-    # statistic reads). Measured: at most 1.3e-8 x max(1, |value|) in value, std and CI; against float64
-    # products the median error is unchanged (8.3e-10 before, 8.4e-10 after). Bound: a quarter of eps.
-    for col in ("value", "std", "ci_low", "ci_high"):
-        rows = both[aligned]
-        scale = np.maximum(1.0, rows.value_old.abs())
-        old, new = rows[f"{col}_old"], rows[f"{col}_new"]
-        err = ((old - new).abs() / scale).where(~(old.isna() & new.isna()), 0.0).fillna(np.inf)
-        assert (err <= 3e-8).all(), (col, rows.loc[err.idxmax(), ["model", "layer", "statistic"]].tolist())
-    assert (both[aligned].n_tokens_old == both[aligned].n_tokens_new).all()
+    # value and std of every row; the CI columns only for alignment rows (importance CIs were redefined in
+    # issue 9, sequence-clustered like alignment's, so their golden CI columns are the old definition)
+    checks = [(both, "value"), (both, "std"), (both[aligned], "ci_low"), (both[aligned], "ci_high")]
+    for rows, col in checks:
+        worst, where = _worst(rows, col)
+        assert worst <= 1.0, (col, f"{worst:.2f} x bound", where)
+    assert (both.n_tokens_old == both.n_tokens_new).all()  # counts are integers: exact on every machine
     assert len(m[m._merge == "both"]) > 250
 
 
@@ -69,10 +105,15 @@ def test_absolute_alignment_bounds_the_signed_one(fresh):
         signed = table[table.statistic == f"align_mlp_{kind}"].set_index(["model", "layer"])["value"]
         absolute = table[table.statistic == f"align_abs_mlp_{kind}"].set_index(["model", "layer"])["value"]
         assert len(absolute) == len(signed) > 0
-        assert (absolute >= signed.abs() - 1e-12).all() and (absolute <= 1 + 1e-12).all()
+        # both means are float64 sums of the same per-token float64 cosines in one run (one machine, one
+        # kernel), so Jensen holds up to float64 rounding of 320 terms (< 1e-13); a cosine is a quotient of
+        # float32 dot products, so it may exceed 1 by float32 rounding: FACTOR x eps.
+        assert (absolute >= signed.abs() - 1e-12).all() and (absolute <= 1 + FACTOR * EPS32).all()
 
 
 def test_golden_matrices_unchanged(fresh):
+    """Angular distances (arccos in float64 of cosines of float32 representations) and linear CKA are in
+    [0, 1]: scale 1, the same FACTOR x eps as the per-layer rows. Measured: 1.7e-8 (0.14 eps) at most."""
     _, mats = fresh
-    assert matrix_difference(mats, FAMILIES) <= 1e-9
+    assert matrix_difference(mats, FAMILIES) <= FACTOR * EPS32
     assert np.isfinite(mats.value).all()

@@ -97,9 +97,11 @@ def test_table_output(tmp_path, tlm):
 
 
 def test_unknown_architecture(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
-    (tmp_path / "model.safetensors").write_bytes(b"")
-    _fails([str(tmp_path), "--out", str(tmp_path / "o")], "unsupported architecture 'mamba'")
+    model = tmp_path / "model"  # beside --out: an --out inside the model folder is refused first
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "rwkv"}))
+    (model / "model.safetensors").write_bytes(b"")
+    _fails([str(model), "--out", str(tmp_path / "o")], "unsupported architecture 'rwkv'")
 
 
 def test_text_for_tokenizerless_checkpoint(tmp_path, tlm):

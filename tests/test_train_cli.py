@@ -134,21 +134,24 @@ def test_existing_output_needs_overwrite(tmp_path, corpus):
 
 
 def test_overwrite_only_replaces_our_own_folders(tmp_path, corpus):
-    precious = tmp_path / "project"
-    precious.mkdir()
-    (precious / "notes.txt").write_text("keep")
     arms = ["--seeds", "0", "--schedules", "uniform,linear:1.5:0.5"]
     commands = [["train", "--data", corpus, *TINY], ["compare", *arms, "--data", corpus, *TINY],
                 ["data", "prepare", corpus]]
-    for args in commands:  # refused without --overwrite; with it, tlm writes beside notes.txt
+    for i, args in enumerate(commands):  # refused without --overwrite; with it, tlm writes beside notes.txt
+        precious = tmp_path / f"project{i}"
+        precious.mkdir()
+        (precious / "notes.txt").write_text("keep")
         err = _fails_cleanly([*args, "--out", str(precious)])
         assert "tlm did not write it" in err and (precious / "notes.txt").read_text() == "keep"
-    for args in commands:  # each --overwrite replaces the files of the previous command, not notes.txt
-        r = runner.invoke(app, [*args, "--out", str(precious), "--overwrite"])
-        assert r.exit_code == 0, r.output
-        assert "notes.txt" in r.output and (precious / "notes.txt").read_text() == "keep"
-    assert sorted(p.name for p in precious.iterdir()) == [".tlm-manifest.json", "meta.json", "notes.txt",
-                                                          "tokenizer", "train", "val"]
+        for _ in range(2):  # a second --overwrite replaces the same command's own files, not notes.txt
+            r = runner.invoke(app, [*args, "--out", str(precious), "--overwrite"])
+            assert r.exit_code == 0, r.output
+            assert "notes.txt" in r.output and (precious / "notes.txt").read_text() == "keep"
+    # issue 18: --overwrite never replaces the output of another kind of command
+    err = _fails_cleanly([*commands[2], "--out", str(tmp_path / "project0"), "--overwrite"])
+    assert "holds the output of `tlm train`" in err
+    assert sorted(p.name for p in (tmp_path / "project2").iterdir()) == [
+        ".tlm-manifest.json", "meta.json", "notes.txt", "tokenizer", "train", "val"]
 
 
 def test_unwritable_output(tmp_path, corpus):

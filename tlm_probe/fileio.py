@@ -4,10 +4,16 @@
   place, so a crash never leaves it half-written; a failed write removes its temporary. Outputs follow the
   user's umask (mkstemp/mkdtemp alone would make them 0600/0700).
 - Manifest: OUT/.tlm-manifest.json names the entries a command wrote in OUT (written before the entries
-  themselves, so a crash cannot leave an unlisted file). A command deletes or replaces only those entries,
-  never a folder it did not create, and leaves every other file where it is.
-- Lock: an exclusive flock on .OUT.lock beside OUT (holding the pid) for the life of the writer; the kernel
-  drops it when the process dies, so the lock of a killed process is simply taken over.
+  themselves, so a crash cannot leave an unlisted file) and the kind of command whose folder OUT is. A
+  command deletes or replaces only those entries, only in a folder of its own kind (`tlm eval` never
+  replaces a probe's results, `tlm train --overwrite` never a comparison), never a folder it did not
+  create, and leaves every other file where it is. The manifest is data from disk, not an instruction:
+  an entry that is absolute, holds '..', names the folder itself or passes through a symbolic link is
+  refused, and only regular files and real folders strictly inside OUT are ever deleted.
+- Lock: an exclusive flock on .OUT.lock beside the resolved OUT (holding the pid) for the life of the
+  writer, opened without following symbolic links; the kernel drops it when the process dies, so the lock
+  of a killed process is simply taken over.
+- Inputs: --out may not be, contain or lie inside an input of the same command (check_apart).
 """
 
 from __future__ import annotations
@@ -18,14 +24,22 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from tlm_probe.errors import UserError
+from tlm_probe.ownership import (  # noqa: F401 (check_apart, manifest_kind: for the commands)
+    MANIFEST,
+    check_apart,
+    check_kind,
+    entry_problem,
+    manifest_doc,
+    manifest_kind,
+)
 
-MANIFEST = ".tlm-manifest.json"
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 
 
@@ -48,15 +62,29 @@ def dir_mode() -> int:
     return 0o777 & ~umask()
 
 
+# torch.save's zip writer reports a short write on a full disk without errno: "[enforce fail at
+# inline_container.cc:…] . unexpected pos 1152 vs 1046" or "PytorchStreamWriter failed writing file
+# data/0: file write failed"; a short write of a local file is a full disk (or quota) in practice
+TORCH_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed writing")
+
+
 def is_disk_full(e: BaseException) -> bool:
     # torch.save and safetensors report a full disk as RuntimeError/SafetensorError, not OSError
-    return (isinstance(e, OSError) and e.errno in DISK_FULL) or "No space left" in str(e)
+    if isinstance(e, OSError) and e.errno in DISK_FULL:
+        return True
+    text = str(e)
+    short_write = isinstance(e, RuntimeError) and any(m in text for m in TORCH_SHORT_WRITE)
+    return "No space left" in text or short_write
+
+
+class DiskFull(UserError):
+    """A write that ran out of space (a UserError: the one line names the path and the bytes needed)."""
 
 
 def disk_full_error(path: Path, need: int) -> UserError:
     where = next((p for p in [path, *path.parents] if p.exists()), Path("."))
     free = shutil.disk_usage(where).free
-    return UserError(f"disk full writing {path}: it needs about {human(need)}, {human(free)} free")
+    return DiskFull(f"disk full writing {path}: it needs about {human(need)}, {human(free)} free")
 
 
 def human(n: int) -> str:
@@ -127,6 +155,7 @@ def temp_folder(near: str | Path, need: int = 0) -> Iterator[Path]:
         yield tmp
     except BaseException as e:
         if is_disk_full(e):
+            shutil.rmtree(tmp, ignore_errors=True)  # first, so that the free space reported is true
             raise disk_full_error(near, need) from None
         raise
     finally:
@@ -169,28 +198,38 @@ def replace_entry(src: Path, dst: Path) -> None:
 
 # ---- manifests ------------------------------------------------------------------------------------
 def read_manifest(folder: str | Path) -> list[str]:
-    """Entries (relative paths) that tlm wrote in `folder`; [] when it has no readable manifest."""
-    path = Path(folder) / MANIFEST
-    try:
-        entries = json.loads(path.read_text()).get("entries", [])
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [e for e in entries if isinstance(e, str) and e and ".." not in Path(e).parts]
+    """Entries (relative paths) that tlm wrote in `folder`; [] when it has no readable manifest. An entry
+    that could reach outside the folder or through a link is refused with a UserError, never skipped."""
+    folder = Path(folder)
+    entries = manifest_doc(folder).get("entries", [])
+    entries = entries if isinstance(entries, list) else []
+    for entry in entries:
+        problem = entry_problem(folder, entry)
+        if problem:
+            raise UserError(f"refusing to use the manifest {folder / MANIFEST}: entry {entry!r} {problem}")
+    return list(entries)
 
 
 def record(folder: str | Path, entries: Iterable[str], command: str) -> None:
-    """Add `entries` to the folder's manifest (creating both); call it before writing the entries."""
+    """Add `entries` to the folder's manifest (creating both); call it before writing the entries. The
+    folder keeps the kind of the command that first recorded into it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    check_kind(folder, command)
     old = read_manifest(folder)
     new = list(dict.fromkeys([*old, *entries]))
-    if new != old or not (folder / MANIFEST).is_file():
-        doc = {"written_by": "tlm_probe", "command": command, "entries": new}
-        atomic_write_text(folder / MANIFEST, json.dumps(doc, indent=1) + "\n")
+    kind = manifest_kind(folder) or command
+    if new != old or not (folder / MANIFEST).is_file() or manifest_doc(folder).get("kind") != kind:
+        _write_manifest(folder, kind, command, new)
+
+
+def _write_manifest(folder: Path, kind: str, command: str, entries: list[str]) -> None:
+    doc = {"written_by": "tlm_probe", "kind": kind, "command": command, "entries": entries}
+    atomic_write_text(folder / MANIFEST, json.dumps(doc, indent=1) + "\n")
 
 
 def _owned_top(folder: Path) -> set[str]:
-    return {Path(e).parts[0] for e in read_manifest(folder)}
+    return {PurePosixPath(e).parts[0] for e in read_manifest(folder)}
 
 
 def foreign(folder: str | Path) -> list[str]:
@@ -206,7 +245,7 @@ def remove_owned(folder: str | Path) -> list[str]:
     """Delete the entries the manifest names (and folders they leave empty); keep everything else.
     Returns the names kept."""
     folder = Path(folder)
-    for entry in read_manifest(folder):
+    for entry in read_manifest(folder):  # every entry checked before the first is deleted
         _remove_entry(folder, entry)
     with contextlib.suppress(FileNotFoundError):
         (folder / MANIFEST).unlink()
@@ -214,7 +253,9 @@ def remove_owned(folder: str | Path) -> list[str]:
 
 
 def _remove_entry(folder: Path, entry: str) -> None:
-    _remove(folder / entry)
+    if entry_problem(folder, entry):  # changed on disk since it was checked: leave it
+        return
+    _remove(folder / entry)  # rmtree never follows a link inside the folder it removes
     for parent in (folder / entry).parents:  # runs/uniform-s0 -> runs/ too when nothing else is in it
         if parent == folder or not parent.is_dir() or any(parent.iterdir()):
             break
@@ -225,23 +266,25 @@ def publish(tmp: Path, out: Path, command: str) -> list[str]:
     """Move every entry of the temporary folder `tmp` into `out` and record them in out's manifest.
     A new `out` is `tmp` renamed (one atomic step); an existing one loses the entries of its manifest
     that the new output lacks, gets the new ones renamed in one at a time, and keeps every other file.
-    Refuses to replace an entry that tlm did not write. Returns the names of the files kept."""
+    Refuses to replace an entry that tlm did not write, or to write into another command's folder.
+    Returns the names of the files kept."""
     entries = sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST)
     follow_umask(tmp)
     if not out.exists():
         record(tmp, entries, command)
         os.replace(tmp, out)
         return []
+    check_kind(out, command)
     clash = sorted(set(entries) & set(foreign(out)))
     if clash:
         raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it")
+    kind = manifest_kind(out) or command
     for stale in set(read_manifest(out)) - set(entries):
         _remove_entry(out, stale)
     record(out, entries, command)
     for name in entries:
         replace_entry(tmp / name, out / name)
-    doc = {"written_by": "tlm_probe", "command": command, "entries": entries}
-    atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1) + "\n")
+    _write_manifest(out, kind, command, entries)
     return foreign(out)
 
 
@@ -269,13 +312,17 @@ def claim(
     writes: Iterable[str] = (),
     own_needs_overwrite: bool = True,
     hint: str = "",
+    kind: str | None = None,
 ) -> list[str]:
     """Check, before any expensive work, that a command may write `out`; returns the names of the files
     it will leave alone there. A non-empty folder that tlm did not write is refused without --overwrite;
     with it, tlm writes beside those files but never onto one of them (`writes`: the top-level names the
-    command may write). A folder tlm wrote is refused without --overwrite when `own_needs_overwrite`."""
+    command may write). A folder tlm wrote is refused without --overwrite when `own_needs_overwrite`, and
+    always when another kind of command than `kind` wrote it (None: no kind check, for library callers
+    that write plain files)."""
     out = Path(out)
     ensure_writable(out)
+    check_kind(out, kind)
     others = foreign(out)
     ours = bool(read_manifest(out))
     if not others and not ours:
@@ -310,7 +357,7 @@ def lock_path(out: Path) -> Path:
 def folder_lock(out: str | Path) -> Iterator[None]:
     """Hold an exclusive lock on the output folder `out` for the block. A second writer gets a one-line
     UserError naming the holder's pid. Stale .OUT.tmp-* of a killed writer are removed once it is held."""
-    out = Path(out).absolute()
+    out = Path(out).resolve()  # one lock per folder, whichever path (a symbolic link) reaches it
     path = lock_path(out)
     if path in _held:
         fd, depth = _held[path]
@@ -335,7 +382,7 @@ def folder_lock(out: str | Path) -> Iterator[None]:
 
 def _acquire(path: Path, out: Path) -> int:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        fd = _open_lock(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -343,7 +390,7 @@ def _acquire(path: Path, out: Path) -> int:
             os.close(fd)
             raise UserError(f"{out} is being written by another tlm process (pid {holder})") from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            same = os.fstat(fd).st_ino == os.lstat(path).st_ino
         except FileNotFoundError:
             same = False
         if same:  # else the holder removed the file between our open and flock: lock the new one
@@ -351,4 +398,20 @@ def _acquire(path: Path, out: Path) -> int:
         os.close(fd)
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _open_lock(path: Path) -> int:
+    """Open (or create) the lock file without following a symbolic link; a link, a hard link or anything
+    but a small regular file there is someone else's file, which truncating would destroy."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode())
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"refusing to lock through {path}: it is a symbolic link; remove it") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > 64:
+        os.close(fd)
+        raise UserError(f"refusing to use {path} as a lock: it is not a tlm lock file; remove it")
     return fd

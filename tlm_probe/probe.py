@@ -27,6 +27,7 @@ from tlm_probe import importance as imp
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.backends import BACKENDS
+from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
@@ -35,6 +36,8 @@ from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 
 DEFAULT_SEQ_LEN = 256
+NEURON_STATS = ("dead_neuron_frac", "stable_rank_mlp_out")
+"""Importance statistics that read the MLP neurons (the mlp_post tap) or the down projection's weights."""
 
 
 @dataclass
@@ -150,6 +153,7 @@ def run_probe(
     default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
     opts = replace(opts, seq_len=opts.seq_len or default)
     sq.check_seq_len(pm, opts.seq_len)
+    plan, refused_here = _refuse_missing_pieces(pm, plan)
     accs = build_accumulators(plan.alignment, pm.n_layers, pm.d_ff)
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
     backend = backend_cls(sink) if accs else None
@@ -174,6 +178,8 @@ def run_probe(
     matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
     prov["ci_methods"] = imp.CI_METHODS
+    if refused_here:
+        prov["refused"] = refused_here
     if info is not None:
         missing = {
             s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
@@ -183,6 +189,24 @@ def run_probe(
         )
         prov["importance"] = {**info, "agreement_target": target}
     return ProbeResult(table, matrices, prov)
+
+
+def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan) -> tuple[StatPlan, dict[str, str]]:
+    """Drop the statistics this block kind cannot give (no MLP: only block-level ones), with the reason;
+    a UserError if nothing asked is left."""
+    missing = unavailable(pm.block_kind, {s: ALIGNMENT[s][0] for s in plan.alignment})
+    if pm.adapter.mlp is None:  # importance statistics of the MLP (ablations, gradients, neurons)
+        missing |= {s: NO_MLP for s in plan.importance if "mlp" in s or s in NEURON_STATS}
+    if not missing:
+        return plan, {}
+    if set(plan.asked) <= set(missing) | {s for s in plan.asked if s.startswith("spearman_")}:
+        raise UserError(f"none of the asked statistics can be computed on this {pm.family} model: {NO_MLP}")
+    kept = replace(
+        plan,
+        alignment=tuple(s for s in plan.alignment if s not in missing),
+        importance=tuple(s for s in plan.importance if s not in missing),
+    )
+    return kept, {s: why for s, why in missing.items() if s in plan.asked}
 
 
 def _finish_dist(created: bool) -> None:
@@ -245,6 +269,11 @@ def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress
     if not plan.importance:
         return [], [], None, {}
     refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
+    if pm.neuron_refusal:  # mixture of experts: no one neuron tensor per layer (capture/widths.py)
+        refused |= {s: pm.neuron_refusal for s in plan.importance if s in NEURON_STATS}
+    if pm.lens_refusal:  # a logit scale or soft cap after the head: the lens would not be the model's readout
+        why = f"{pm.lens_refusal}; the lens (final norm + head) would not be the model's own readout"
+        refused |= {s: why for s in plan.importance if "lens" in imp.NEEDS.get(s, ())}
     stats = [s for s in plan.importance if s not in refused]
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]

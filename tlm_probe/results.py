@@ -18,6 +18,7 @@ import pandas as pd
 from tlm_probe.content_hash import content_hash
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import publish, temp_folder
+from tlm_probe.jsonfile import decode_utf8, read_json_object
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 # the columns of every result table, in order; statistics may add columns after these
@@ -64,6 +65,7 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float) -> dic
             "n_layers": pm.n_layers,
             "d_ff": list(pm.d_ff),
             "is_causal": pm.is_causal,
+            "adapter": pm.describe(),
         },
         "backend": opts.backend,
         "data": {
@@ -81,15 +83,16 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float) -> dic
 
 
 def write_results(
-    out: str | Path, table: pd.DataFrame, matrices: pd.DataFrame | None, provenance: dict
+    out: str | Path, table: pd.DataFrame, matrices: pd.DataFrame | None, provenance: dict, kind: str = "probe"
 ) -> Path:
-    """Write DIR/results.{csv,parquet}, DIR/matrices.{csv,parquet} (if any) and DIR/provenance.json."""
+    """Write DIR/results.{csv,parquet}, DIR/matrices.{csv,parquet} (if any) and DIR/provenance.json;
+    `kind`: the command whose folder DIR is (probe or eval: neither replaces the other's results)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
     with temp_folder(out) as tmp:
         _write_all(tmp, table, matrices, provenance)
-        publish(tmp, out, "probe")  # matrices of an earlier run with other stats go; other files stay
+        publish(tmp, out, kind)  # matrices of an earlier run with other stats go; other files stay
     return out
 
 
@@ -144,25 +147,46 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
     if table is None:
         raise UserError(f"no results.csv or results.parquet in {folder}")
     prov_path = folder / PROVENANCE
-    try:
-        prov = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
-    except json.JSONDecodeError as e:
-        raise UserError(f"corrupt {prov_path}: {e}") from e
+    prov = read_json_object(prov_path) if prov_path.is_file() else {}
     return table, _read_table(folder, MATRICES), prov
 
 
 def read_metrics(run: str | Path) -> list[dict]:
-    """A run folder's metrics.jsonl, one dict per line ([] if there is none); a corrupt line is a UserError
-    naming it."""
-    path = Path(run) / METRICS
+    """A run folder's metrics.jsonl, one dict per line ([] if there is none); a bad line is a UserError
+    naming it. A last line cut short (no newline, not JSON) is left out: the writer was killed mid-line,
+    or is still writing it."""
+    return [rec for _, rec in metrics_lines(Path(run) / METRICS)]
+
+
+def metrics_lines(path: Path) -> list[tuple[str, dict]]:
+    """(text, record) of each line of a metrics.jsonl; every record is a JSON object with an integer
+    "step" (what resume, plots and reports rely on)."""
     if not path.is_file():
         return []
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    out = []
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{number} is not JSON ({e.msg})") from e
-    return rows
+            out.append(_metrics_record(line, f"{path}:{number}"))
+        except UserError:
+            if number == len(lines) and not raw.endswith(b"\n"):  # torn last line
+                break
+            raise
+    return out
+
+
+def _metrics_record(line: bytes, where: str) -> tuple[str, dict]:
+    text = decode_utf8(line, where)
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{where} is not JSON ({e.msg})") from None
+    if not isinstance(rec, dict):
+        raise UserError(f"{where} is not a JSON object (it holds a {type(rec).__name__})")
+    step = rec.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise UserError(f"{where} has no integer 'step' (found {step!r})")
+    return text, rec

@@ -1,4 +1,8 @@
-"""Capture: the adapters table, model loading and the backends that feed the statistics."""
+"""Capture: the adapters table, model loading and the backends that feed the statistics.
+
+The table (adapters) is imported at once; loading (torch, transformers) only when one of its names is
+used, so that refusing an unsupported model costs no heavy import.
+"""
 
 from tlm_probe.capture.adapters import (
     ADAPTERS,
@@ -7,7 +11,17 @@ from tlm_probe.capture.adapters import (
     Adapter,
     adapter_for,
 )
-from tlm_probe.capture.loading import DTYPES, ProbeModel, load_probe_model, wrap_model
+
+_LOADING = ("DTYPES", "ProbeModel", "load_probe_model", "wrap_model")
+
+
+def __getattr__(name: str):
+    if name in _LOADING:
+        from tlm_probe.capture import loading
+
+        return getattr(loading, name)
+    raise AttributeError(f"module 'tlm_probe.capture' has no attribute {name!r}")
+
 
 __all__ = [
     "ADAPTERS",

@@ -12,7 +12,7 @@ import operator
 
 import torch
 
-from tlm_probe.capture.adapters import PARALLEL, POST_LN, SEQUENTIAL
+from tlm_probe.capture.adapters import MIXER_ONLY, PARALLEL, POST_LN, SEQUENTIAL
 from tlm_probe.errors import UserError
 
 
@@ -29,7 +29,19 @@ ADDITIVITY = {
     SEQUENTIAL: [("resid_mid", ("resid_pre", "attn_out")), ("resid_post", ("resid_mid", "mlp_out"))],
     PARALLEL: [("resid_post", ("resid_pre", "attn_out", "mlp_out"))],
     POST_LN: [("attn_sum", ("resid_pre", "attn_out")), ("resid_post_prenorm", ("resid_mid", "mlp_out"))],
+    MIXER_ONLY: [("resid_post", ("resid_pre", "attn_out"))],
 }
+# kind -> the pieces statistics may read, where not all of them (a block without an MLP: block-level only)
+AVAILABLE = {MIXER_ONLY: frozenset({"resid_pre", "resid_post"})}
+NO_MLP = "the block has no MLP (and so no resid_mid): only block-level statistics (resid_pre, resid_post)"
+
+
+def unavailable(kind: str, needs: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """statistic -> why it cannot be computed on this block kind, for statistics reading missing pieces."""
+    allowed = AVAILABLE.get(kind)
+    if allowed is None:
+        return {}
+    return {s: NO_MLP for s, pieces in needs.items() if not set(pieces) <= allowed}
 # kind -> {derived piece: terms}: parallel blocks add the MLP output to resid_pre + attn_out
 DERIVED = {PARALLEL: {"resid_mid": ("resid_pre", "attn_out")}}
 ULP_FACTOR = 8.0
@@ -49,6 +61,7 @@ def capture_set(kind: str, needs: set[str]) -> set[str]:
     """Pieces to capture: what the statistics need (derived ones replaced by their terms), the guardrails'
     pieces, and the layer output (post-LN guardrails read the sum before the LayerNorm, not the output)."""
     derived = DERIVED.get(kind, {})
+    needs = needs & AVAILABLE.get(kind, needs)  # the others were refused with their reason (unavailable)
     direct = {p for p in needs if p not in derived}
     for p in needs & set(derived):
         direct |= set(derived[p])

@@ -7,14 +7,15 @@ instead of knowing that GPT-2 calls it `transformer.h.3.mlp`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from tlm_probe.capture.adapters import Adapter, adapter_for
+from tlm_probe.capture.adapters import Adapter, adapter_for, adapter_source
+from tlm_probe.capture.widths import MEANING, layer_mlp, neuron_refusal
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
@@ -48,6 +49,14 @@ class ProbeModel:
     vocab_size: int
     d_model: int = 0
     path: Path | None = None
+    scales: dict[str, float] = field(default_factory=dict)
+    """piece -> factor applied to the captured module output (Adapter.scale)."""
+    mlp_layers: tuple[dict, ...] = ()
+    """Per layer: what the MLP is and what d_ff means there (widths.layer_mlp)."""
+    lens_refusal: str | None = None
+    """Why final norm + head of a layer is not the model's readout (Adapter.head_transform); None if it is."""
+    neuron_refusal: str | None = None
+    """Why statistics of MLP neurons (mlp_post, the down projection) cannot be computed; None if they can."""
 
     @property
     def base(self) -> nn.Module:
@@ -71,10 +80,29 @@ class ProbeModel:
         return self.layer_module(l, self.adapter.mlp_down)
 
     def final_norm(self) -> nn.Module | None:
-        return self.base.get_submodule(self.adapter.final_norm) if self.adapter.final_norm else None
+        """The map between the last block and the head (a norm; OPT-350m's project_out), None if absent."""
+        path = self.adapter.final_path(self.block_kind)
+        return _optional(self.base, path) if path else None
 
     def lm_head(self) -> nn.Module | None:
         return self.model.get_submodule(self.adapter.lm_head) if self.adapter.lm_head else None
+
+    def describe(self) -> dict:
+        """The adapter as provenance: where the row came from, its taps and what d_ff means per layer."""
+        kinds = {m["kind"] for m in self.mlp_layers}
+        return {
+            "source": adapter_source(self.adapter),
+            "family": self.family,
+            "taps": self.taps(),
+            "scales": self.scales,
+            "copied": sorted(self.adapter.copy),
+            "settings": dict(self.adapter.setup),
+            "notes": self.adapter.notes,
+            "d_ff_meaning": {k: MEANING[k] for k in sorted(kinds)},
+            "mlp_layers": list(self.mlp_layers),
+            "neuron_statistics": self.neuron_refusal or "available",
+            "logit_lens": self.lens_refusal or "available",
+        }
 
     def taps(self) -> dict[str, str]:
         """piece -> tap for this model's block kind."""
@@ -104,13 +132,6 @@ CALLS = {
 }
 
 
-def down_width(module: nn.Module) -> int:
-    """Input width of a down projection: nn.Linear stores (out, in), GPT-2's Conv1D stores (in, out)."""
-    if isinstance(module, nn.Linear):
-        return module.in_features
-    return int(module.weight.shape[0])
-
-
 def wrap_model(
     model: nn.Module, tokenizer: Any = None, name: str = "model", path: Path | None = None
 ) -> ProbeModel:
@@ -136,10 +157,51 @@ def wrap_model(
         ),
         path=path,
     )
-    layers = pm.base.get_submodule(adapter.layers)
+    layers = _find(pm.base, adapter.layers, f"the {adapter.family} row's layers")
     pm.n_layers = len(layers)
-    pm.d_ff = tuple(down_width(pm.mlp_down(l)) for l in range(pm.n_layers))
+    _check_taps(pm, layers[0])
+    _apply_setup(adapter, layers)
+    pm.mlp_layers = tuple(layer_mlp(adapter, layer, config, pm.d_model) for layer in layers)
+    pm.d_ff = tuple(m["d_ff"] for m in pm.mlp_layers)
+    pm.neuron_refusal = neuron_refusal(list(pm.mlp_layers))
+    pm.scales = dict(adapter.scale(config)) if adapter.scale else {}
+    pm.lens_refusal = adapter.head_transform(config) if adapter.head_transform else None
     return pm
+
+
+def _find(root: nn.Module, path: str, what: str) -> nn.Module:
+    try:
+        return root.get_submodule(path)
+    except AttributeError as e:
+        raise UserError(f"{what}: the model has no module {path!r} ({type(root).__name__})") from e
+
+
+def _check_taps(pm: ProbeModel, first: nn.Module) -> None:
+    """Every tap of the row names a module of layer 0 (a wrong path is one clear line, not a traceback)."""
+    for piece, tap in pm.taps().items():
+        path, where = tap.rpartition(":")[::2]
+        if where not in ("in", "out"):
+            raise UserError(
+                f"the {pm.family} row's tap for {piece} is {tap!r}: expected 'path:in' or 'path:out'"
+            )
+        if path:
+            _find(first, path, f"the {pm.family} row's tap for {piece}")
+
+
+def _apply_setup(adapter: Adapter, layers) -> None:
+    """Adapter.setup: attribute settings that change no number (see rows.Adapter.setup)."""
+    for layer in layers:
+        for key, value in adapter.setup.items():
+            path, _, attr = key.rpartition(".")
+            setattr(layer.get_submodule(path) if path else layer, attr, value)
+
+
+def _optional(root: nn.Module, path: str) -> nn.Module | None:
+    """The submodule at path, or None where the model has none (OPT keeps None in absent slots)."""
+    try:
+        return root.get_submodule(path)
+    except AttributeError:
+        return None
 
 
 def load_probe_model(

@@ -57,7 +57,9 @@ class NativeBackend:
     def _store(self, layer: int, piece: str, tensor: torch.Tensor | None) -> None:
         if tensor is None:
             return
-        self._current.setdefault(layer, {})[piece] = tensor.detach()
+        # a piece the model changes in place after its hook (Falcon's MLP output) is kept as a copy
+        tensor = tensor.detach().clone() if piece in self.pm.adapter.copy else tensor.detach()
+        self._current.setdefault(layer, {})[piece] = tensor
         if piece == "resid_post":  # the layer output fires last: the layer is complete
             self.sink.on_layer(layer, self._current.pop(layer))
 

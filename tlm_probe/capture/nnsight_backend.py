@@ -68,6 +68,8 @@ class NNsightBackend:
                 path, where = split_tap(self.sink.taps[piece])
                 env = self._envoy(layer, path)
                 value = tap_input(*env.inputs) if where == "in" else first_tensor(env.output)
+                if piece in self.pm.adapter.copy:  # changed in place after this point (Falcon)
+                    value = value.clone()
                 saved[(layer, piece)] = nnsight.save(value)
         for layer in range(self.pm.n_layers):
             raw = {p: saved[(layer, p)] for p in self.sink.pieces if (layer, p) in saved}

@@ -42,6 +42,7 @@ class StatSink:
         self.pieces = sorted(capture_set(pm.block_kind, needs))
         self.needs = needs  # guardrail-only pieces (post-LN sums) stay out of the statistics' products
         self.taps = {p: taps[p] for p in self.pieces}
+        self.scales = dict(pm.scales)  # piece -> factor on the module output; a backend may clear it
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
         self.scratch = Workspace()
@@ -63,7 +64,8 @@ class StatSink:
                 "does not match this model"
             )
         B, T = self.index.counted.shape
-        raw = {k: _as_btd(v, B, T) for k, v in raw.items()}
+        scales = self.scales  # Granite: the block adds residual_multiplier x the module output
+        raw = {k: _as_btd(v, B, T) * scales[k] if k in scales else _as_btd(v, B, T) for k, v in raw.items()}
         full_check = self.guardrails and (self.check_batches < 0 or self.batches_done < self.check_batches)
         if full_check:  # on a sample of tokens; every token's finiteness is checked when the batch ends
             try:

@@ -47,6 +47,16 @@ class TransformerLensBackend:
 
     def __init__(self, sink: StatSink):
         self.sink, self.pm = sink, sink.pm
+        refusal = self.pm.adapter.tl_refusal
+        why = refusal(self.pm.model.config) if refusal else None
+        if why:
+            raise UserError(
+                f"the TransformerLens backend cannot probe this {self.pm.family} model: {why}; "
+                "use --backend native"
+            )
+        # TransformerLens' hook_attn_out / hook_mlp_out are by its convention what the block adds to the
+        # stream (its Granite bridge multiplies by residual_multiplier itself): no Adapter.scale here
+        sink.scales = {}
         table = TL_NAMES[self.pm.block_kind]
         self.names = {(l, p): f"blocks.{l}.{table[p]}" for l in range(self.pm.n_layers) for p in sink.pieces}
         self.runner = self.pm.model if self.pm.adapter.tl_native else _build_bridge(self.pm)

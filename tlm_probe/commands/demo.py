@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
                 device=device,
                 probe=not no_probe,
                 mixer=mixer,
+                threads=threads,
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
             err_console.print(f"interrupted; re-run the same command to continue in {out}")

@@ -48,32 +48,35 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(0, help="CPU threads for PyTorch (0: PyTorch's default)."),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run a hub model's code."),
         unsafe_pickle: bool = typer.Option(False, "--unsafe-pickle", help="Allow pickle (.bin/.pt) weights."),
+        trust_task_code: bool = typer.Option(
+            False, "--trust-task-code", help="Let task YAMLs run the Python their !function tags name."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print the result rows as JSON."),
     ):
         """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
         from tlm_probe.commands.probe import _threads
-        from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval
+        from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.fileio import folder_lock
 
         opts = EvalOptions(
             tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
             ppl_split=ppl_split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=ppl_tokens,
             limit=limit, task_source=task_source, batch_size=batch_size, device=device, dtype=dtype,
-            seed=seed,
+            seed=seed, trust_task_code=trust_task_code,
         )
         check_options(opts)
-        check_output(out)
+        check_output(out, [model, *opts.ppl_data, *opts.tasks])
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
         status = contextlib.nullcontext() if json_out else console.status(f"evaluating {model}")
-        with _threads(threads), status:
+        # the lock from the first load to the last file: a second eval of this --out stops at once
+        with folder_lock(out), _threads(threads), status, stays_offline(model, opts):
             scorer = load_scorer(model, opts, unsafe_pickle, trust_remote_code)
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tasks-") as staging:
                 res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging))
-                with folder_lock(out):  # one writer at a time (a second gets the holder's pid)
-                    write_eval(out, res, Path(staging))
+                write_eval(out, res, Path(staging))
         if json_out:
             rows = res.table.to_dict("records")
             print_json({"out": str(out), "provenance": res.provenance, "results": rows})
@@ -81,8 +84,13 @@ def register(app: typer.Typer) -> None:
             print_summary(res.table, res.provenance, out)
 
 
-def check_output(out: Path) -> None:
-    """Before any work: DIR may be new, empty or an earlier eval result; nothing else is replaced."""
+def check_output(out: Path, inputs=()) -> None:
+    """Before any work: DIR may be new, empty or an earlier eval result; nothing else is replaced, and
+    nothing the command reads (model, data, task files) is inside, around or at DIR."""
+    from tlm_probe.fileio import check_apart, check_kind
+
+    check_apart(out, inputs)
+    check_kind(out, "eval")  # a probe's results.csv is not an earlier eval result
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in EVAL_MARKERS):
@@ -98,7 +106,7 @@ def write_eval(out: Path, res, staging: Path) -> None:
     from tlm_probe.fileio import atomic_write_text, record
     from tlm_probe.results import write_results
 
-    write_results(out, res.table, None, res.provenance)
+    write_results(out, res.table, None, res.provenance, kind="eval")
     written = [p for p in staging.iterdir() if p.suffix in (".yaml", ".jsonl")]
     if not written:
         return

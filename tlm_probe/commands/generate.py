@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import typer
 
 from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +32,8 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.commands.probe import _threads
         from tlm_probe.generation import GenerateOptions, generate_text
 
+        if not math.isfinite(temperature):  # nan passes every comparison; inf divides logits to 0 or nan
+            raise UserError(f"--temperature must be a finite number >= 0, got {temperature}")
         opts = GenerateOptions(max_new_tokens, temperature, top_p, seed, not no_cache, device, dtype)
         opts.check()
         started = time.perf_counter()

@@ -78,6 +78,12 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(
             False, "--overwrite", help="Write into a non-empty --out that tlm did not write (its files stay)."
         ),
+        adapter: Path = typer.Option(
+            None,
+            "--adapter",
+            help="JSON adapter row (layers, mlp, mlp_down, final_norm, lm_head, block_kind, taps) that "
+            "serves or overrides its model_types; proved by the guardrails before any statistic.",
+        ),
         importance_option: list[str] = typer.Option(
             [],
             "--importance-option",
@@ -85,6 +91,11 @@ def register(app: typer.Typer) -> None:
         ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
+        from tlm_probe.capture.adapters import check_folder, load_adapter_file, register_adapter
+
+        if adapter is not None:
+            register_adapter(load_adapter_file(adapter))
+        check_folder(model)  # an unsupported architecture is refused before the heavy imports below
         from tlm_probe.fileio import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
@@ -92,6 +103,7 @@ def register(app: typer.Typer) -> None:
 
         if max_tokens < 0:
             raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
+        check_not_weights(data)
         opts = ProbeOptions(
             data=data,
             stats=stats,
@@ -107,7 +119,7 @@ def register(app: typer.Typer) -> None:
         )
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
-        check_out(out, overwrite, max_tokens, exclude_bos)
+        check_out(out, overwrite, max_tokens, exclude_bos, inputs=(model, data))
         main = int(os.environ.get("RANK", "0")) == 0
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
             res = run_probe(
@@ -131,14 +143,29 @@ def register(app: typer.Typer) -> None:
             _print_summary(res.table, res.provenance, out)
 
 
-def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool) -> None:
-    """Before loading anything: --out can be written and holds no file of the user's we would replace."""
-    from tlm_probe.fileio import claim
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
+
+
+def check_not_weights(data: str) -> None:
+    """A weights file (or a model folder) given as --data would be read as text or token ids: refuse."""
+    path = Path(data)
+    if path.is_file() and path.suffix.lower() in WEIGHT_SUFFIXES:
+        raise UserError(f"--data {data} is a model weights file, not text or token ids; "
+                        "give the model as the first argument and the data with --data")
+    if path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors")):
+        raise UserError(f"--data {data} is a model folder (config.json and weights), not text or token ids")
+
+
+def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
+    """Before loading anything: --out can be written, is apart from the model and data it reads, and
+    holds no file of the user's (or of another command) we would replace."""
+    from tlm_probe.fileio import check_apart, claim
     from tlm_probe.results import OURS
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
-    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False)
+    check_apart(out, inputs)
+    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
 
 
 @contextlib.contextmanager

@@ -27,21 +27,24 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
+        from tlm_probe.fileio import check_apart, folder_lock
         from tlm_probe.plotting.style import parse_size
         from tlm_probe.report.html import check_out, render_figures, write_report
         from tlm_probe.report.sections import build_document
 
         if not inputs:
             raise UserError("give at least one input folder")
+        check_apart(out, inputs)
         check_out(out, overwrite)
-        doc = build_document(inputs, title=title, size=parse_size(size), dpi=dpi)
-        if not doc.figures() and not doc.sections:
-            raise UserError("nothing to report: the inputs hold no results")
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-        with Progress(*columns, console=err_console, transient=True) as progress:
-            task = progress.add_task("drawing figures", total=len(doc.figures()))
-            render_figures(doc, lambda name: progress.advance(task))
-        summary = write_report(doc, out, overwrite)
+        with folder_lock(out):  # from reading the inputs to the last file: a second report waits its turn
+            doc = build_document(inputs, title=title, size=parse_size(size), dpi=dpi)
+            if not doc.figures() and not doc.sections:
+                raise UserError("nothing to report: the inputs hold no results")
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+            with Progress(*columns, console=err_console, transient=True) as progress:
+                task = progress.add_task("drawing figures", total=len(doc.figures()))
+                render_figures(doc, lambda name: progress.advance(task))
+            summary = write_report(doc, out, overwrite)
         if json_out:
             print_json(summary)
         else:

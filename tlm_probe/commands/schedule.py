@@ -16,8 +16,9 @@ from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 def register(app: typer.Typer) -> None:
     @command(app, "schedule", "tlm schedule --layers 24 --d-ff 4096 --schedule cosine --start 1.5 --end 0.5")
     def schedule(
-        layers: int = typer.Option(24, help="Number of layers L."),
-        d_ff: int = typer.Option(4096, "--d-ff", help="Uniform MLP width; the budget is L·d_ff."),
+        layers: int = typer.Option(None, help="Number of layers L (default 24)."),
+        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff "
+                                  "(default 4096)."),
         schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|wider-early|"
                                      "wider-middle|wider-late, or explicit widths '4096,4096,...'."),
         start: float = typer.Option(None, help="Start ratio r_s (tapers; default 1.5)."),
@@ -25,12 +26,15 @@ def register(app: typer.Typer) -> None:
         steepness: float = typer.Option(None, help="Sigmoid steepness (default 10)."),
         wide_factor: float = typer.Option(None, help="Width ratio of the wide third (grouped; default 1.5)."),
         multiple_of: int = typer.Option(64, help="Round every width to a multiple of this."),
-        d_model: int = typer.Option(1024, help="Residual width, for the parameter accounting."),
-        vocab_size: int = typer.Option(32000, help="Vocabulary size, for the parameter accounting."),
-        mlp: str = typer.Option("swiglu", help="swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights)."),
-        seq_len: int = typer.Option(4096, help="Context length for the attention FLOP term."),
+        d_model: int = typer.Option(None, help="Residual width, for the parameter "
+                                    "accounting (default 1024)."),
+        vocab_size: int = typer.Option(None, help="Vocabulary size, for the parameter accounting (default "
+                                       "32000)."),
+        mlp: str = typer.Option(None, help="swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights; default swiglu)."),
+        seq_len: int = typer.Option(None, help="Context length for the attention FLOP term (default 4096)."),
         preset: str = typer.Option(None, help="A model preset (tlm-440m, ...): its layers, widths and "
-                                   "architecture replace the flags above."),
+                                   "architecture; the flags above (but --multiple-of) "
+                                   "are refused beside it."),
         mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
     ):
@@ -38,14 +42,19 @@ def register(app: typer.Typer) -> None:
         if mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
+        flat = ScheduleSpec(name="uniform", multiple_of=multiple_of)  # the same rounding on both sides
+        arch = dict(n_layers=layers, d_ff=d_ff, d_model=d_model, vocab_size=vocab_size, mlp=mlp,
+                    max_seq_len=seq_len)
         if preset:
-            tapered, uniform = preset_config(preset, spec, mixer), preset_config(preset, "uniform", mixer)
+            _refuse_beside_preset(preset, arch)
+            tapered, uniform = preset_config(preset, spec, mixer), preset_config(preset, flat, mixer)
             seq_len = tapered.max_seq_len
         else:
-            base = dict(vocab_size=vocab_size, d_model=d_model, n_layers=layers,
-                        n_heads=max(1, d_model // 64), mlp=mlp, max_seq_len=seq_len, mixer=mixer)
+            base = {**ARCH_DEFAULTS, **{k: v for k, v in arch.items() if v is not None}, "mixer": mixer}
+            d_ff, seq_len = base.pop("d_ff"), base["max_seq_len"]
+            base["n_heads"] = max(1, base["d_model"] // 64)
             tapered = config_with_schedule(spec, d_ff, **base)
-            uniform = config_with_schedule("uniform", d_ff, **base)
+            uniform = config_with_schedule(flat, d_ff, **base)
         sched = make_schedule(spec, tapered.n_layers, tapered.schedule["d_ff"])
         result = {"preset": preset, "mixer": mixer, **_result(sched, tapered, uniform, seq_len)}
         if json_out:
@@ -55,12 +64,39 @@ def register(app: typer.Typer) -> None:
 
 
 FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
+# the parameters each schedule reads, in the order of its spec string (name:p1:p2:...); explicit widths none
+USES = {"uniform": (), "linear": ("start", "end"), "cosine": ("start", "end"),
+        "sigmoid": ("start", "end", "steepness"), "wider-early": ("wide_factor",),
+        "wider-middle": ("wide_factor",), "wider-late": ("wide_factor",), "explicit": ()}
+# defaults of the architecture flags without --preset (the flags are None when not given)
+ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
+ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
+                  mlp="--mlp", max_seq_len="--seq-len")
+
+
+def _refuse_beside_preset(preset: str, arch: dict) -> None:
+    given = [ARCH_FLAGS[k] for k, v in arch.items() if v is not None]
+    if given:  # the preset fixes them: a flag beside it would be ignored, so say so instead
+        raise UserError(f"--preset {preset} sets the architecture; drop {', '.join(given)}")
+
+
+def _check_used(text: str, spec: ScheduleSpec, given: dict) -> None:
+    """Refuse what the schedule would ignore: extra spec-string numbers, or flags it does not read."""
+    uses = USES[spec.name]
+    n_given = len(text.split(":")) - 1
+    if n_given > len(uses):
+        takes = f"{len(uses)} parameter{'s' * (len(uses) != 1)}" + (f" ({':'.join(uses)})" if uses else "")
+        raise UserError(f"--schedule {text!r}: {spec.name} takes {takes}, got {n_given}")
+    unused = [f"--{k.replace('_', '-')}" for k in given if k not in uses]
+    if unused and spec.name != "explicit":
+        raise UserError(f"--schedule {spec.name} does not use {', '.join(unused)}; drop it")
 
 
 def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec:
     spec = parse_schedule(text, multiple_of)
     given = {k: v for k, v in dict(start=start, end=end, steepness=steepness, wide_factor=wide_factor).items()
              if v is not None}
+    _check_used(text.strip(), spec, given)
     if given and (":" in text or spec.name == "explicit"):  # two sources for one number: refuse, not pick
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")

@@ -14,7 +14,7 @@ import numpy as np
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import claim, folder_lock, publish, temp_folder
+from tlm_probe.fileio import check_apart, claim, folder_lock, publish, temp_folder
 from tlm_probe.tokenizer import make_tokenizer, parse_bpe
 
 
@@ -82,7 +82,8 @@ def prepare(
 
 def check_inputs(source: str, out: Path, tokenizer_spec: str, shard_tokens: int, overwrite: bool) -> None:
     """Fail fast (before any progress bar or file) on a bad output, shard size, tokenizer spec or source."""
-    claim(out, overwrite=overwrite, writes=("train", "val", "tokenizer", "meta.json"))
+    check_apart(out, [source])
+    claim(out, overwrite=overwrite, writes=("train", "val", "tokenizer", "meta.json"), kind="data prepare")
     if shard_tokens < 1:
         raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
     parse_bpe(tokenizer_spec)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.errors import UserError
+from tlm_probe.jsonfile import decode_utf8
 
 SPLITS = ("train", "val", "all")
 VAL_PERCENT = 5
@@ -148,8 +149,9 @@ def _text_file(path: Path) -> Iterator[str]:
 
 
 def _jsonl(path: Path, field: str) -> Iterator[str]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:  # bytes, so that a line that is not UTF-8 is named by its number
+        for lineno, raw in enumerate(f, 1):
+            line = decode_utf8(raw, f"{path}:{lineno}")
             if not line.strip():
                 continue
             try:

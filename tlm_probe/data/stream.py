@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from tlm_probe.data.sources import iter_documents
-from tlm_probe.data.tokens import is_prepared, lazy_token_ids, load_token_ids
+from tlm_probe.data.tokens import check_shard_ids, is_prepared, lazy_token_ids, load_token_ids
 from tlm_probe.errors import UserError
+from tlm_probe.jsonfile import int_field, read_json_object
+from tlm_probe.tokenizer import META as TOKENIZER_META
 from tlm_probe.tokenizer import load_saved_tokenizer, make_tokenizer
 
 TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")
@@ -67,12 +69,18 @@ def load_token_data(source: str, tokenizer_spec: str = "byte") -> TokenData:
 
 
 def _prepared(source: str) -> TokenData:
-    import json
-
-    meta = json.loads((Path(source) / "meta.json").read_text())
+    """A `tlm data prepare` folder, its files checked first: meta.json, the tokenizer's record of its
+    kind, and every id against the vocabulary (each fault one line naming the file)."""
+    meta_path = Path(source) / "meta.json"
+    meta = read_json_object(meta_path)
+    vocab = int_field(meta, "vocab_size", meta_path, low=1)
+    tok_meta = Path(source) / "tokenizer" / TOKENIZER_META
+    if tok_meta.is_file() and not isinstance(read_json_object(tok_meta).get("kind"), str):
+        raise UserError(f"{tok_meta} has no tokenizer 'kind' (byte, bpe or hf)")
     tok = load_saved_tokenizer(Path(source) / "tokenizer")
+    check_shard_ids(Path(source), vocab, str(meta_path))
     train, val = lazy_token_ids(source, "train"), lazy_token_ids(source, "val")
-    return TokenData(train, val, tok, source, int(meta["vocab_size"]), meta)
+    return TokenData(train, val, tok, source, vocab, meta)
 
 
 def _bare_tokens(source: str) -> TokenData:

@@ -15,6 +15,7 @@ import numpy as np
 
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import atomic_path
+from tlm_probe.jsonfile import int_field
 
 MAGIC = b"TLMTOK01"
 HEADER_BYTES = 256
@@ -56,6 +57,9 @@ def read_shard_header(path: str | Path) -> dict:
         header = json.loads(head[len(MAGIC) :].decode())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UserError(f"{path} has a corrupt shard header") from None
+    if not isinstance(header, dict):
+        raise UserError(f"{path} has a corrupt shard header (not a JSON object)")
+    int_field(header, "n_tokens", f"{path}: its shard header")
     expected = HEADER_BYTES + header["n_tokens"] * DTYPE.itemsize
     if path.stat().st_size != expected:
         raise UserError(f"{path} is truncated: {path.stat().st_size} bytes, header says {expected}")
@@ -67,6 +71,20 @@ def read_shard(path: str | Path) -> np.ndarray:
     if header["n_tokens"] == 0:
         return np.zeros(0, dtype=np.uint32)
     return np.memmap(path, dtype=DTYPE, mode="r", offset=HEADER_BYTES, shape=(header["n_tokens"],))
+
+
+def max_id(ids: np.ndarray, chunk: int = 1 << 24) -> int:
+    """The largest id of a (memory-mapped) array, read in chunks so a corpus never sits in memory whole."""
+    return max((int(ids[i : i + chunk].max()) for i in range(0, len(ids), chunk)), default=-1)
+
+
+def check_shard_ids(folder: Path, vocab_size: int, where: str) -> None:
+    """Every id in the shards of a prepared folder is below its vocab_size (one pass over the memory maps:
+    an id past the embedding table would fail mid-training as an IndexError)."""
+    for f in [f for s in ("train", "val") for f in shard_files(folder / s)]:
+        top = max_id(read_shard(f))
+        if top >= vocab_size:
+            raise UserError(f"{f} holds token id {top}, outside the vocab_size {vocab_size} of {where}")
 
 
 def shard_files(folder: Path) -> list[Path]:

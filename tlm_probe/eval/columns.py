@@ -33,10 +33,11 @@ def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
             table = pd.read_csv(folder / "results.csv")
         else:
             res = run_eval(str(run), opts)
-            write_results(folder, res.table, None, res.provenance)
+            write_results(folder, res.table, None, res.provenance, kind="eval")
             table = res.table
         return {column_name(r.task, r.metric): float(r.value) for r in table.itertuples()}
 
+    after_run.needs_tokenizer = bool(opts.tasks)  # task text must become ids: compare checks it first
     return after_run
 
 

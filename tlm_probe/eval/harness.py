@@ -93,16 +93,20 @@ def run_tasks(
     limit: int | None,
     seed: int,
     builtin_only: bool,
+    trust_code: bool = False,
 ) -> dict:
-    """simple_evaluate on our model; returns the harness's results dict (results, configs, n-samples ...)."""
+    """simple_evaluate on our model; returns the harness's results dict (results, configs, n-samples ...).
+    Task files run no Python of theirs unless `trust_code` (eval/task_code.py)."""
     from lm_eval import evaluator
     from lm_eval.tasks import TaskManager
+
+    from tlm_probe.eval.task_code import harness_code_guard
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)  # the harness logs every request at INFO
     manager = TaskManager(
         include_path=[str(p) for p in include_paths] or None, include_defaults=not builtin_only
     )
-    with _quiet_progress():
+    with _quiet_progress(), harness_code_guard(trust_code):
         return evaluator.simple_evaluate(
             model=TLMHarnessLM(scorer),
             tasks=tasks,

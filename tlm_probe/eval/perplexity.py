@@ -55,12 +55,54 @@ class PPLResult:
         ]
 
 
+NO_TOKENIZER = "this model has no tokenizer; tlm eval needs one to turn task text into ids"
+_VOCAB_KEYS = ("vocab_size", "d_vocab")
+
+
+class IdsOnly:
+    """The codec of a model without a tokenizer: perplexity on token ids needs none (no bits per byte,
+    which need the bytes each id stands for); anything that needs text is refused with one line."""
+
+    is_byte, name, vocab_size, eos_id = False, "none (token ids)", 0, None
+
+    def n_bytes(self, ids) -> int:
+        return 0
+
+    def encode(self, text: str):
+        raise UserError(NO_TOKENIZER)
+
+    encode_batch = decode = encode
+
+
+def is_token_source(source: str) -> bool:
+    return is_prepared(source) or (Path(source).suffix in TOKEN_SUFFIXES and Path(source).is_file())
+
+
 def source_ids(source: str, split: str, codec) -> np.ndarray:
-    """The ids the perplexity is measured on (see the module docstring)."""
-    if is_prepared(source) or (Path(source).suffix in TOKEN_SUFFIXES and Path(source).is_file()):
+    """The ids the perplexity is measured on (see the module docstring); split "all" is train + val."""
+    if is_token_source(source):
         data = load_token_data(source)
-        return np.asarray(data.val if split == "val" else data.train, dtype=np.int64)
+        parts = {"train": [data.train], "val": [data.val], "all": [data.train, data.val]}[split]
+        return np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
     return tokenize_documents(iter_documents(source, split), codec).astype(np.int64)
+
+
+def model_vocab(scorer: Scorer) -> int:
+    """The number of ids the model can read: its embedding rows, and for a byte tokenizer 256 at most."""
+    cfg = getattr(scorer.pm.model, "cfg", None) or getattr(scorer.pm.model, "config", None)
+    sizes = [v for k in _VOCAB_KEYS if isinstance(v := getattr(cfg, k, None), int) and v > 0]
+    if getattr(scorer.codec, "is_byte", False):
+        sizes.append(256)  # a byte id above 255 stands for no byte: its bits per byte would be made up
+    return min(sizes) if sizes else 0
+
+
+def check_ids(ids: np.ndarray, scorer: Scorer, source: str) -> None:
+    vocab = model_vocab(scorer)
+    if len(ids) and ids.min() < 0:
+        raise UserError(f"{source} holds a negative token id ({int(ids.min())})")
+    if vocab and len(ids) and ids.max() >= vocab:
+        raise UserError(f"{source} holds token id {int(ids.max())}, outside the model's vocabulary "
+                        f"(ids 0..{vocab - 1}); were these ids made with another tokenizer?")
 
 
 def window_starts(n_ids: int, context: int, stride: int) -> list[int]:
@@ -72,6 +114,7 @@ def perplexity(
     scorer: Scorer, ids: np.ndarray, *, source: str, split: str, context: int = 0, stride: int = 0,
     max_tokens: int | None = None, progress=None,
 ) -> PPLResult:
+    check_ids(ids, scorer, source)
     L = context or scorer.max_length
     S = stride or L
     if not 0 < S <= L or L > scorer.max_length:

@@ -18,6 +18,10 @@ import pandas as pd
 
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
+from tlm_probe.eval.offline import is_local, offline
+from tlm_probe.eval.task_code import check_task_code
+from tlm_probe.eval.task_names import check_task_names
+from tlm_probe.seeds import check_seed
 
 EVAL_COLUMNS = ["model", "task", "metric", "value", "stderr", "n"]
 
@@ -44,6 +48,8 @@ class EvalOptions:
     device: str = "cpu"
     dtype: str = "float32"
     seed: int = 0
+    trust_task_code: bool = False
+    """Let task YAMLs run the Python their !function tags name (refused by default)."""
 
 
 @dataclass
@@ -61,24 +67,45 @@ def check_options(opts: EvalOptions) -> None:
         raise UserError(f"--limit must be >= 1, got {opts.limit}")
     if opts.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    if opts.ppl_tokens < 0:  # 0 means all; below 0 would silently score one window
+        raise UserError(f"--ppl-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
     if opts.ppl_split not in ("train", "val", "all"):
         raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
+    check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
             raise UserError(f"task config not found: {t}")
+    check_task_code(opts.tasks, opts.trust_task_code)  # before any task file is parsed
+    files = [t for t in opts.tasks if Path(t).exists()]
+    names = [t for t in opts.tasks if t not in files]
+    check_task_names(names, [n for t in files for n in _task_names(t)])
+
+
+def stays_offline(model: str, opts: EvalOptions):
+    """Offline mode for the block when nothing the user gave names the hub (eval/offline.py)."""
+    sources = [*opts.ppl_data, *([opts.task_source] if set(opts.tasks) & set(BUILDERS) else [])]
+    return offline(is_local(model, opts.tasks, sources, set(BUILDERS)))
 
 
 def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust_remote_code: bool = False):
     from tlm_probe.capture.loading import load_probe_model
+    from tlm_probe.eval.perplexity import IdsOnly, is_token_source
     from tlm_probe.eval.scorer import Scorer, TextCodec
 
     pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, allow_pickle)
-    return Scorer(pm, TextCodec(pm.tokenizer), batch_size=opts.batch_size)
+    ids_only = not opts.tasks and all(is_token_source(s) for s in opts.ppl_data)  # no text to encode
+    codec = IdsOnly() if pm.tokenizer is None and ids_only else TextCodec(pm.tokenizer)
+    return Scorer(pm, codec, batch_size=opts.batch_size)
 
 
 def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None) -> EvalResult:
     """Evaluate; built-in task files are written into task_dir (a temporary folder when None)."""
     check_options(opts)
+    with stays_offline(model, opts):
+        return _run_eval(model, opts, scorer, task_dir)
+
+
+def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None) -> EvalResult:
     started = time.perf_counter()
     scorer = scorer or load_scorer(model, opts)
     rows, prov_tasks, samples = [], [], {}
@@ -110,6 +137,7 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
         [folder, *{p if p.is_dir() else p.parent for p in paths}] if builtin or paths else [],
         limit=opts.limit,
         seed=opts.seed,
+        trust_code=opts.trust_task_code,
         builtin_only=len(builtin) + len(paths) == len(opts.tasks),
     )
     if out is None:

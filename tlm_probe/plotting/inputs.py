@@ -18,12 +18,16 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.jsonfile import read_json_object
 from tlm_probe.results import ProbeResult, read_metrics, read_results
 from tlm_probe.schedules import make_schedule, parse_schedule
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
 LOSS_KEYS = ("train_loss", "val_loss")
 COMPARE_TABLES = ("results", "summary", "paired")
+# the columns of a comparison's tables that hold words; every other column holds numbers
+TEXT_COLUMNS = ("arm", "mixer", "schedule", "baseline", "d_ff", "shape", "ratio")
+EVAL_REQUIRED = ("model", "task", "metric", "value")
 
 
 def _is_probe(p: Path) -> bool:
@@ -39,9 +43,11 @@ def _is_eval(p: Path) -> bool:
     if not (p.is_dir() and prov.is_file() and (p / "results.csv").is_file()):
         return False
     try:
-        return "lm_eval" in json.loads(prov.read_text()).get("versions", {})
-    except json.JSONDecodeError:
-        return False
+        doc = json.loads(prov.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False  # not an eval result; the probe reader names what is wrong with the file
+    versions = doc.get("versions") if isinstance(doc, dict) else None
+    return isinstance(versions, dict) and "lm_eval" in versions
 
 
 def _is_compare(p: Path) -> bool:
@@ -145,8 +151,9 @@ def _run_order(runs: list[Path], results: pd.DataFrame | None) -> list[Path]:
 
 def load_comparison(path: str | Path) -> Comparison:
     p = Path(path)
-    tables = {n: pd.read_csv(p / f"{n}.csv") for n in COMPARE_TABLES if (p / f"{n}.csv").is_file()}
-    info = json.loads((p / "compare.json").read_text()) if (p / "compare.json").is_file() else {}
+    tables = {n: read_table(p / f"{n}.csv", TEXT_COLUMNS) for n in COMPARE_TABLES
+              if (p / f"{n}.csv").is_file()}
+    info = read_json_object(p / "compare.json") if (p / "compare.json").is_file() else {}
     runs = [r for r in (p / "runs").glob("*") if _is_run(r)] if (p / "runs").is_dir() else []
     runs = _run_order(runs, tables.get("results"))
     probes = sorted(d for d in (p / "probe").glob("*") if _is_probe(d)) if (p / "probe").is_dir() else []
@@ -155,7 +162,30 @@ def load_comparison(path: str | Path) -> Comparison:
 
 def load_eval(path: str | Path) -> pd.DataFrame:
     """The tidy `tlm eval` table (model, task, metric, value, stderr, n)."""
-    return pd.read_csv(Path(path) / "results.csv")
+    return read_table(Path(path) / "results.csv", ("model", "task", "metric"), required=EVAL_REQUIRED)
+
+
+def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) -> pd.DataFrame:
+    """A CSV whose every column outside `text` holds numbers (empty cells are NaN): a corrupt file, a
+    missing column or a word where a number belongs is one UserError naming the file, the column and
+    the cell, not a table drawn or printed as if nothing were wrong."""
+    if not required and not path.read_bytes().strip():  # compare writes a table with no rows so (paired)
+        return pd.DataFrame()
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # pandas raises many types (EmptyDataError, ParserError, UnicodeDecodeError)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"cannot read {path}: {first}") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise UserError(f"{path} is not a tlm table: no column {missing[0]!r}")
+    for col in (c for c in df.columns if c not in text):
+        numbers = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][numbers.isna() & df[col].notna()]
+        if len(bad):
+            raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
+        df[col] = numbers
+    return df
 
 
 def load_run(path: str | Path) -> Comparison:

@@ -211,4 +211,4 @@ def check_out(out: Path, overwrite: bool = False) -> None:
     """Before any drawing: --out can be written, and holds no files of the user's that it would replace."""
     if not out.parent.is_dir():
         raise UserError(f"parent folder of --out does not exist: {out.parent}")
-    claim(out, overwrite=overwrite, writes=REPORT_FILES, own_needs_overwrite=False)
+    claim(out, overwrite=overwrite, writes=REPORT_FILES, own_needs_overwrite=False, kind="report")

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import follow_umask, replace_entry, temp_folder
+from tlm_probe.jsonfile import int_field, read_json_object
 
 STATE_DIR = "state"
 PREFIX = "step_"
@@ -119,12 +120,65 @@ def load_state(run: Path) -> tuple[dict, dict, Restored]:
     if not folders:
         raise UserError(f"{run} has no training checkpoint to resume from (no {STATE_DIR}/{PREFIX}*)")
     folder = folders[-1]
+    step, tokens, plain = read_step_info(folder)
     try:
         model_sd = load_file(str(folder / "model.safetensors"))
         blob = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=True)
-        meta = json.loads((folder / "state.json").read_text())
     except Exception as e:  # truncated or foreign files
         raise UserError(f"cannot read checkpoint {folder}: {str(e).splitlines()[0]}") from None
-    set_rng_state(blob["rng"], meta["rng"])
-    restored = Restored(int(meta["step"]), int(meta["tokens"]), folder, blob.get("extra", {}))
-    return model_sd, blob["optimizer"], restored
+    if not isinstance(blob, dict) or not {"optimizer", "rng"} <= blob.keys():
+        raise UserError(f"{folder / 'trainer.pt'} is not a tlm trainer state (no optimizer and rng)")
+    try:
+        set_rng_state(blob["rng"], plain)
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise UserError(f"{folder / 'trainer.pt'} holds no valid RNG state ({e})") from None
+    return model_sd, blob["optimizer"], Restored(step, tokens, folder, blob.get("extra", {}))
+
+
+def read_step_info(folder: Path) -> tuple[int, int, dict]:
+    """(step, tokens, Python and NumPy RNG states) from folder/state.json, each checked: a state.json
+    edited or cut short is one UserError before the run touches anything. The RNG states are tried on
+    private generators, so a malformed one fails here rather than half-way through restoring."""
+    path = folder / "state.json"
+    meta = read_json_object(path)
+    step, tokens = int_field(meta, "step", path), int_field(meta, "tokens", path)
+    plain = meta.get("rng")
+    try:
+        kind, keys, pos, has_gauss, gauss = plain["numpy"]
+        np.random.RandomState().set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        v, state, g = plain["python"]
+        random.Random().setstate((v, tuple(state), g))
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        what = "no 'rng'" if plain is None else f"no valid RNG state ({type(e).__name__}: {e})"
+        raise UserError(f"{path} holds {what}"[:300]) from None
+    return step, tokens, plain
+
+
+def check_state(run: Path, cfg) -> None:
+    """Before a resume writes anything: the newest checkpoint's state.json is sound and its weights are
+    exactly those of the run's model config (names and shapes, from the safetensors header alone)."""
+    from tlm_probe.models.io import read_safetensors_header
+    from tlm_probe.models.tlm import TaperedLM
+
+    folder = step_folders(run)[-1]
+    read_step_info(folder)
+    path = folder / "model.safetensors"
+    for name in ("model.safetensors", "trainer.pt"):
+        if not (folder / name).is_file():
+            raise UserError(f"checkpoint {folder} has no {name}")
+    header = read_safetensors_header(path)
+    with torch.device("meta"):
+        model = TaperedLM(cfg)
+    expected = {k: list(v.shape) for k, v in model.state_dict().items()}
+    for name, info in header.items():
+        if name not in expected:
+            raise UserError(f"{path} holds {name!r}, which the run's model does not have")
+        if list(info.get("shape", [])) != expected[name]:
+            raise UserError(f"{path}: {name} has shape {info.get('shape')}, the run's config implies "
+                            f"{expected[name]}")
+    groups: dict[int, list[str]] = {}  # tied parameters: one tensor saved under one of its names
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    missing = [names[0] for names in groups.values() if not any(n in header for n in names)]
+    if missing:
+        raise UserError(f"{path} lacks {len(missing)} weight(s) of the run's model, e.g. {missing[0]}")

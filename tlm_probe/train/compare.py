@@ -30,12 +30,22 @@ from scipy import stats
 from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import Interrupted, UserError
-from tlm_probe.fileio import atomic_write_text, claim, read_manifest, record, remove_owned
+from tlm_probe.fileio import (
+    atomic_write_text,
+    check_apart,
+    check_kind,
+    claim,
+    read_manifest,
+    record,
+    remove_owned,
+)
+from tlm_probe.jsonfile import read_json_object
 from tlm_probe.models.device import resolve_device
+from tlm_probe.seeds import check_seed
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
-from tlm_probe.train.run import check_device, writer_lock
+from tlm_probe.train.run import check_device, check_resume, writer_lock
 
 SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
@@ -74,7 +84,10 @@ def parse_seeds(text: str) -> list[int]:
     items = parse_list(text, "seeds")
     if not all(s.lstrip("-").isdigit() for s in items):
         raise UserError(f"--seeds must be integers separated by commas, got {text!r}")
-    return [int(s) for s in items]
+    seeds = [check_seed(int(s), "--seeds: a seed") for s in items]
+    if len(set(seeds)) != len(seeds):  # "0,00" or "7,07": one seed twice would train it twice
+        raise UserError(f"--seeds lists a seed twice: {text}")
+    return seeds
 
 
 @dataclass(frozen=True)
@@ -151,9 +164,10 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     path = out / SETTINGS
     old = _saved_settings(path)
     same = old is not None and _without_seeds(old) == _without_seeds(settings)
+    check_kind(out, "compare")  # before adopting: a train run folder holds a compare_settings.json never
     if same and not read_manifest(out):  # written before manifests existed: the same comparison, adopt it
         record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")
-    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False)
+    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False, kind="compare")
     if overwrite or old is None or same:  # more (or fewer) seeds of the same arms: each run stands alone
         return
     changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
@@ -171,7 +185,7 @@ def _saved_settings(path: Path) -> dict | None:
     then take their defaults (which is what that comparison trained with)."""
     if not path.is_file():
         return None
-    old = json.loads(path.read_text())
+    old = read_json_object(path)
     if isinstance(old.get("base"), dict):
         defaults = {k: v for k, v in TrainConfig(steps=1).to_dict().items() if k not in PER_RUN_OR_MACHINE}
         old["base"] = {**{k: defaults[k] for k in defaults.keys() - old["base"].keys()}, **old["base"]}
@@ -302,10 +316,14 @@ def compare(
     earlier invocation): extra per-run columns, summarised and paired-tested like the validation loss."""
     out = Path(out)
     check_device(base.device)
+    check_apart(out, [base.data] if isinstance(base.data, (str, Path)) else [])
     arms = as_arms(base, arms)
     for arm in arms:  # cheap checks before the corpus is tokenized
         arm.config(base)
     data = data if data is not None else load_token_data(base.data, base.tokenizer)
+    if getattr(after_run, "needs_tokenizer", False) and data.tokenizer is None:  # before --out is touched
+        raise UserError(f"--eval-tasks needs a tokenizer to turn task text into ids, and --data {base.data} "
+                        "is token ids without one; use a text source or a prepared folder")
     settings = {
         "arms": [a.name for a in arms],
         "seeds": seeds,
@@ -313,6 +331,8 @@ def compare(
     }
     budget = check_budget(base, arms, data.vocab_size)
     check_settings(out, settings, overwrite)
+    if not overwrite:
+        check_runs(out, base, arms, seeds, data.vocab_size)
     by_mixer = baselines(arms)
     # one baseline name when every arm shares a mixer (compare.json as before), else mixer -> name
     baseline = next(iter(by_mixer.values())) if len(by_mixer) == 1 else by_mixer
@@ -348,11 +368,24 @@ def _compare(
     return json.loads((out / "compare.json").read_text())
 
 
+def check_runs(out: Path, base: TrainConfig, arms: list[Arm], seeds: list[int], vocab_size: int) -> None:
+    """Before a continued comparison writes anything: every finished run's run.json reads as an object,
+    and every unfinished run with a checkpoint would resume (the checks of `tlm train --resume`)."""
+    for seed in seeds:
+        for arm in arms:
+            run = out / "runs" / run_name(arm.name, seed)
+            if (run / "run.json").is_file():
+                read_json_object(run / "run.json")
+            elif step_folders(run):
+                tc = arm.config(base, seed)
+                check_resume(run, tc, tc.model_config(vocab_size))
+
+
 def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData, train_fn) -> dict:
     run = out / "runs" / run_name(arm.name, seed)
     done = run / "run.json"
     if done.is_file():  # finished in an earlier invocation
-        return json.loads(done.read_text())
+        return read_json_object(done)
     if dist.is_main() and run.is_dir() and not step_folders(run):  # died before its first checkpoint
         remove_owned(run)
     dist.barrier()

@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.jsonfile import decode_utf8
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import PRESETS, preset_config
 from tlm_probe.schedules import parse_schedule
+from tlm_probe.seeds import check_seed
 
 try:
     import tomllib
@@ -215,6 +217,7 @@ def _check_positive(c: TrainConfig) -> None:
         if val < low or (high is not None and val >= high):
             upper = f" and < {high:g}" if high is not None else ""
             raise UserError(f"{key} must be >= {low:g}{upper}, got {val:g}")
+    check_seed(c.seed)
     if not c.lr > 0:
         raise UserError(f"lr must be > 0, got {c.lr}")
     if not c.grad_clip > 0:
@@ -242,31 +245,33 @@ def read_config_file(path: str | Path) -> dict:
     readers = {".toml": _read_toml, ".yaml": _read_yaml, ".yml": _read_yaml, ".json": _read_json}
     if path.suffix not in readers:
         raise UserError(f"config file {path} must end in .yaml, .yml, .toml or .json")
-    data = readers[path.suffix](path)
+    data = readers[path.suffix](path, decode_utf8(path.read_bytes(), f"config file {path}"))
     if not isinstance(data, dict):
         raise UserError(f"config file {path} does not hold a mapping of options")
+    if "train" in data and not isinstance(data["train"], dict):  # a [train] section holds the options
+        raise UserError(f"'train' in {path} is not a mapping of options (it holds {data['train']!r:.60})")
     return data.get("train", data)
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path, text: str) -> dict:
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path} is not valid TOML: {e}") from None
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_yaml(path: Path, text: str) -> dict:
     import yaml
 
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise UserError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, text: str) -> dict:
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"config file {path} is not valid JSON: {e.msg}") from None
 

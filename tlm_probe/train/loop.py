@@ -22,6 +22,7 @@ from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
+from tlm_probe.train.explosion import LossGuard
 from tlm_probe.train.metrics import MetricsLog
 from tlm_probe.train.multifreq import MultiFrequency
 from tlm_probe.train.optim import lr_at, make_optimizer, set_lr
@@ -70,6 +71,8 @@ class Trainer:
         self.peak = peak_flops(self.tc.peak_flops, self.device)
         self.log = MetricsLog(plan.out, dist.is_main())
         self._build(fsdp)
+        if stop_at is not None and stop_at <= self.step:  # resumed past it: the loop would never stop
+            raise UserError(f"--stop-at {stop_at} is not after step {self.step}, where the run resumes")
         self.stop_requested = False
         self.stop_signal = 0  # which signal asked to stop: the exit code is 128 + it
         self.rates: list[float] = []
@@ -82,6 +85,7 @@ class Trainer:
         self.opt = make_optimizer(self.raw, self.tc, self.device.type)
         self.multifreq = MultiFrequency.for_model(raw, fsdp and dist.active())  # Hope's slow CMS levels
         self.step, self.tokens = 0, 0
+        self.guard = LossGuard(self.plan.cfg.vocab_size)  # a finite loss that explodes is divergence too
         if self.plan.resume:
             model_sd, optim_sd, restored = checkpoint.load_state(self.plan.out)
             set_state_dict(
@@ -90,6 +94,7 @@ class Trainer:
             self.step, self.tokens = restored.step, restored.tokens
             if self.multifreq is not None:
                 self.multifreq.load_state_dict(restored.extra.get("multifreq", {}))
+            self.guard.load_state_dict(restored.extra.get("loss_guard", {}))
             self.log.truncate_after(self.step)
         use_ddp = dist.active() and not fsdp
         self.model = dist.wrap_ddp(self.raw, self.device) if use_ddp else self.raw
@@ -127,6 +132,9 @@ class Trainer:
         gnorm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         if not (math.isfinite(mean_loss) and math.isfinite(gnorm)):  # same values on every rank
             raise self.diverged(f"loss {mean_loss:.4g}, gradient norm {gnorm:.4g}")
+        exploded = self.guard.check(mean_loss)
+        if exploded:
+            raise self.diverged(exploded)
         if self.multifreq is not None:
             self.multifreq.hold(self.step + 1)
         self.opt.step()
@@ -135,12 +143,13 @@ class Trainer:
         self.tokens += tc.tokens_per_step * self.world
         return mean_loss, gnorm
 
-    def diverged(self, what: str) -> UserError:
+    def diverged(self, what: str, step: int | None = None) -> UserError:
         """Training blew up: no checkpoint is written (the last one on disk is finite), exit 1."""
+        step = self.step + 1 if step is None else step
         last = checkpoint.step_folders(self.plan.out)
         kept = f"the last finite checkpoint is {last[-1]}" if last else "no checkpoint was written"
-        self.log.write({"kind": "diverged", "step": self.step + 1, "detail": what})
-        return UserError(f"training diverged at step {self.step + 1} ({what}); {kept}; "
+        self.log.write({"kind": "diverged", "step": step, "detail": what})
+        return UserError(f"training diverged at step {step} ({what}); {kept}; "
                          f"try a lower --lr (now {self.tc.lr:g}) or a longer --warmup")
 
     # ---- evaluation and checkpoints ----------------------------------------------------------------
@@ -161,7 +170,9 @@ class Trainer:
             raise self.diverged(f"non-finite weights in {bad[0]}")
         model_sd, optim_sd = get_state_dict(self.raw, self.opt, options=FULL)
         if dist.is_main():
-            extra = {"multifreq": self.multifreq.state_dict()} if self.multifreq is not None else None
+            extra = {"loss_guard": self.guard.state_dict()}
+            if self.multifreq is not None:
+                extra["multifreq"] = self.multifreq.state_dict()
             checkpoint.save_state(
                 self.plan.out, model_sd, optim_sd, self.step, self.tokens, self.tc.keep_last, extra
             )
@@ -201,7 +212,8 @@ class Trainer:
         else:  # resumed: the newest evaluation so far stands until the next one
             from tlm_probe.results import read_metrics
 
-            last_eval = next((m for m in reversed(read_metrics(self.plan.out)) if m["kind"] == "eval"), {})
+            evals = [m for m in read_metrics(self.plan.out) if m.get("kind") == "eval"]
+            last_eval = evals[-1] if evals else {}
         interrupted = False
         while self.step < self.total:
             loss, gnorm = self.train_step()
@@ -213,7 +225,8 @@ class Trainer:
                 self.log.write(record)
             if self.step % tc.eval_interval == 0 or self.step == self.total:
                 last_eval = self.evaluate()
-            if tc.ckpt_interval and self.step % tc.ckpt_interval == 0 and self.step != self.total:
+            due = tc.ckpt_interval and self.step % tc.ckpt_interval == 0 and self.step != self.total
+            if due and not self.guard.rising:  # weights whose loss is exploding are no checkpoint to keep
                 self.save()
             progress.step, progress.last = self.step, {**record, **last_eval}
             if report:
@@ -222,6 +235,8 @@ class Trainer:
             if dist.broadcast_flag(self.stop_requested, self.device) or self.step == self.stop_at:
                 interrupted = self.step < self.total
                 break
+        if self.guard.rising and not interrupted:  # the run ends exploded, short of the window
+            raise self.diverged(self.guard.describe(progress.last.get("train_loss", math.nan)), self.step)
         self.save()
         return self._summary(last_eval, time.perf_counter() - t_start, interrupted)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tlm_probe.fileio import append_line, atomic_write_text
 from tlm_probe.results import METRICS as FILE
+from tlm_probe.results import metrics_lines
 
 
 class MetricsLog:
@@ -19,20 +20,10 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         if not (self.enabled and self.path.is_file()):
             return
-        lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
-        if lines and not self.path.read_bytes().endswith(b"\n") and not _parses(lines[-1]):
-            lines.pop()  # the process was killed while writing it
-        keep = [ln for ln in lines if json.loads(ln)["step"] <= step]
+        keep = [text for text, rec in metrics_lines(self.path) if rec["step"] <= step]
         atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def write(self, record: dict) -> None:
         if self.enabled:
             append_line(self.path, json.dumps(record))
 
-
-def _parses(line: str) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True

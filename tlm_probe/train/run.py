@@ -13,6 +13,8 @@ from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_toke
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import (
     atomic_write_text,
+    check_apart,
+    check_kind,
     claim,
     folder_lock,
     foreign,
@@ -21,9 +23,11 @@ from tlm_probe.fileio import (
     replace_entry,
     temp_folder,
 )
+from tlm_probe.jsonfile import read_json_object
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import CONFIG, WEIGHTS
+from tlm_probe.results import METRICS, metrics_lines
 from tlm_probe.train import checkpoint
 from tlm_probe.train.config import FILE, TrainConfig, config_differences
 
@@ -48,6 +52,8 @@ def plan_run(
 ) -> RunPlan:
     out = Path(out)
     check_device(tc.device)
+    check_apart(out, [tc.data] if isinstance(tc.data, (str, Path)) else [])
+    check_kind(out, "train")  # also for --resume: never continue inside another command's folder
     data = data if data is not None else load_token_data(tc.data, tc.tokenizer)
     cfg = tc.model_config(data.vocab_size)
     check_compatible(tc, cfg, data)
@@ -95,22 +101,25 @@ RUN_FILES = (FILE, "data.json", "metrics.jsonl", CONFIG, WEIGHTS, "run.json", ch
 
 
 def check_output(out: Path, overwrite: bool) -> None:
-    claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it")
+    claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it", kind="train")
 
 
 def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
-    saved = json.loads((out / FILE).read_text()) if (out / FILE).is_file() else None
-    if saved is None:
+    """Everything a resume reads, checked before it writes: the saved config matches, and the newest
+    checkpoint (state.json, weights) and metrics.jsonl are sound; each fault is one line naming the file."""
+    if not (out / FILE).is_file():
         raise UserError(f"{out} has checkpoints but no {FILE}; cannot check that the config matches")
-    diffs = config_differences(saved, tc)
+    diffs = config_differences(read_json_object(out / FILE), tc)
     if diffs:
         raise UserError(f"cannot resume {out} with a different config ({'; '.join(diffs)})")
     if (out / CONFIG).is_file():
-        old = json.loads((out / CONFIG).read_text())
-        if list(old.get("d_ff", [])) != list(cfg.d_ff):
+        old = read_json_object(out / CONFIG)
+        if not isinstance(old.get("d_ff", []), list) or list(old.get("d_ff", [])) != list(cfg.d_ff):
             raise UserError(
                 f"cannot resume {out}: its MLP widths {old.get('d_ff')} differ from {list(cfg.d_ff)}"
             )
+    checkpoint.check_state(out, cfg)
+    metrics_lines(out / METRICS)  # raises on a bad line; a torn last line is dropped on resume
 
 
 def prepare_folder(plan: RunPlan, overwrite: bool) -> None:

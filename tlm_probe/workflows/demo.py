@@ -9,6 +9,7 @@ OUT/demo.json (what was done, where, how long).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -50,11 +51,27 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
              train_fn: Callable | None = None, probe: bool = True, mixer: str = "attention") -> dict:
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
-    base = demo_config(quick, steps, device, threads, mixer)
-    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False)  # compare checks the rest
+    base = demo_config(quick, steps, device, threads, mixer)  # refuses threads < 0
+    # compare checks the rest
+    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo")
     data = load_token_data(base.data, base.tokenizer)
-    with writer_lock(out):  # compare() takes the same lock again; the demo holds it to the end
+    # training sets base.threads per run; the probes and figures run under the same setting
+    with writer_lock(out), _torch_threads(base.threads):  # compare() takes the same lock again
         return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """torch's intra-op threads for the demo only (0: leave them), as the trainer does for a run."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:

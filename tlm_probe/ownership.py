@@ -1,0 +1,123 @@
+"""Who owns an output folder, and what a command may touch in it: the manifest's kind of command, the
+safety of each entry it names, and an --out kept apart from the command's inputs. Pure checks on paths
+and manifests (fileio does the writing); every refusal is one UserError line."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from tlm_probe.errors import UserError
+
+MANIFEST = ".tlm-manifest.json"
+
+# The kind of command whose folder it is ("kind"; "command" is the last one that recorded entries).
+# Manifests written before kinds were recorded hold only "command": sweep and demo recorded theirs into
+# a comparison's folder, and eval results went through the probe's writer (recorded "probe") — such a
+# folder is told from a probe by its provenance, which only eval's gives a "perplexity" list. A manifest
+# naming no command at all is trusted for nothing: no command replaces its entries.
+LEGACY_KIND = {"sweep": "compare", "demo": "compare"}
+ALSO_WRITES = {"demo": ("compare",), "sweep": ("compare",)}
+"""Commands that write into a folder of another kind by design: the demo and a sweep run a comparison
+in their folder and add their own files to it."""
+
+
+def manifest_doc(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if path.is_symlink():
+        raise UserError(f"refusing to use {path}: it is a symbolic link, not a manifest tlm wrote")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):  # none, unreadable or not JSON: the folder counts as not tlm's
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def entry_problem(folder: Path, entry) -> str:
+    """Why `entry` may not be deleted or replaced ('' when it may): only names strictly inside `folder`
+    whose every component on disk is a real folder or, last, a regular file or folder."""
+    if not isinstance(entry, str) or not entry or "\0" in entry:
+        return "is not a file name"
+    parts = PurePosixPath(entry).parts
+    if PurePosixPath(entry).is_absolute():
+        return "is an absolute path"
+    if ".." in parts:
+        return "climbs out of the folder with '..'"
+    if not parts:
+        return "names the folder itself"
+    node, mode = folder, stat.S_IFDIR
+    for part in parts:
+        node = node / part
+        try:
+            mode = os.lstat(node).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return ""  # not written (yet): nothing there to delete
+        if stat.S_ISLNK(mode):
+            return f"passes through the symbolic link {node}"
+    return "" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "is not a regular file or folder"
+
+
+def manifest_kind(folder: str | Path) -> str | None:
+    """The kind of command whose output `folder` is, per its manifest (None: no command recorded)."""
+    folder = Path(folder)
+    doc = manifest_doc(folder)
+    if isinstance(doc.get("kind"), str):
+        return doc["kind"]
+    command = doc.get("command")
+    if not isinstance(command, str):
+        return None
+    if command == "probe" and _is_eval_provenance(folder / "provenance.json"):
+        return "eval"
+    return LEGACY_KIND.get(command, command)
+
+
+def _is_eval_provenance(path: Path) -> bool:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "perplexity" in doc
+
+
+def check_kind(folder: str | Path, kind: str | None) -> None:
+    """Refuse (UserError naming the other command) when `folder` holds a manifest of another kind of
+    command than `kind`: --overwrite replaces only what the same kind of command wrote."""
+    folder = Path(folder)
+    if kind is None or not manifest_doc(folder):
+        return
+    found = manifest_kind(folder)
+    if found in (kind, *ALSO_WRITES.get(kind, ())):
+        return
+    if found is None:
+        raise UserError(f"{folder} was written by a tlm command its manifest does not name; `tlm {kind}` "
+                        "will not replace anything there: choose another folder")
+    raise UserError(f"{folder} holds the output of `tlm {found}`; `tlm {kind}` will not replace or mix "
+                    "with it: choose another folder")
+
+
+def check_apart(out: str | Path, inputs: Iterable[str | Path]) -> None:
+    """Refuse an --out that is, contains or lies inside one of the command's inputs, symbolic links
+    resolved: writing there would replace or delete what the command reads. Inputs that name nothing on
+    disk (hub names, builtin: sources, globs) are skipped."""
+    target = Path(out).resolve()
+    for given in inputs:
+        path = _on_disk(str(given))
+        if path is None:
+            continue
+        src = path.resolve()
+        relation = ("is" if src == target else "lies inside" if src in target.parents
+                    else "contains" if target in src.parents else "")
+        if relation:
+            raise UserError(f"--out {out} {relation} the input {given}; choose an output folder apart from "
+                            "the inputs")
+
+
+def _on_disk(given: str) -> Path | None:
+    """The file or folder an argument names (a source FILE:FIELD names FILE), or None."""
+    for candidate in (given, given.rpartition(":")[0]):
+        if candidate and os.path.lexists(candidate):
+            return Path(candidate)
+    return None
