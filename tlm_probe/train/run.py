@@ -85,8 +85,33 @@ def check_compatible(tc: TrainConfig, cfg: TLMConfig, data: TokenData) -> None:
         )
     if tc.seq_len > cfg.max_seq_len:
         raise UserError(f"seq_len {tc.seq_len} is above the model's context max_seq_len={cfg.max_seq_len}")
+    check_memory(tc, cfg)
     BatchOrder(data.train, tc.seq_len, tc.seed)  # each raises a UserError when its split is too short
     eval_windows(data.val, tc.seq_len, tc.eval_tokens)
+
+
+def check_memory(tc: TrainConfig, cfg: TLMConfig) -> None:
+    """Refuse, before anything is written, a CPU run that cannot fit in this machine's memory (a vocabulary
+    of 10**9 or a 2M-entry tokenizer.json otherwise failed in the allocator after the run folder was
+    begun). A lower bound: 16 bytes per parameter (float32 weights and gradients, AdamW's two moments) and
+    three float32 copies of one micro-batch's logits (logits, log-softmax, their gradient)."""
+    from tlm_probe.accounting import count_params
+    from tlm_probe.models.device import resolve_device
+
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that reports it: no check
+        return
+    if resolve_device(tc.device).type != "cpu":
+        return
+    params = count_params(cfg).total
+    need = 16 * params + 3 * 4 * tc.batch_size * tc.seq_len * cfg.vocab_size
+    if need > ram:
+        raise UserError(
+            f"this run needs at least {need / 2**30:,.1f} GiB of memory ({params:,} parameters at vocab_size "
+            f"{cfg.vocab_size:,}, logits of {tc.batch_size}x{tc.seq_len} tokens), more than this machine's "
+            f"{ram / 2**30:,.1f} GiB"
+        )
 
 
 def _has_files(out: Path) -> bool:
