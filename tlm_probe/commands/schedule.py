@@ -10,7 +10,7 @@ from tlm_probe.commands.common import command, console, print_json
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import preset_config
-from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
+from tlm_probe.schedules import DEFAULTS, GROUPED, ScheduleSpec, make_schedule, parse_schedule
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +18,10 @@ def register(app: typer.Typer) -> None:
     def schedule(
         layers: int = typer.Option(24, help="Number of layers L."),
         d_ff: int = typer.Option(4096, "--d-ff", help="Uniform MLP width; the budget is L·d_ff."),
-        schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|wider-early|"
-                                     "wider-middle|wider-late, or explicit widths '4096,4096,...'."),
+        schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|openelm[:S:E]|"
+                                     "middle[:FRACTION]|hourglass[:WAIST:DEPTH]|wider-early|wider-middle|"
+                                     "wider-late, explicit widths '4096,4096,...' (0: no MLP), or a "
+                                     "schedule file 'x.json'."),
         start: float = typer.Option(None, help="Start ratio r_s (tapers; default 1.5)."),
         end: float = typer.Option(None, help="End ratio r_e (tapers; default 0.5)."),
         steepness: float = typer.Option(None, help="Sigmoid steepness (default 10)."),
@@ -66,7 +68,8 @@ def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
     if ":" in text or spec.name == "explicit":
         return spec
-    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**FLAG_DEFAULTS, **given})
+    defaults = {**FLAG_DEFAULTS, **DEFAULTS.get(spec.name, {})}
+    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**defaults, **given})
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:
@@ -80,6 +83,9 @@ def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict
         "effective_start": sched.effective_start,
         "effective_end": sched.effective_end,
         "total": sched.total,
+        "monotone": sched.monotone,
+        "no_mlp_layers": list(sched.no_mlp_layers),
+        "moved": sched.moved,
         "uniform_total": sched.uniform_total,
         "layer_params": [l.total for l in pc.layers],
         "uniform_layer_params": [l.total for l in pu.layers],
@@ -105,3 +111,13 @@ def _print_table(r: dict, cfg: TLMConfig) -> None:
     console.print(f"params {r['params']:,} vs uniform {r['uniform_params']:,}; train FLOPs/token "
                   f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; "
                   f"parity: {'yes' if r['parity'] else 'NO'}")
+    console.print(f"shape: {r['monotone']}; width moved from uniform: {r['moved']:,}")
+    if r["no_mlp_layers"]:
+        console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, r['no_mlp_layers']))}")
+    if r["schedule"]["name"] in GROUPED:
+        console.print(GROUPED_NOTE)
+
+
+GROUPED_NOTE = ("grouped controls: thirds by (3·l)//L; every control moves the same width "
+                "round((wide_factor - 1)·d_ff·L/3) into its third, also when L % 3 != 0 (thirds of "
+                "unequal size: per-layer gains then differ between controls, the total does not)")
