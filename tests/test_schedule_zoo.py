@@ -7,9 +7,15 @@ import json
 import math
 
 import pytest
+import torch
+from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.accounting import count_params
+from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
+from tlm_probe.models.io import load_tlm, save_tlm
+from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.schedules import (
     ScheduleError,
     ScheduleSpec,
@@ -160,3 +166,121 @@ def test_cli_prints_parity_labels_and_no_mlp_blocks():
     r = runner.invoke(app, [*args[:-2], "openelm"])
     assert r.exit_code == 0, r.output
     assert "reversed" in r.output and "parity: yes" in r.output
+
+
+# ---- d_l = 0: a block with no MLP, everywhere -------------------------------------------------------
+
+NO_MLP = (0, 256, 256, 0)
+
+
+def _middle_cfg(**kw) -> TLMConfig:
+    cfg = config_with_schedule("middle:0.5", 128, n_layers=4, d_model=64, n_heads=2, max_seq_len=32, **kw)
+    assert cfg.d_ff == NO_MLP
+    return cfg
+
+
+@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("sched", ["middle", "hourglass", "openelm", "wider-late"])
+def test_numel_on_meta_equals_accounting(mixer, sched):
+    kw = dict(n_layers=9, d_model=64, n_heads=2, mixer=mixer, max_seq_len=64)
+    cfg = config_with_schedule(sched, 512, **kw)
+    uniform = config_with_schedule("uniform", 512, **kw)
+    with torch.device("meta"):
+        model = TaperedLM(cfg)
+    numel = sum(p.numel() for p in model.parameters())
+    assert numel == count_params(cfg).total == count_params(uniform).total
+    mlp_numel = [sum(p.numel() for p in b.mlp.parameters()) for b in model.blocks]
+    assert mlp_numel == [layer.mlp for layer in count_params(cfg).layers]
+
+
+def test_no_mlp_block_adds_exactly_zero_and_learns_nothing_there():
+    torch.manual_seed(0)
+    model = TaperedLM(_middle_cfg())
+    ids = torch.randint(0, 256, (2, 16))
+    _, cache = model.run_with_cache(ids)
+    for l in (0, 3):  # an empty sum is exactly 0: no rounding involved
+        assert torch.count_nonzero(cache[f"blocks.{l}.hook_mlp_out"]) == 0
+        assert torch.equal(cache[f"blocks.{l}.hook_resid_post"], cache[f"blocks.{l}.hook_resid_mid"])
+        assert cache[f"blocks.{l}.mlp.hook_post"].shape == (2, 16, 0)
+    assert cache["blocks.1.hook_mlp_out"].abs().mean() > 0
+    model(ids, return_type="loss").backward()
+    assert torch.count_nonzero(model.blocks[0].ln2.weight.grad) == 0  # its norm feeds nothing
+    assert model.blocks[1].mlp.W_out.weight.grad.abs().sum() > 0
+
+
+def test_no_mlp_checkpoint_hf_and_state_round_trips(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from tlm_probe.train.checkpoint import load_state, save_state
+
+    torch.manual_seed(1)
+    model = TaperedLM(_middle_cfg()).eval()
+    ids = torch.randint(0, 256, (2, 16))
+    ref = model(ids)
+    # same modules, same kernels in one process: any difference beyond a few float32 ulps of the logits
+    # (|logit| ~ 1, eps 1.2e-7) would be a different computation
+    tol = dict(rtol=0, atol=1e-6)
+    save_tlm(model, tmp_path / "ck")
+    torch.testing.assert_close(load_tlm(tmp_path / "ck")(ids), ref, **tol)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "ck").eval()
+    torch.testing.assert_close(hf(ids).logits, ref, **tol)
+    hf.save_pretrained(tmp_path / "hf")
+    torch.testing.assert_close(load_tlm(tmp_path / "hf")(ids), ref, **tol)
+    save_state(tmp_path / "run", model.state_dict(), {}, 1, 10, keep_last=2)
+    sd, _, _ = load_state(tmp_path / "run")
+    # before: every empty tensor has data_ptr 0 and was dropped as a "tied" copy of the first one
+    assert {k for k, v in sd.items() if v.numel() == 0} == {
+        k for k, v in model.state_dict().items() if v.numel() == 0}
+
+
+def test_probe_has_no_mlp_rows_for_blocks_without_mlp(tmp_path):
+    from tlm_probe.probe import probe
+    from tlm_probe.tokenizer import ByteTokenizer
+
+    torch.manual_seed(2)
+    save_tlm(TaperedLM(_middle_cfg()), tmp_path / "ck")
+    ByteTokenizer().save(tmp_path / "ck")
+    stats = ("alignment,ablation_dnll_mlp_zero,ablation_dnll_block_skip,stable_rank_mlp_out,"
+             "dead_neuron_frac,spearman_block_influence")
+    res = probe(str(tmp_path / "ck"), "builtin:pydoc", stats=stats, max_tokens=600, seq_len=32, full=True)
+    t = res.table
+    for l in (0, 3):
+        names = set(t[t.layer == l].statistic)
+        assert not any("mlp" in s for s in names) and "dead_neuron_frac" not in names
+        assert {"block_influence", "attn_influence", "align_attn_pre", "resid_norm_growth",
+                "ablation_dnll_block_skip"} <= names
+        assert (t[t.layer == l].d_ff == 0).all()
+    for l in (1, 2):
+        assert {"align_mlp_mid", "mlp_influence", "ablation_dnll_mlp_zero", "stable_rank_mlp_out"} <= set(
+            t[t.layer == l].statistic)
+    assert res.provenance["no_mlp_layers"] == [0, 3] and "no MLP" in res.provenance["no_mlp_note"]
+    rho = t[t.statistic == "spearman_block_influence"]
+    assert len(rho) == 1 and int(rho.n_tokens.iloc[0]) == 2  # compared over the 2 blocks with an MLP
+
+
+def test_train_probe_and_plot_a_middle_model(tmp_path):
+    text = "\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13} twice" for i in range(200))
+    (tmp_path / "c.txt").write_text(text)
+    runner = CliRunner()
+    r = runner.invoke(app, ["train", "--out", str(tmp_path / "run"), "--data", str(tmp_path / "c.txt"),
+                            "--schedule", "middle:0.5", "--json", *TINY])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["d_ff"] == [128, 0]
+    r = runner.invoke(app, ["probe", str(tmp_path / "run"), "--data", str(tmp_path / "c.txt"),
+                            "--max-tokens", "200", "--seq-len", "16", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "no MLP" in r.output
+    r = runner.invoke(app, ["plot", str(tmp_path / "p"), "--statistic", "align_mlp_mid",
+                            "--out", str(tmp_path / "f.png")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_sweep_accepts_zoo_shapes():
+    from tlm_probe.errors import UserError
+    from tlm_probe.train.sweep import grid_arms
+
+    arms = grid_arms(["cosine", "middle", "hourglass:0.3:0.75", "openelm"], [(1.5, 0.5), (0.5, 1.5)])
+    assert arms == ["uniform", "cosine:1.5:0.5", "cosine:0.5:1.5", "middle", "hourglass:0.3:0.75", "openelm"]
+    with pytest.raises(UserError, match="fraction"):
+        grid_arms(["middle:2"], [(1.5, 0.5)])

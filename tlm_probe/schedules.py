@@ -232,6 +232,11 @@ def _check_inputs(spec: ScheduleSpec, n_layers: int, d_ff: int) -> None:
         raise ScheduleError(f"multiple_of must be >= 1, got {spec.multiple_of!r}")
     if d_ff < 1 or d_ff % spec.multiple_of:
         raise ScheduleError(f"d_ff={d_ff!r} must be a positive multiple of multiple_of={spec.multiple_of}")
+    check_params(spec)
+
+
+def check_params(spec: ScheduleSpec) -> None:
+    """The spec's numbers are in range (what does not depend on L or d_ff)."""
     for key in ("start", "end", "steepness", "wide_factor", "fraction", "waist"):
         val = getattr(spec, key)
         if not math.isfinite(val) or val <= 0:
@@ -278,11 +283,11 @@ SHAPE_BUILDERS: dict[str, Callable[[ScheduleSpec, int], list[float]]] = {
 }
 
 
-def allocate(shape: Sequence[float], d_ff: int, multiple_of: int) -> list[int]:
+def allocate(shape: Sequence[float], d_ff: int, multiple_of: int, allow_zero: bool = False) -> list[int]:
     """Turn a non-negative shape into widths with sum == len(shape)·d_ff, each a multiple of `multiple_of`.
 
     A layer whose shape is exactly 0 gets width 0 (no MLP); a positive one that would round to 0 is
-    refused."""
+    refused unless allow_zero."""
     n = len(shape)
     mean = sum(shape) / n
     units_total = n * d_ff // multiple_of
@@ -294,7 +299,7 @@ def allocate(shape: Sequence[float], d_ff: int, multiple_of: int) -> list[int]:
     for i in order[:leftover]:
         units[i] += 1
     for i, u in enumerate(units):
-        if u < 1 and shape[i] > 0:
+        if u < 1 and shape[i] > 0 and not allow_zero:
             raise ScheduleError(
                 f"layer {i} width rounds to {u * multiple_of} (ideal {ideal[i] * multiple_of:.1f}); "
                 f"raise d_ff or lower multiple_of={multiple_of}"

@@ -165,9 +165,18 @@ def _print_summary(table, prov: dict, out: Path) -> None:
     for c in ("layer", "d_ff", *cols):
         t.add_column(c, justify="right")
     for _, row in wide.iterrows():
-        t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(f"{row[c]:+.4f}" for c in cols))
+        t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
     console.print(t)
+    if prov.get("no_mlp_layers"):
+        console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, prov['no_mlp_layers']))}; "
+                      "no MLP rows for them, block-level rows kept", markup=False, highlight=False)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
+
+
+def _cell(row, col: str) -> str:
+    if row["d_ff"] == 0 and row[col] != row[col]:  # NaN: the statistic of an MLP the block does not have
+        return "no MLP"
+    return f"{row[col]:+.4f}"
 
 
 @contextlib.contextmanager
