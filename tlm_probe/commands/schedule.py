@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
 from tlm_probe.accounting import comparison, count_params
-from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import preset_config
-from tlm_probe.schedules import DEFAULTS, GROUPED, ScheduleSpec, make_schedule, parse_schedule
+from tlm_probe.schedule_rules import Rule
+from tlm_probe.schedules import DEFAULTS, FILE, GROUPED, ScheduleSpec, make_schedule, parse_schedule
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "schedule", "tlm schedule --layers 24 --d-ff 4096 --schedule cosine --start 1.5 --end 0.5")
     def schedule(
         layers: int = typer.Option(24, help="Number of layers L."),
-        d_ff: int = typer.Option(4096, "--d-ff", help="Uniform MLP width; the budget is L·d_ff."),
+        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff (default "
+                                 "4096; with --from-probe the probed model's mean width)."),
         schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|openelm[:S:E]|"
                                      "middle[:FRACTION]|hourglass[:WAIST:DEPTH]|wider-early|wider-middle|"
                                      "wider-late, explicit widths '4096,4096,...' (0: no MLP), or a "
@@ -35,10 +39,31 @@ def register(app: typer.Typer) -> None:
                                    "architecture replace the flags above."),
         mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
+        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths ∝ a "
+                                        "function of its per-layer --statistic (writes --out FILE.json)."),
+        statistic: str = typer.Option(None, help="--from-probe: the per-layer statistic (e.g. "
+                                      "ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp, effective_rank)."),
+        rule: str = typer.Option("x", help="--from-probe: f in widths ∝ max(0, f(x))^power: x | 1-x | abs | "
+                                 "-x | 1+x."),
+        power: float = typer.Option(1.0, help="--from-probe: exponent on the weights."),
+        min_ratio: float = typer.Option(0.25, help="--from-probe: smallest d_l/d_ff (0 allows no MLP)."),
+        max_ratio: float = typer.Option(2.0, help="--from-probe: largest d_l/d_ff."),
+        monotone: str = typer.Option("none", help="--from-probe: none | decreasing | increasing "
+                                     "(isotonic projection of the weights)."),
+        model: str = typer.Option(None, help="--from-probe: the model, when the probe holds several."),
+        out: Path = typer.Option(None, "--out", "-o", help="--from-probe: the schedule file to write."),
     ):
-        """Print the per-layer MLP widths of a schedule and its parameter/FLOP parity with uniform."""
+        """Print the per-layer MLP widths of a schedule and its parameter/FLOP parity with uniform.
+
+        With --from-probe PROBE_DIR --statistic NAME --out FILE.json: derive the widths from a probe and
+        write a schedule file that `tlm train/compare/sweep --schedule FILE.json` accept."""
         if mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        if from_probe is not None:
+            how = Rule(rule, power, min_ratio, max_ratio, monotone)
+            schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of, model,
+                                                 preset)
+        d_ff = 4096 if d_ff is None else d_ff
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
         if preset:
             tapered, uniform = preset_config(preset, spec, mixer), preset_config(preset, "uniform", mixer)
@@ -56,6 +81,18 @@ def register(app: typer.Typer) -> None:
             _print_table(result, tapered)
 
 
+def _from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model, preset) -> tuple[str, int, int]:
+    from tlm_probe.commands.schedule_from_probe import write_from_probe
+
+    if statistic is None:
+        raise UserError("--from-probe needs --statistic NAME")
+    if preset:
+        raise UserError("--from-probe takes its layers from the probe: drop --preset")
+    path, layers, d_ff = write_from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model)
+    err_console.print(f"wrote schedule file {path}", markup=False, highlight=False)
+    return str(path), layers, d_ff
+
+
 FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
 
 
@@ -63,10 +100,11 @@ def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec
     spec = parse_schedule(text, multiple_of)
     given = {k: v for k, v in dict(start=start, end=end, steepness=steepness, wide_factor=wide_factor).items()
              if v is not None}
-    if given and (":" in text or spec.name == "explicit"):  # two sources for one number: refuse, not pick
+    fixed = ":" in text or spec.name in ("explicit", FILE)  # the spec text holds every number
+    if given and fixed:  # two sources for one number: refuse, not pick
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
-    if ":" in text or spec.name == "explicit":
+    if fixed:
         return spec
     defaults = {**FLAG_DEFAULTS, **DEFAULTS.get(spec.name, {})}
     return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**defaults, **given})
