@@ -167,3 +167,22 @@ def test_train_uniform_probe_derive_and_train_the_derived_schedule(tmp_path):
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "t" / "config.json").read_text())
     assert cfg["d_ff"] == widths and cfg["schedule"]["source"]["statistic"] == "mlp_influence"
+
+
+def test_compare_with_an_absolute_schedule_file_arm_stays_inside_out(tmp_path):
+    from tlm_probe.schedules import schedule_file_dict
+
+    text = "\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13} twice" for i in range(200))
+    (tmp_path / "c.txt").write_text(text)
+    sched = (tmp_path / "s.json").resolve()
+    sched.write_text(json.dumps(schedule_file_dict([96, 32], 64, 16, {"kind": "test"})))
+    r = runner.invoke(app, ["compare", "--out", str(tmp_path / "cmp"), "--data", str(tmp_path / "c.txt"),
+                            "--schedules", f"uniform,{sched}", "--seeds", "0", "--json", *TINY])
+    assert r.exit_code == 0, r.output
+    runs = sorted(p.name for p in (tmp_path / "cmp" / "runs").iterdir())
+    # before: runs/ / "/abs/s.json-s0" is the absolute path itself, outside the comparison folder
+    assert runs == sorted(["uniform-s0", f"{str(sched).replace('/', '_')}-s0"])
+    assert not (tmp_path / "s.json-s0").exists()
+    cfg = json.loads((tmp_path / "cmp" / "runs" / runs[0 if runs[0] != "uniform-s0" else 1] / "config.json")
+                     .read_text())
+    assert cfg["d_ff"] == [96, 32]
