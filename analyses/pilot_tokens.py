@@ -8,7 +8,7 @@ builtin:pydoc, 16 x 128 tokens per step, one thread). Two uniform runs, seed 0, 
 warmup + cosine learning-rate schedule over its own length:
 - long: STEPS_LONG steps, validation every EVAL_EVERY steps (the curve; its middle points are *not* what a
   run of that length would reach, because its learning rate has not decayed there);
-- short: STEPS_SHORT steps, so that one point of the curve has a real end-of-run value to compare with.
+- short, mid: STEPS_SHORT and STEPS_MID steps, so that two points of the curve have a real end-of-run value.
 builtin:pydoc has 409,859 training tokens: past 200 steps every token is seen again (epochs).
 Runs live in runs/pilot (git-ignored); the tables go to analyses/results/pilot/.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "analyses" / "results" / "pilot"
 RUNS = ROOT / "runs" / "pilot"
-STEPS_LONG, STEPS_SHORT, EVAL_EVERY = 1600, 400, 100
+STEPS_LONG, STEPS_MID, STEPS_SHORT, EVAL_EVERY = 1600, 800, 400, 100
 TOKENS_PER_STEP = 16 * 128
 MODEL = ["--d-model", "64", "--layers", "8", "--heads", "4", "--d-ff", "256", "--multiple-of", "32",
          "--seq-len", "128", "--batch-size", "16", "--warmup", "20", "--eval-tokens", "16384",
@@ -40,7 +40,7 @@ def train() -> None:
     data = RUNS / "data-bpe2048"
     if not (data / "meta.json").is_file():
         tlm("data", "prepare", "builtin:pydoc", "--tokenizer", "bpe:2048", "--out", str(data))
-    for name, steps in (("short", STEPS_SHORT), ("long", STEPS_LONG)):
+    for name, steps in (("short", STEPS_SHORT), ("long", STEPS_LONG), ("mid", STEPS_MID)):
         if not (RUNS / name / "model.safetensors").is_file() or not (RUNS / name / "run.json").is_file():
             tlm("train", "--data", str(data), *MODEL, "--steps", str(steps), "--eval-interval",
                 str(EVAL_EVERY), "--out", str(RUNS / name), "--json")
@@ -50,7 +50,7 @@ def collect() -> None:
     import pandas as pd
 
     rows = []
-    for name in ("short", "long"):
+    for name in ("short", "mid", "long"):
         path = RUNS / name / "metrics.jsonl"
         if not path.is_file():
             continue
@@ -61,8 +61,8 @@ def collect() -> None:
                              "val_loss": d["val_loss"]})
     if not rows:
         sys.exit("no validation losses yet in runs/pilot/*/metrics.jsonl")
-    params = json.loads((RUNS / "long" / "run.json").read_text()).get("params") if (
-        RUNS / "long" / "run.json").is_file() else None
+    done = [RUNS / n / "run.json" for n in ("long", "mid", "short") if (RUNS / n / "run.json").is_file()]
+    params = json.loads(done[0].read_text()).get("params") if done else None  # same model in both
     df = pd.DataFrame(rows).drop_duplicates(["run", "step"], keep="last")
     if params:
         df["tokens_per_param"] = df["tokens"] / params
