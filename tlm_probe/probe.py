@@ -171,8 +171,8 @@ def run_probe(
     _finish_dist(created)
     from tlm_probe.results import build_provenance
 
-    rows = [r for acc in accs for r in acc.rows()] + rows
-    agreement, target = _agreement(rows, plan)
+    rows = _without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
+    agreement, target = _agreement(rows, plan, pm.n_layers)
     rows += agreement
     table = _table(pm, [r for r in rows if r["statistic"] in plan.asked])
     matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
@@ -180,6 +180,10 @@ def run_probe(
     prov["ci_methods"] = imp.CI_METHODS
     if refused_here:
         prov["refused"] = refused_here
+    no_mlp = [l for l, w in enumerate(pm.d_ff) if w == 0]
+    if no_mlp:
+        prov["no_mlp_layers"] = no_mlp
+        prov["no_mlp_note"] = NO_MLP_NOTE
     if info is not None:
         missing = {
             s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
@@ -292,14 +296,34 @@ def _why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
     return f"no agreement row: its proxy {proxy} is unavailable ({why})"
 
 
-def _agreement(rows: list[dict], plan: StatPlan) -> tuple[list[dict], str | None]:
+NEURON_STATISTICS = ("dead_neuron_frac",)
+"""Statistics of the MLP's neurons whose names do not say "mlp"."""
+NO_MLP_NOTE = ("blocks with d_l = 0 have no MLP: no rows of MLP statistics (names with 'mlp', "
+               "dead_neuron_frac) for them, and Spearman agreement leaves them out; block-level rows stay")
+
+
+def describes_mlp(statistic: str) -> bool:
+    """A statistic of the block's MLP (undefined where the block has none)."""
+    return "mlp" in statistic or statistic in NEURON_STATISTICS
+
+
+def _without_absent_mlps(rows: list[dict], d_ff) -> list[dict]:
+    """Drop the MLP rows of blocks with d_l = 0: an MLP that is not there has no alignment or importance
+    (its output is exactly 0, so its values would be 0 or 0/0, not measurements)."""
+    absent = {l for l, w in enumerate(d_ff) if w == 0}
+    return [r for r in rows if not (r["layer"] in absent and describes_mlp(r["statistic"]))]
+
+
+def _agreement(rows: list[dict], plan: StatPlan, n_layers: int) -> tuple[list[dict], str | None]:
     """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run, and that
-    effect's name."""
+    effect's name. A layer missing from a statistic (no MLP) is NaN there, left out of its rank test."""
     wanted = [s for s in plan.asked if s in imp.AGREEMENT]
     if not wanted or not rows:
         return [], None
     df = pd.DataFrame(rows)
-    per_layer = {s: g.sort_values("layer")["value"].to_numpy() for s, g in df.groupby("statistic")}
+    layers = range(n_layers)
+    per_layer = {s: g.groupby("layer")["value"].first().reindex(layers).to_numpy(dtype=float)
+                 for s, g in df[df["layer"] >= 0].groupby("statistic")}
     target = next((t for t in imp.TARGETS if t in per_layer), None)
     if target is None:
         return [], None

@@ -9,7 +9,8 @@ import typer
 from tlm_probe.commands.common import command, console, err_console, print_json
 
 # names only, so that `tlm` starts without matplotlib; tests check them against plotting.figures
-FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep")
+FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage")
+ONE_AXIS_TITLE = ("depth", "schedules", "trajectory")  # these title their axes; the others the figure
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 
 
@@ -48,7 +49,7 @@ def register(app: typer.Typer) -> None:
             path = save_figure(fig, out)
         result = {"out": str(path), "kind": kind, "format": figure_format(path), "width": req.size[0],
                   "height": req.size[1], "dpi": dpi, "inputs": [str(p) for p in inputs or []],
-                  "title": fig.axes[0].get_title() if kind in ("depth", "schedules") else fig.get_suptitle(),
+                  "title": fig.axes[0].get_title() if kind in ONE_AXIS_TITLE else fig.get_suptitle(),
                   "notes": req.notes}
         for note in req.notes:
             err_console.print(f"note: {note}", markup=False, highlight=False)

@@ -89,6 +89,10 @@ def register(app: typer.Typer) -> None:
             "--importance-option",
             help="Importance setting KEY=VALUE, repeatable (e.g. freq_threshold=0.001, sample_size=4096).",
         ),
+        checkpoints: str = typer.Option(
+            None, help="MODEL is a `tlm train` run: probe its kept checkpoints (state/step_*) instead, 'all' "
+            "or steps '100,200'; one table with a step column (tlm plot --kind trajectory draws it).",
+        ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
         from tlm_probe.capture.adapters import check_folder, load_adapter_file, register_adapter
@@ -120,15 +124,16 @@ def register(app: typer.Typer) -> None:
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
         check_out(out, overwrite, max_tokens, exclude_bos, inputs=(model, data))
+        steps = _steps(model, checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
-            res = run_probe(
-                model,
-                opts,
-                progress=not json_out,
-                trust_remote_code=trust_remote_code,
-                allow_pickle=unsafe_pickle,
-            )
+            kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, allow_pickle=unsafe_pickle)
+            if steps:
+                from tlm_probe.probe_checkpoints import probe_checkpoints
+
+                res = probe_checkpoints(model, steps, opts, run_probe, **kw)
+            else:
+                res = run_probe(model, opts, **kw)
             if not main:
                 return
             if not len(res.table) or ("n_tokens" in res.table and not res.table["n_tokens"].gt(0).any()):
@@ -141,6 +146,17 @@ def register(app: typer.Typer) -> None:
             )
         else:
             _print_summary(res.table, res.provenance, out)
+
+
+def _steps(model: str, checkpoints: str | None):
+    """The (step, folder) list of --checkpoints, checked before any probing (None without the flag)."""
+    if checkpoints is None:
+        return None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError("--checkpoints runs in one process; drop torchrun")
+    from tlm_probe.probe_checkpoints import select_steps
+
+    return select_steps(model, checkpoints)
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
@@ -179,6 +195,11 @@ def _interrupt(out: Path):
 
 
 def _print_summary(table, prov: dict, out: Path) -> None:
+    if "step" in table and table["step"].nunique() > 1:  # checkpoints: the summary of the last one
+        steps = sorted(table["step"].unique())
+        console.print(f"probed {len(steps)} checkpoints, steps {', '.join(map(str, steps))}; "
+                      f"the table shows step {steps[-1]}", markup=False, highlight=False)
+        table = table[table["step"] == steps[-1]]
     wide = table.pivot_table(index=["layer", "d_ff"], columns="statistic", values="value").reset_index()
     cols = (
         [c for c in SUMMARY_STATS if c in wide.columns]
@@ -192,9 +213,18 @@ def _print_summary(table, prov: dict, out: Path) -> None:
     for c in ("layer", "d_ff", *cols):
         t.add_column(c, justify="right")
     for _, row in wide.iterrows():
-        t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(f"{row[c]:+.4f}" for c in cols))
+        t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
     console.print(t)
+    if prov.get("no_mlp_layers"):
+        console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, prov['no_mlp_layers']))}; "
+                      "no MLP rows for them, block-level rows kept", markup=False, highlight=False)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
+
+
+def _cell(row, col: str) -> str:
+    if row["d_ff"] == 0 and row[col] != row[col]:  # NaN: the statistic of an MLP the block does not have
+        return "no MLP"
+    return f"{row[col]:+.4f}"
 
 
 @contextlib.contextmanager

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
 from tlm_probe.accounting import comparison, count_params
-from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import preset_config
-from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
+from tlm_probe.schedule_rules import Rule
+from tlm_probe.schedules import DEFAULTS, FILE, GROUPED, PARAMS, ScheduleSpec, make_schedule, parse_schedule
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "schedule", "tlm schedule --layers 24 --d-ff 4096 --schedule cosine --start 1.5 --end 0.5")
     def schedule(
         layers: int = typer.Option(None, help="Number of layers L (default 24)."),
-        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff "
-                                  "(default 4096)."),
-        schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|wider-early|"
-                                     "wider-middle|wider-late, or explicit widths '4096,4096,...'."),
+        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff (default "
+                                 "4096; with --from-probe the probed model's mean width)."),
+        schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|openelm[:S:E]|"
+                                     "middle[:FRACTION]|hourglass[:WAIST:DEPTH]|wider-early|wider-middle|"
+                                     "wider-late, explicit widths '4096,4096,...' (0: no MLP), or a "
+                                     "schedule file 'x.json'."),
         start: float = typer.Option(None, help="Start ratio r_s (tapers; default 1.5)."),
         end: float = typer.Option(None, help="End ratio r_e (tapers; default 0.5)."),
         steepness: float = typer.Option(None, help="Sigmoid steepness (default 10)."),
@@ -37,10 +42,30 @@ def register(app: typer.Typer) -> None:
                                    "are refused beside it."),
         mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
+        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths ∝ a "
+                                        "function of its per-layer --statistic (writes --out FILE.json)."),
+        statistic: str = typer.Option(None, help="--from-probe: the per-layer statistic (e.g. "
+                                      "ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp, effective_rank)."),
+        rule: str = typer.Option("x", help="--from-probe: f in widths ∝ max(0, f(x))^power: x | 1-x | abs | "
+                                 "-x | 1+x."),
+        power: float = typer.Option(1.0, help="--from-probe: exponent on the weights."),
+        min_ratio: float = typer.Option(0.25, help="--from-probe: smallest d_l/d_ff (0 allows no MLP)."),
+        max_ratio: float = typer.Option(2.0, help="--from-probe: largest d_l/d_ff."),
+        monotone: str = typer.Option("none", help="--from-probe: none | decreasing | increasing "
+                                     "(isotonic projection of the weights)."),
+        model: str = typer.Option(None, help="--from-probe: the model, when the probe holds several."),
+        out: Path = typer.Option(None, "--out", "-o", help="--from-probe: the schedule file to write."),
     ):
-        """Print the per-layer MLP widths of a schedule and its parameter/FLOP parity with uniform."""
+        """Print the per-layer MLP widths of a schedule and its parameter/FLOP parity with uniform.
+
+        With --from-probe PROBE_DIR --statistic NAME --out FILE.json: derive the widths from a probe and
+        write a schedule file that `tlm train/compare/sweep --schedule FILE.json` accept."""
         if mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        if from_probe is not None:
+            how = Rule(rule, power, min_ratio, max_ratio, monotone)
+            schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of, model,
+                                                 preset)
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
         flat = ScheduleSpec(name="uniform", multiple_of=multiple_of)  # the same rounding on both sides
         arch = dict(n_layers=layers, d_ff=d_ff, d_model=d_model, vocab_size=vocab_size, mlp=mlp,
@@ -63,11 +88,22 @@ def register(app: typer.Typer) -> None:
             _print_table(result, tapered)
 
 
+def _from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model, preset) -> tuple[str, int, int]:
+    from tlm_probe.commands.schedule_from_probe import write_from_probe
+
+    if statistic is None:
+        raise UserError("--from-probe needs --statistic NAME")
+    if preset:
+        raise UserError("--from-probe takes its layers from the probe: drop --preset")
+    path, layers, d_ff = write_from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model)
+    err_console.print(f"wrote schedule file {path}", markup=False, highlight=False)
+    return str(path), layers, d_ff
+
+
 FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
-# the parameters each schedule reads, in the order of its spec string (name:p1:p2:...); explicit widths none
-USES = {"uniform": (), "linear": ("start", "end"), "cosine": ("start", "end"),
-        "sigmoid": ("start", "end", "steepness"), "wider-early": ("wide_factor",),
-        "wider-middle": ("wide_factor",), "wider-late": ("wide_factor",), "explicit": ()}
+# the parameters each schedule reads, in the order of its spec string (name:p1:p2:...); explicit widths and
+# schedule files none
+USES = {**PARAMS, "explicit": (), FILE: ()}
 # defaults of the architecture flags without --preset (the flags are None when not given)
 ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
 ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
@@ -88,7 +124,7 @@ def _check_used(text: str, spec: ScheduleSpec, given: dict) -> None:
         takes = f"{len(uses)} parameter{'s' * (len(uses) != 1)}" + (f" ({':'.join(uses)})" if uses else "")
         raise UserError(f"--schedule {text!r}: {spec.name} takes {takes}, got {n_given}")
     unused = [f"--{k.replace('_', '-')}" for k in given if k not in uses]
-    if unused and spec.name != "explicit":
+    if unused and spec.name not in ("explicit", FILE):
         raise UserError(f"--schedule {spec.name} does not use {', '.join(unused)}; drop it")
 
 
@@ -97,12 +133,14 @@ def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec
     given = {k: v for k, v in dict(start=start, end=end, steepness=steepness, wide_factor=wide_factor).items()
              if v is not None}
     _check_used(text.strip(), spec, given)
-    if given and (":" in text or spec.name == "explicit"):  # two sources for one number: refuse, not pick
+    fixed = ":" in text or spec.name in ("explicit", FILE)  # the spec text holds every number
+    if given and fixed:  # two sources for one number: refuse, not pick
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
-    if ":" in text or spec.name == "explicit":
+    if fixed:
         return spec
-    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**FLAG_DEFAULTS, **given})
+    defaults = {**FLAG_DEFAULTS, **DEFAULTS.get(spec.name, {})}
+    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**defaults, **given})
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:
@@ -116,6 +154,9 @@ def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict
         "effective_start": sched.effective_start,
         "effective_end": sched.effective_end,
         "total": sched.total,
+        "monotone": sched.monotone,
+        "no_mlp_layers": list(sched.no_mlp_layers),
+        "moved": sched.moved,
         "uniform_total": sched.uniform_total,
         "layer_params": [l.total for l in pc.layers],
         "uniform_layer_params": [l.total for l in pu.layers],
@@ -141,3 +182,13 @@ def _print_table(r: dict, cfg: TLMConfig) -> None:
     console.print(f"params {r['params']:,} vs uniform {r['uniform_params']:,}; train FLOPs/token "
                   f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; "
                   f"parity: {'yes' if r['parity'] else 'NO'}")
+    console.print(f"shape: {r['monotone']}; width moved from uniform: {r['moved']:,}")
+    if r["no_mlp_layers"]:
+        console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, r['no_mlp_layers']))}")
+    if r["schedule"]["name"] in GROUPED:
+        console.print(GROUPED_NOTE)
+
+
+GROUPED_NOTE = ("grouped controls: thirds by (3·l)//L; every control moves the same width "
+                "round((wide_factor - 1)·d_ff·L/3) into its third, also when L % 3 != 0 (thirds of "
+                "unequal size: per-layer gains then differ between controls, the total does not)")

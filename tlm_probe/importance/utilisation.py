@@ -8,6 +8,8 @@ and SwiGLU outputs are rarely exactly zero). A neuron is "rarely active" when it
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -39,7 +41,8 @@ class NeuronActivity:
         return (self.active / max(self.count, 1)).numpy()
 
     def dead_fraction(self, freq_threshold: float = 0.01) -> float:
-        return float((self.frequency() < freq_threshold).mean())
+        freq = self.frequency()
+        return float((freq < freq_threshold).mean()) if freq.size else math.nan  # d_l = 0: no neurons
 
 
 def weight_matrix(module: nn.Module) -> torch.Tensor:
@@ -49,5 +52,7 @@ def weight_matrix(module: nn.Module) -> torch.Tensor:
 
 def stable_rank(weight: torch.Tensor) -> float:
     """||W||_F^2 / ||W||_2^2: how many directions carry the matrix's energy (1 <= sr <= rank)."""
+    if weight.numel() == 0:  # a d_l = 0 block's empty matrix: no directions, 0/0
+        return math.nan
     lam = squared_singular_values(weight.detach())  # sigma_i^2, descending
     return float(lam.sum() / lam[0]) if lam[0] > 0 else 0.0

@@ -35,7 +35,7 @@ class TLMConfig:
     n_kv_heads: int = 0
     """Key/value heads for grouped-query attention (0 = n_heads)."""
     d_ff: tuple[int, ...] = (512, 512, 512, 512)
-    """Per-layer MLP intermediate widths d_l."""
+    """Per-layer MLP intermediate widths d_l (0: the block has no MLP)."""
     mlp: str = "swiglu"
     """swiglu | gelu"""
     norm: str = "rmsnorm"
@@ -107,8 +107,8 @@ class TLMConfig:
             raise ConfigError(f"RoPE needs an even head dimension, got {self.d_head}")
         if len(self.d_ff) != self.n_layers:
             raise ConfigError(f"d_ff has {len(self.d_ff)} widths but n_layers={self.n_layers}")
-        if min(self.d_ff) < 1:
-            raise ConfigError(f"every MLP width must be >= 1, got {min(self.d_ff)}")
+        if min(self.d_ff) < 0:  # 0 is a block with no MLP (schedule middle)
+            raise ConfigError(f"every MLP width must be >= 0 (0: no MLP), got {min(self.d_ff)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 

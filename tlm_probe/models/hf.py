@@ -73,7 +73,7 @@ class TLMForCausalLM(PreTrainedModel, GenerationMixin):
             module.reset()
         elif isinstance(module, Titans):
             module.reset_memory()
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
+        elif isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.numel() > 0:  # d_l = 0: empty
             nn.init.normal_(module.weight, 0.0, self.cfg.init_scale)
 
     def get_input_embeddings(self) -> nn.Module:

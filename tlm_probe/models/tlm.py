@@ -5,6 +5,9 @@ Every block exposes the contract's hook names (TransformerLens conventions), so 
     resid_pre -> attn_out -> resid_mid = resid_pre + attn_out -> mlp_out -> resid_post = resid_mid + mlp_out
 The token mixer (models/mixers.py: attention, gated attention, Titans, Hope-attention) always sits at
 `blocks.{l}.attn` and its output is `hook_attn_out`; Hope-attention's MLP is its continuum memory.
+A block with d_l = 0 has no MLP: its MLP matrices are empty and mlp_out is exactly 0 (models/mlp.py). It
+keeps its pre-MLP norm ln2 (d weights whose gradient is exactly 0), so every schedule of one budget has
+the same module tree, state-dict names and parameter count (accounting.py counts it likewise).
 """
 
 from __future__ import annotations
@@ -74,11 +77,11 @@ class TaperedLM(HookedRootModule):
 
     def _init(self, m: nn.Module) -> None:
         std = self.cfg.init_scale
-        if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.device.type != "meta":
+        if isinstance(m, (nn.Linear, nn.Embedding)) and _initialisable(m.weight):
             nn.init.normal_(m.weight, 0.0, std)
         for name in ("W_O", "W_out"):  # residual-branch outputs, scaled as in GPT-2
             out = getattr(m, name, None)
-            if isinstance(out, nn.Linear) and out.weight.device.type != "meta":
+            if isinstance(out, nn.Linear) and _initialisable(out.weight):
                 nn.init.normal_(out.weight, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
 
     def forward(
@@ -115,6 +118,12 @@ class TaperedLM(HookedRootModule):
             targets = input_ids if labels is None else labels
             return next_token_nll(logits, targets, attention_mask=attention_mask)
         return logits
+
+
+def _initialisable(w: torch.Tensor) -> bool:
+    """Real storage with elements: meta tensors are materialised later, and the empty matrices of a
+    d_l = 0 block hold nothing (nn.init would warn about them)."""
+    return w.device.type != "meta" and w.numel() > 0
 
 
 def _positions_and_mask(input_ids, attention_mask):

@@ -16,6 +16,7 @@ from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
+    advantage_curves,
     input_kind,
     load_comparison,
     load_probe,
@@ -26,6 +27,7 @@ from tlm_probe.plotting.inputs import (
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE
 from tlm_probe.plotting.sweep import plot_sweep
+from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.stats.sweep import sweep_table
 
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
@@ -34,7 +36,7 @@ DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5
 @dataclass
 class FigureRequest:
     kind: str = "depth"
-    """depth | heatmap | importance | curves | schedules | sweep"""
+    """depth | heatmap | importance | curves | schedules | sweep | trajectory | advantage"""
     statistics: Sequence[str] = ()
     """Statistic(s) to draw; empty = the kind's default."""
     x: str = "depth"
@@ -141,6 +143,27 @@ def _sweep(paths, req: FigureRequest) -> Figure:
     return plot_sweep(sweep_table(paired, metric), metric, size=req.size, dpi=req.dpi, title=req.title)
 
 
+def _trajectory(paths, req: FigureRequest) -> Figure:
+    results, _, _ = _probe_tables(paths)
+    if "step" not in results:
+        raise UserError("these results have no step column: probe a run's checkpoints with "
+                        "`tlm probe RUN --checkpoints all --out DIR` first")
+    stat = _one(req.statistics, "align_mlp_mid", "trajectory")
+    return plot_trajectory(results, stat, x=req.x, size=req.size, dpi=req.dpi, title=req.title)
+
+
+def _advantage(paths, req: FigureRequest) -> Figure:
+    if len(paths) != 1 or input_kind(paths[0]) != "compare":
+        raise UserError("the advantage figure takes one comparison folder (tlm compare --out DIR)")
+    metric = _one(req.statistics, "val_loss", "advantage")
+    curves = advantage_curves(paths[0], metric)
+    if curves.empty:
+        raise UserError(f"{paths[0]} has no arm with {metric} logged at the baseline's steps yet")
+    title = req.title or f"each arm's {metric} minus the baseline's over training (below 0: ahead)"
+    return plot_curves(curves, metrics=list(dict.fromkeys(curves["metric"])), size=req.size, dpi=req.dpi,
+                       title=title)
+
+
 BUILDERS: dict[str, Callable[[Sequence[str | Path], FigureRequest], Figure]] = {
     "depth": _depth,
     "heatmap": _heatmap,
@@ -148,6 +171,8 @@ BUILDERS: dict[str, Callable[[Sequence[str | Path], FigureRequest], Figure]] = {
     "curves": _curves,
     "schedules": _schedules,
     "sweep": _sweep,
+    "trajectory": _trajectory,
+    "advantage": _advantage,
 }
 
 

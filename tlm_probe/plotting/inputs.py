@@ -201,3 +201,23 @@ def schedule_table(names: Sequence[str], n_layers: int, d_ff: int, multiple_of: 
         sched = make_schedule(parse_schedule(name, multiple_of), n_layers, d_ff)
         rows += [{"schedule": name, "layer": l, "width": w} for l, w in enumerate(sched.widths)]
     return pd.DataFrame(rows, columns=["schedule", "layer", "width"])
+
+
+def advantage_curves(path: str | Path, metric: str = "val_loss") -> pd.DataFrame:
+    """Each arm minus the comparison's baseline arm, paired by seed at each logged step: the curve table
+    (`arm, metric, tokens, mean, std, n_seeds`; metric '<metric> − <baseline>'). Negative: the arm is
+    ahead. One mixer's comparison (one baseline)."""
+    p = Path(path)
+    info = json.loads((p / "compare.json").read_text()) if (p / "compare.json").is_file() else {}
+    baseline = info.get("baseline", "uniform")
+    if not isinstance(baseline, str):
+        raise UserError(f"{p} compares several mixers; the advantage figure takes one mixer's comparison")
+    runs = [r for r in (p / "runs").glob("*") if _is_run(r)] if (p / "runs").is_dir() else []
+    losses = loss_table(runs)
+    losses = losses[losses["metric"] == metric]
+    if baseline not in set(losses["arm"]):
+        raise UserError(f"{p} has no {metric} of its baseline arm {baseline!r} to compare with")
+    base = losses[losses["arm"] == baseline][["seed", "step", "value"]].rename(columns={"value": "base"})
+    paired = losses[losses["arm"] != baseline].merge(base, on=["seed", "step"])  # same seed, same step
+    paired = paired.assign(value=paired["value"] - paired["base"], metric=f"{metric} − {baseline}")
+    return curve_summary(paired[["arm", "seed", "step", "tokens", "metric", "value"]])

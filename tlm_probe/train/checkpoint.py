@@ -106,7 +106,7 @@ def _save_weights(sd: dict, path: Path) -> None:
     out = {}
     for k, v in sd.items():
         ptr = v.untyped_storage().data_ptr()
-        if ptr in seen:
+        if ptr in seen and v.numel() > 0:  # empty tensors (d_l = 0 MLPs) all have data_ptr 0: not tied
             continue
         seen[ptr] = k
         out[k] = v.detach().contiguous().cpu()

@@ -121,7 +121,10 @@ def as_arms(base: TrainConfig, arms: list) -> list[Arm]:
 
 
 def run_name(arm: str, seed: int) -> str:
-    return f"{arm}-s{seed}"
+    """The run's folder name under runs/. A schedule-file arm is a path ('/x/s.json', 'a/b.json'): its
+    slashes become '_' so the run stays one folder inside runs/ (an absolute path joined to runs/ would
+    otherwise point outside the comparison)."""
+    return f"{arm.replace('/', '_').replace(chr(92), '_')}-s{seed}"
 
 
 def baselines(arms: list[Arm]) -> dict[str, str]:

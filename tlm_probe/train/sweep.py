@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from tlm_probe.errors import UserError
+from tlm_probe.schedules import ZOO, check_params, parse_schedule
 from tlm_probe.stats.sweep import GRID_SHAPES
 
 
@@ -35,12 +36,22 @@ def parse_ratios(text: str) -> list[tuple[float, float]]:
 def grid_arms(
     shapes: Sequence[str], ratios: Sequence[tuple[float, float]], extra: Sequence[str] = ()
 ) -> list[str]:
-    """uniform first (the baseline), then shape x ratio in order, then the extra arms (wider-early, ...)."""
-    bad = [s for s in shapes if s not in GRID_SHAPES]
+    """uniform first (the baseline), then each shape in order — a grid shape (cosine, ...) once per ratio,
+    a zoo shape (openelm[:S:E], middle[:F], hourglass[:W:D]) once with its own parameters — then the
+    extra arms (wider-early, ...)."""
+    bad = [s for s in shapes if s not in GRID_SHAPES and s.split(":")[0] not in ZOO]
     if bad:
-        raise UserError(f"unknown sweep shape(s) {', '.join(bad)}; choose from: {', '.join(GRID_SHAPES)}")
-    grid = [f"{s}:{a:g}:{b:g}" for s in shapes for a, b in ratios]
+        raise UserError(f"unknown sweep shape(s) {', '.join(bad)}; choose from: "
+                        f"{', '.join(GRID_SHAPES)} (x --ratios) or {', '.join(ZOO)} (with their parameters)")
+    grid: list[str] = []
+    for s in shapes:
+        if s in GRID_SHAPES:
+            grid += [f"{s}:{a:g}:{b:g}" for a, b in ratios]
+        else:
+            check_params(parse_schedule(s))  # a malformed zoo item fails here, before any training
+            grid.append(s)
     arms = ["uniform", *grid, *(e for e in extra if e != "uniform")]
     if len(set(arms)) != len(arms):
         raise UserError("the sweep names an arm twice (an extra arm repeats a grid arm)")
     return arms
+
