@@ -19,7 +19,7 @@ from tlm_probe.presets import PRESETS, preset_config
 from tlm_probe.schedules import parse_schedule
 
 TITANS = dict(mixer="titans", window=6, mem_chunk=4, mem_persistent=2)
-HOPE = dict(mixer="hope_attention", cms_periods=(1, 3))
+HOPE = dict(mixer="hope_attention", cms_chunks=(4, 64))  # one in-context level, one static (>= max_seq_len)
 MIXER_KW = {"attention": {}, "gated_attention": {}, "titans": TITANS, "hope_attention": HOPE}
 
 
@@ -174,11 +174,13 @@ def test_accounting_equals_numel_on_meta_for_every_preset_and_mixer(preset, mixe
 
 def test_hope_splits_the_mlp_budget_over_its_levels():
     spec = parse_schedule("cosine:1.5:0.5", 16)
-    att, hope = (config_with_schedule(spec, 128, vocab_size=61, d_model=32, n_layers=4, n_heads=4, mixer=m)
-                 for m in ("attention", "hope_attention"))
-    assert [2 * w for w in hope.d_ff] == list(att.d_ff) and count_params(att).mlp == count_params(hope).mlp
+    att, hope = (config_with_schedule(spec, 128, vocab_size=61, d_model=32, n_layers=4, n_heads=4,
+                                      **{"mixer": m, **MIXER_KW[m]}) for m in ("attention", "hope_attention"))
+    # same MLP matrices; Hope adds one step size per in-context level per block (both levels: chunk < 256)
+    assert [2 * w for w in hope.d_ff] == list(att.d_ff)
+    assert count_params(att).mlp == count_params(hope).mlp - 2 * 4
     with pytest.raises(ConfigError, match="divisible"):
-        config_with_schedule("uniform", 96, mixer="hope_attention", cms_periods=(1, 2, 4, 8, 16))
+        config_with_schedule("uniform", 96, mixer="hope_attention", cms_chunks=(1, 2, 4, 8, 16))
 
 
 @pytest.mark.parametrize("mixer", MIXER_KINDS)

@@ -19,7 +19,8 @@ from tlm_probe.models.tlm import TaperedLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPE = dict(vocab_size=61, d_model=32, n_layers=4, n_heads=4, max_seq_len=32, mlp="swiglu")
-MIXER_KW = {"titans": dict(window=8, mem_chunk=8), "hope_attention": {}}
+# Hope: three levels update in context within the 32 tokens, the last is static (chunk >= max_seq_len)
+MIXER_KW = {"titans": dict(window=8, mem_chunk=8), "hope_attention": dict(cms_chunks=(4, 8, 16, 64))}
 FACTOR = 10.0
 STEPS = 5
 
@@ -27,7 +28,7 @@ STEPS = 5
 def _model(mixer: str) -> TaperedLM:
     torch.manual_seed(0)
     kw = {**SHAPE, "mixer": mixer, **MIXER_KW.get(mixer, {})}
-    return TaperedLM(config_with_schedule("uniform:16", 128, **kw))
+    return TaperedLM(config_with_schedule("uniform:16", 256, **kw))
 
 
 def _batch() -> torch.Tensor:
