@@ -6,7 +6,9 @@ Why 10x: the mixers change what feeds the MLP but not its width or initialisatio
 and learns on the same scale as attention's (measured within ~3x at init here); the old chained CMS, with no
 residual or norm between its levels, wrote RMS ~1e-9 against attention's ~1e-3, six orders away. The ratio
 is taken per block and per weight matrix: a level whose input weights get ~1e-10 gradients fails even when
-another level is alive.
+another level is alive. The token mixer's output is held to the lower bound only (not dead): Titans' memory
+read-out is RMS-normalised before its projection (paper section 4.4), so at init it writes ~10-15x what
+attention does, by design; both halves of its MAL pair (memory layer, SWA) must be alive on their own.
 """
 
 from __future__ import annotations
@@ -51,9 +53,17 @@ def _measure(model: TaperedLM, x: torch.Tensor) -> dict:
     loss, cache = model.run_with_cache(x, return_type="loss")
     loss.backward()
     rms = {}
+
+    def r(t):
+        return float(t.pow(2).mean().sqrt())
+
     for l in range(model.cfg.n_layers):
         for hook in ("mlp_out", "attn_out"):
-            rms[(l, hook)] = float(cache[f"blocks.{l}.hook_{hook}"].pow(2).mean().sqrt())
+            rms[(l, hook)] = r(cache[f"blocks.{l}.hook_{hook}"])
+        if model.cfg.mixer == "titans":  # the MAL pair's two layers: memory, then SWA (attn_out − memory)
+            mem = cache[f"blocks.{l}.attn.hook_mem_out"][:, model.cfg.mem_persistent:]
+            rms[(l, "memory")] = r(mem)
+            rms[(l, "swa")] = r(cache[f"blocks.{l}.hook_attn_out"] - mem)
     grads = {l: _mlp_grads(model, l) for l in range(model.cfg.n_layers)}
     return {"rms": rms, "grads": grads}
 
@@ -86,8 +96,10 @@ def test_every_sublayer_writes_and_learns_like_attentions(mixer, when, attention
         _measure(model, x)
         _train(model, x, STEPS)
     got, ref = _measure(model, x), attention_reference[when]
-    for key, value in got["rms"].items():
-        assert _within(value, ref["rms"][key]), (mixer, when, key, value, ref["rms"][key])
+    for (l, hook), value in got["rms"].items():
+        expected = ref["rms"][(l, "mlp_out" if hook == "mlp_out" else "attn_out")]
+        ok = _within(value, expected) if hook == "mlp_out" else value >= expected / FACTOR
+        assert ok, (mixer, when, l, hook, value, expected)
     for l, grads in got["grads"].items():
         ref_by_kind = {kind: norm for kind, norm in ref["grads"][l].values()}
         assert grads, (mixer, l, "no MLP weight has a gradient")

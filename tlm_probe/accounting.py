@@ -6,11 +6,13 @@ d_l, others one; plus one step size per level that updates in context and one no
 first), two norms (d for RMSNorm, 2d for LayerNorm), a final norm, and the unembedding V·d
 unless tied. Mixers: attention d·(H + 2·H_kv)·d_h + H·d_h·d (+ d·H·d_h for the G1 gate); Titans adds to a
 sliding-window attention its memory layer: q/k/v 3·d·H·d_h, depthwise conv 3·H·d_h·k, rates 3·d·H + 3·H,
-memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h, output H·d_h·d, persistent tokens P·d.
+memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h, output H·d_h·d, persistent tokens P·d,
+and the SWA layer's pre-norm.
 Training FLOPs per token (Kaplan et al. 2020): 6·N_matmul + 6·L·T_att·H·d_h (+ Titans' inner loop), where
 N_matmul counts every weight used in a multiply per token (blocks and unembedding; not the embedding
-lookups or norms), T_att is the context the attention sees (min(T, window) for Titans), and Titans'
-memory costs 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)) per token per layer: the multiply-accumulates of the
+lookups or norms), T_att is the context the attention sees (min(T, window) + P persistent tokens for
+Titans), and Titans' memory costs 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)) per token per layer: the
+multiply-accumulates of the
 chunk-parallel algorithm as implemented (models/memory.py: key forward and error backprop at the chunk's
 start 3·d_m·d_h, query read-out against W_0 and S_0 4·d_m·d_h, end-of-chunk weight and momentum updates
 4·d_m·d_h, the two b-wide dual-form products 2·b·(d_m + d_h)), times 3 for forward + backward; Hope's
@@ -85,7 +87,7 @@ def _titans(cfg: TLMConfig) -> int:
     d_m = cfg.mem_expand * dh
     memory = 3 * d * H * dh + 3 * H * dh * cfg.conv_kernel + 3 * d * H + 3 * H + 2 * H * d_m * dh
     memory += dh + d * H * dh + H * dh * d + cfg.mem_persistent * d
-    return memory + _softmax_attention(cfg)
+    return memory + NORM_PARAMS[cfg.norm] * d + _softmax_attention(cfg)  # + the SWA's pre-norm
 
 
 MIXER_PARAMS = {
@@ -98,7 +100,7 @@ MIXER_PARAMS = {
 # weights, persistent tokens, the read-out norm): left out of N_matmul
 _NOT_MATMUL = {
     "titans": lambda c: 3 * c.n_heads + 2 * c.n_heads * c.mem_expand * c.d_head**2 + c.mem_persistent
-    * c.d_model + c.d_head,
+    * c.d_model + c.d_head + NORM_PARAMS[c.norm] * c.d_model,
 }
 
 
@@ -154,7 +156,7 @@ def cms_flops_per_token(cfg: TLMConfig) -> int:
 
 def train_flops_per_token(cfg: TLMConfig, seq_len: int | None = None) -> int:
     T = seq_len or cfg.max_seq_len
-    T_att = min(T, cfg.window) if cfg.mixer == "titans" else T
+    T_att = min(T, cfg.window) + cfg.mem_persistent if cfg.mixer == "titans" else T
     attention = 6 * cfg.n_layers * T_att * cfg.n_heads * cfg.d_head
     return 6 * matmul_params(cfg) + attention + memory_flops_per_token(cfg) + cms_flops_per_token(cfg)
 
