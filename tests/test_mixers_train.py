@@ -122,7 +122,7 @@ def test_cli_mixer_flags(tmp_path):
     assert doc["params"] == doc["uniform_params"] and doc["config"]["mixer"] == "titans"
     r = runner.invoke(app, ["compare", "--out", str(tmp_path / "c"), "--mixers",
                             "gated_attention,hope_attention", "--schedules", "uniform,cosine:1.5:0.5",
-                            "--seeds", "0", *common])
+                            "--seeds", "0", "--cms-chunks", "4,64", *common])  # 2 levels: d_ff 64 splits
     assert r.exit_code == 0, r.output
     assert set(pd.read_csv(tmp_path / "c" / "results.csv")["mixer"]) == {"gated_attention", "hope_attention"}
     r = runner.invoke(app, ["train", "--out", str(tmp_path / "bad"), "--mixer", "mamba", *common])

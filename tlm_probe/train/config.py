@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from tlm_probe.accounting import count_params
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import PRESETS, preset_config
@@ -154,8 +155,19 @@ class TrainConfig:
         return self.steps if self.steps > 0 else math.ceil(self.tokens / (self.tokens_per_step * world))
 
     def model_config(self, vocab_size: int) -> TLMConfig:
-        """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset."""
+        """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset;
+        with match_params, its MLP budget shrunk to the attention model's parameter count (size_matched)."""
+        cfg = self._model_config(vocab_size)
+        if self.match_params and self.mixer != "attention":
+            target = self.replace(mixer="attention", match_params=False).model_config(vocab_size)
+            cfg = size_matched(lambda d_ff: self._model_config(vocab_size, d_ff), cfg,
+                               count_params(target).total, self.multiple_of)
+        return cfg
+
+    def _model_config(self, vocab_size: int, d_ff: int | None = None) -> TLMConfig:
         arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
+        if d_ff is not None:
+            arch["d_ff"] = d_ff
         extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, **self._mixer_settings())
         if self.max_seq_len:
             extra["max_seq_len"] = self.max_seq_len
@@ -191,6 +203,24 @@ class TrainConfig:
         if unknown:
             raise UserError(f"unknown training option(s): {', '.join(unknown)}")
         return cls(**{k: _typed(k, v, kinds[k]) for k, v in d.items()})
+
+
+def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMConfig:
+    """build(d_ff) at the largest MLP budget d_ff <= cfg's (a multiple of multiple_of x the CMS levels, so
+    the schedule can split it) whose parameter count is at most `target` (the attention model's)."""
+    step = multiple_of * cfg.cms_levels
+    budget = round(cfg.mean_d_ff * cfg.cms_levels)
+    d_ff = budget - budget % step
+    while d_ff >= step:
+        try:
+            candidate = build(d_ff)
+        except UserError:  # the schedule cannot split a budget this small: no smaller one will do
+            break
+        if count_params(candidate).total <= target:
+            return candidate
+        d_ff -= step
+    raise UserError(f"--match-params: no MLP width (multiple of {step}) brings the {cfg.mixer} model down to "
+                    f"attention's {target:,} parameters; its mixer alone is larger")
 
 
 MIXER_FIELDS = ("window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent")
