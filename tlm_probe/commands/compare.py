@@ -185,9 +185,9 @@ def _print_mixer_sizes(result: dict) -> None:
     parts = [f"{m} {n:,}" + (f" ({n - ref:+,}, {n / ref - 1:+.1%} vs attention)" if ref and m != "attention"
                                  else "") for m, n in sizes.items()]
     matched = result.get("settings", {}).get("base", {}).get("match_params", False)
-    console.print("parameters by mixer: " + "; ".join(parts) + (
-        " — size-matched (--match-params: each mixer's d_ff shrunk to at most attention's count)" if matched
-        else " — not size-matched (--match-params shrinks each mixer's d_ff to attention's count)"),
+    note = (" — size-matched (--match-params: each mixer's d_ff set to the count closest to attention's)"
+            if matched else " — not size-matched (--match-params matches each mixer's count to attention's)")
+    console.print("parameters by mixer: " + "; ".join(parts) + note,
         markup=False, highlight=False)
 
 

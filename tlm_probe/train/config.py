@@ -81,8 +81,8 @@ class TrainConfig:
     """hope_attention, optional: comma-separated optimizer-step periods, one per level (the older
     optimizer-step reading of the CMS; default: every level steps every optimizer step)."""
     match_params: bool = False
-    """Shrink this mixer's MLP budget (d_ff) to the largest width whose parameter count does not exceed the
-    attention model's of the same shape (size-matched comparisons); the exact counts are printed."""
+    """Shrink this mixer's MLP budget (d_ff) to the width whose parameter count is closest to the attention
+    model's of the same shape (size-matched comparisons); the exact counts are printed."""
     seq_len: int = 128
     """Training context length (must not exceed the model's max_seq_len)."""
     max_seq_len: int = 0
@@ -206,21 +206,23 @@ class TrainConfig:
 
 
 def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMConfig:
-    """build(d_ff) at the largest MLP budget d_ff <= cfg's (a multiple of multiple_of x the CMS levels, so
-    the schedule can split it) whose parameter count is at most `target` (the attention model's)."""
+    """build(d_ff) at the MLP budget d_ff <= cfg's (a multiple of multiple_of x the CMS levels, so the
+    schedule can split it) whose parameter count is closest to `target` (the attention model's); on a tie
+    the smaller model. The counts differ by less than one width step's parameters."""
     step = multiple_of * cfg.cms_levels
     budget = round(cfg.mean_d_ff * cfg.cms_levels)
-    d_ff = budget - budget % step
-    while d_ff >= step:
+    best = cfg
+    for d_ff in range(budget - budget % step, step - 1, -step):
         try:
             candidate = build(d_ff)
         except UserError:  # the schedule cannot split a budget this small: no smaller one will do
             break
-        if count_params(candidate).total <= target:
-            return candidate
-        d_ff -= step
-    raise UserError(f"--match-params: no MLP width (multiple of {step}) brings the {cfg.mixer} model down to "
-                    f"attention's {target:,} parameters; its mixer alone is larger")
+        gap, best_gap = abs(count_params(candidate).total - target), abs(count_params(best).total - target)
+        if gap <= best_gap:
+            best = candidate
+        if count_params(candidate).total < target:
+            break  # smaller budgets only move further away
+    return best
 
 
 MIXER_FIELDS = ("window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent")
