@@ -28,11 +28,8 @@ Memory layer, following the paper's architectural details (section 4.4):
 Each head's memory is W2 silu(W1 x) with learnable initial weights (meta-learned across sequences) and zero
 initial momentum. Hook points: hook_mem_q/k/v (B, T, H, d_h) after the normalisation, hook_mem_read
 (B, T, H, d_h) the raw read-out, hook_mem_out (B, T, d) the memory layer's output m, hook_swa_in (B, T, d)
-the stream the SWA reads (z); the attention's own hooks live under `swa`. `clip_fraction` holds the share
-of this layer's writing tokens whose inner gradient hit the safety clip in the last forward (training logs
-it). W_M keeps the plain init (std init_scale), not the residual-branch one: scaled by 1/sqrt(2L) the memory
-layer wrote ~3x less at init and the model learned markedly slower (val loss 6.32 vs 6.14 at step 50 at the
-study's shape, one seed).
+the stream the SWA reads (z); the attention's own hooks live under `swa`. `clip_fraction` holds the share of
+this layer's writing tokens whose inner gradient hit the safety clip in the last forward (training logs it).
 """
 
 from __future__ import annotations

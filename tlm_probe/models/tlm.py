@@ -82,7 +82,7 @@ class TaperedLM(HookedRootModule):
         std = self.cfg.init_scale
         if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.device.type != "meta":
             nn.init.normal_(m.weight, 0.0, std)
-        for name in ("W_O", "W_out"):  # residual-branch outputs, scaled as in GPT-2
+        for name in ("W_O", "W_out", "W_M"):  # residual-branch outputs (W_M: Titans memory layer), as GPT-2
             out = getattr(m, name, None)
             if isinstance(out, nn.Linear) and out.weight.device.type != "meta":
                 nn.init.normal_(out.weight, 0.0, std / math.sqrt(2 * self.cfg.n_layers))
