@@ -5,10 +5,13 @@ chunk-parallel memory relative to its token-by-token reference.
         --seq-len 128 --rounds 7 --threads 1 --device cpu --json]
 
 Models: the same d_model / layers / heads / mean MLP width for every mixer (Titans also carries its memory
-layer, so it is larger; the parameter counts are printed). Rounds are interleaved (one timed step of every
+layer, so it is larger; the parameter counts are printed, with each one relative to attention's).
+Rounds are interleaved (one timed step of every
 mixer per round, so machine load hits them alike) and the median over rounds is reported. The memory
 comparison times forward+backward of models.memory.memory_chunked against memory_reference on the same
-inputs (B·H memories of one Titans layer at this size).
+inputs (B·H memories of one Titans layer at this size); layers x its chunk-parallel time over the Titans
+model's step time is the share of Titans' step spent in the memory's inner loop (the rest: its q/k/v
+projections, convolution, gates, the SWA and the MLPs).
 """
 
 from __future__ import annotations
@@ -64,10 +67,13 @@ def bench_mixers(args, device) -> list[dict]:
                 times[mixer].append(dt)
     tokens = args.batch * args.seq_len
     base = tokens / statistics.median(times["attention"])
+    base_params = count_params(models["attention"][0]).total
     rows = []
     for mixer in MIXER_KINDS:
         tps = tokens / statistics.median(times[mixer])
-        rows.append({"mixer": mixer, "params": count_params(models[mixer][0]).total, "tokens_per_s": tps,
+        params = count_params(models[mixer][0]).total
+        rows.append({"mixer": mixer, "params": params, "params_relative": params / base_params,
+                     "tokens_per_s": tps, "step_s": statistics.median(times[mixer]),
                      "relative_to_attention": tps / base})
     return rows
 
@@ -120,6 +126,8 @@ def main() -> None:
     device = torch.device(args.device)
     result = {"config": vars(args), "mixers": bench_mixers(args, device),
               "memory": bench_memory(args, device)}
+    titans = next(r for r in result["mixers"] if r["mixer"] == "titans")
+    result["memory"]["share_of_titans_step"] = args.layers * result["memory"]["chunked_s"] / titans["step_s"]
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -127,11 +135,13 @@ def main() -> None:
           f"({args.device}, median of {args.rounds} interleaved rounds)")
     for row in result["mixers"]:
         print(f"  {row['mixer']:>16}: {row['tokens_per_s']:>10,.0f} tok/s  "
-              f"x{row['relative_to_attention']:.3f} of attention  ({row['params']:,} params)")
+              f"x{row['relative_to_attention']:.3f} of attention  ({row['params']:,} params, "
+              f"x{row['params_relative']:.3f})")
     m = result["memory"]
     print(f"Titans memory ({m['memories']} memories x {m['tokens']} tokens, chunk {m['chunk']}): "
           f"chunk-parallel {m['chunked_s'] * 1e3:.1f} ms, token-by-token reference "
-          f"{m['reference_s'] * 1e3:.1f} ms -> {m['speedup']:.1f}x")
+          f"{m['reference_s'] * 1e3:.1f} ms -> {m['speedup']:.1f}x; the inner loop is "
+          f"{m['share_of_titans_step']:.0%} of the Titans step")
 
 
 if __name__ == "__main__":

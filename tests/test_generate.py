@@ -116,8 +116,8 @@ def test_importing_the_hf_module_first_registers_the_auto_classes():
 
 @pytest.mark.parametrize("mixer", ["titans", "hope_attention"])
 def test_generate_with_the_memory_mixers(mixer):
-    """Hope-attention caches keys/values like attention; Titans' memory is a recurrence over the prefix, so
-    generate() feeds it the whole prefix every step (no cache) and still equals the argmax loop."""
+    """Titans' memory and Hope-attention's in-context CMS levels are recurrences over the prefix, so
+    generate() feeds them the whole prefix every step (no cache) and still equals the argmax loop."""
     model = _model(mixer)
     x = torch.tensor(PROMPT)
     lengths = []
@@ -127,4 +127,4 @@ def test_generate_with_the_memory_mixers(mixer):
     uncached = model.generate(x, max_new_tokens=8, do_sample=False, use_cache=False, pad_token_id=0)
     assert cached.tolist() == uncached.tolist() and cached[0].tolist() == _argmax_loop(model, PROMPT[0], 8)
     steps = set(lengths[1:])
-    assert steps == ({1} if mixer == "hope_attention" else set(range(x.shape[1] + 1, x.shape[1] + 8)))
+    assert steps == set(range(x.shape[1] + 1, x.shape[1] + 8))

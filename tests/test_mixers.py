@@ -19,7 +19,7 @@ from tlm_probe.presets import PRESETS, preset_config
 from tlm_probe.schedules import parse_schedule
 
 TITANS = dict(mixer="titans", window=6, mem_chunk=4, mem_persistent=2)
-HOPE = dict(mixer="hope_attention", cms_periods=(1, 3))
+HOPE = dict(mixer="hope_attention", cms_chunks=(4, 64))  # one in-context level, one static (>= max_seq_len)
 MIXER_KW = {"attention": {}, "gated_attention": {}, "titans": TITANS, "hope_attention": HOPE}
 
 
@@ -67,7 +67,8 @@ def test_chunk_parallel_memory_equals_token_by_token_reference(chunk):
 
 def test_chunk_size_one_is_plain_online_gradient_descent():
     """With b = 1 both forms reduce to the textbook recurrence, written out here by hand for a 1-token
-    memory step: S = η S − θ ∇ (∇ clipped to norm GRAD_CLIP), M = (1 − α) M + S, y = M(q)."""
+    memory step: S = η S − θ ∇ (∇ of ‖M(k) − v‖²/d_h, clipped to norm GRAD_CLIP), M = (1 − α) M + S,
+    y = M(q)."""
     q, k, v, logits, W1, W2 = (t.detach() for t in _memory_inputs(N=1, T=2))
     keep, eta, theta = (x[0] for x in memory_rates(logits, None, 0.1))
     keep, eta = keep.exp(), eta.exp()
@@ -75,7 +76,7 @@ def test_chunk_size_one_is_plain_online_gradient_descent():
     for t in range(2):
         z = W1a @ k[0, t]
         h = F.silu(z)
-        r = 2 * (W2a @ h - v[0, t])
+        r = 2 * (W2a @ h - v[0, t]) / q.shape[-1]  # the loss is averaged over the head dimension
         g2 = torch.outer(r, h)
         g1 = torch.outer((W2a.T @ r) * torch.sigmoid(z) * (1 + z * (1 - torch.sigmoid(z))), k[0, t])
         clip = min(1.0, GRAD_CLIP / float(torch.cat([g1.flatten(), g2.flatten()]).norm()))
@@ -128,14 +129,16 @@ def test_left_padding_equals_unpadded(mixer):
 
 
 def test_sliding_window_sees_only_the_window():
-    """Titans' attention: the memory layer's output at s reaches the attention at t only if t − s < window."""
+    """Titans' attention: the stream at real position s reaches the attention at t only if t − s < window;
+    the 2 persistent tokens (prepended, positions 0-1) are seen from every real position."""
     torch.manual_seed(0)
-    swa = TaperedLM(tiny("titans")).blocks[0].attn.swa.eval()
-    m = torch.randn(1, 20, 32, requires_grad=True)
-    out = swa(m, torch.arange(20)[None], None)
-    (grad,) = torch.autograd.grad(out[0, 15].sum(), m)
+    layer = TaperedLM(tiny("titans")).blocks[0].attn.eval()
+    positions = torch.arange(20)[None]
+    z = torch.randn(1, 22, 32, requires_grad=True)
+    out = layer.swa(z, torch.arange(22)[None], layer.attention_mask(positions, None))
+    (grad,) = torch.autograd.grad(out[0, 2 + 15].sum(), z)
     reached = grad[0].abs().sum(-1) > 0
-    assert reached.tolist() == [15 - s < 6 and s <= 15 for s in range(20)]
+    assert reached.tolist() == [True, True] + [15 - s < 6 and s <= 15 for s in range(20)]
 
 
 @pytest.mark.parametrize("mixer", MIXER_KINDS)
@@ -174,11 +177,13 @@ def test_accounting_equals_numel_on_meta_for_every_preset_and_mixer(preset, mixe
 
 def test_hope_splits_the_mlp_budget_over_its_levels():
     spec = parse_schedule("cosine:1.5:0.5", 16)
-    att, hope = (config_with_schedule(spec, 128, vocab_size=61, d_model=32, n_layers=4, n_heads=4, mixer=m)
-                 for m in ("attention", "hope_attention"))
-    assert [2 * w for w in hope.d_ff] == list(att.d_ff) and count_params(att).mlp == count_params(hope).mlp
+    att, hope = (config_with_schedule(spec, 128, vocab_size=61, d_model=32, n_layers=4, n_heads=4,
+                                      **{"mixer": m, **MIXER_KW[m]}) for m in ("attention", "hope_attention"))
+    # same MLP matrices; Hope adds one step size per in-context level per block (both levels: chunk < 256)
+    assert [2 * w for w in hope.d_ff] == list(att.d_ff)
+    assert count_params(att).mlp == count_params(hope).mlp - 2 * 4
     with pytest.raises(ConfigError, match="divisible"):
-        config_with_schedule("uniform", 96, mixer="hope_attention", cms_periods=(1, 2, 4, 8, 16))
+        config_with_schedule("uniform", 96, mixer="hope_attention", cms_chunks=(1, 2, 4, 8, 16))
 
 
 @pytest.mark.parametrize("mixer", MIXER_KINDS)

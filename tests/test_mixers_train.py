@@ -26,7 +26,7 @@ runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny forwards lose from threads
 BASE = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
                    steps=9, eval_interval=9, eval_tokens=64, warmup=1, progress=False, data="synthetic",
-                   threads=1, mixer="hope_attention")
+                   threads=1, mixer="hope_attention", cms_chunks="4,64", cms_step_periods="1,4")
 
 
 def _data() -> TokenData:
@@ -40,13 +40,14 @@ def _train(tc, out, **kw) -> Trainer:
 
 
 def test_slow_levels_step_exactly_every_period(tmp_path):
-    """Default cms_periods (1, 4): level 0 steps every step, the last level (mlp.W_*) on steps 4 and 8 only;
+    """cms_step_periods (1, 4): level 0 steps every step, the last level (mlp.W_*) on steps 4 and 8 only;
     read from the parameters' version counters (bumped by each in-place optimizer update) and values."""
     trainer = _train(BASE, tmp_path / "run")
     params = dict(trainer.raw.named_parameters())
     fast = [n for n in params if ".mlp.levels.0." in n]
-    slow = [n for n in params if ".mlp.W_" in n]
-    assert len(fast) == len(slow) == 2 * 3  # 2 blocks x SwiGLU (W_gate, W_in, W_out)
+    slow = [n for n in params if ".mlp.W_" in n or ".mlp.norm." in n]
+    # 2 blocks x (SwiGLU W_gate, W_in, W_out + level 0's step size | the last level's norm)
+    assert len(fast) == len(slow) == 2 * 4
     seen = {n: (params[n]._version, params[n].detach().clone()) for n in fast + slow}
     updated: dict[str, list[int]] = {n: [] for n in seen}
 
@@ -121,7 +122,7 @@ def test_cli_mixer_flags(tmp_path):
     assert doc["params"] == doc["uniform_params"] and doc["config"]["mixer"] == "titans"
     r = runner.invoke(app, ["compare", "--out", str(tmp_path / "c"), "--mixers",
                             "gated_attention,hope_attention", "--schedules", "uniform,cosine:1.5:0.5",
-                            "--seeds", "0", *common])
+                            "--seeds", "0", "--cms-chunks", "4,64", *common])  # 2 levels: d_ff 64 splits
     assert r.exit_code == 0, r.output
     assert set(pd.read_csv(tmp_path / "c" / "results.csv")["mixer"]) == {"gated_attention", "hope_attention"}
     r = runner.invoke(app, ["train", "--out", str(tmp_path / "bad"), "--mixer", "mamba", *common])

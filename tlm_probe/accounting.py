@@ -2,17 +2,21 @@
 
 Parameters: embeddings V·d (+ T_max·d learned positions), per block a token mixer (MIXER_PARAMS below),
 MLP 3·d·d_l (SwiGLU) or 2·d·d_l (GELU) per level (Hope-attention's continuum memory has K levels of width
-d_l, others one), two norms (d for RMSNorm, 2d for LayerNorm), a final norm, and the unembedding V·d
+d_l, others one; plus one step size per level that updates in context and one norm per level after the
+first), two norms (d for RMSNorm, 2d for LayerNorm), a final norm, and the unembedding V·d
 unless tied. Mixers: attention d·(H + 2·H_kv)·d_h + H·d_h·d (+ d·H·d_h for the G1 gate); Titans adds to a
 sliding-window attention its memory layer: q/k/v 3·d·H·d_h, depthwise conv 3·H·d_h·k, rates 3·d·H + 3·H,
-memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h, output H·d_h·d, persistent tokens P·d.
+memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h, output H·d_h·d, persistent tokens P·d,
+and the SWA layer's pre-norm.
 Training FLOPs per token (Kaplan et al. 2020): 6·N_matmul + 6·L·T_att·H·d_h (+ Titans' inner loop), where
 N_matmul counts every weight used in a multiply per token (blocks and unembedding; not the embedding
-lookups or norms), T_att is the context the attention sees (min(T, window) for Titans), and Titans'
-memory costs 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)) per token per layer: the multiply-accumulates of the
+lookups or norms), T_att is the context the attention sees (min(T, window) + P persistent tokens for
+Titans), and Titans' memory costs 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)) per token per layer: the
+multiply-accumulates of the
 chunk-parallel algorithm as implemented (models/memory.py: key forward and error backprop at the chunk's
 start 3·d_m·d_h, query read-out against W_0 and S_0 4·d_m·d_h, end-of-chunk weight and momentum updates
-4·d_m·d_h, the two b-wide dual-form products 2·b·(d_m + d_h)), times 3 for forward + backward.
+4·d_m·d_h, the two b-wide dual-form products 2·b·(d_m + d_h)), times 3 for forward + backward; Hope's
+in-context levels add 6·(M + 1)·d·d_l per adaptive level (cms_flops_per_token).
 A schedule only moves MLP width between layers, so every count here is the same for tapered and uniform.
 """
 
@@ -83,7 +87,7 @@ def _titans(cfg: TLMConfig) -> int:
     d_m = cfg.mem_expand * dh
     memory = 3 * d * H * dh + 3 * H * dh * cfg.conv_kernel + 3 * d * H + 3 * H + 2 * H * d_m * dh
     memory += dh + d * H * dh + H * dh * d + cfg.mem_persistent * d
-    return memory + _softmax_attention(cfg)
+    return memory + NORM_PARAMS[cfg.norm] * d + _softmax_attention(cfg)  # + the SWA's pre-norm
 
 
 MIXER_PARAMS = {
@@ -96,8 +100,16 @@ MIXER_PARAMS = {
 # weights, persistent tokens, the read-out norm): left out of N_matmul
 _NOT_MATMUL = {
     "titans": lambda c: 3 * c.n_heads + 2 * c.n_heads * c.mem_expand * c.d_head**2 + c.mem_persistent
-    * c.d_model + c.d_head,
+    * c.d_model + c.d_head + NORM_PARAMS[c.norm] * c.d_model,
 }
+
+
+def cms_adaptive_levels(cfg: TLMConfig) -> int:
+    """Hope-attention: continuum-memory levels per block that update in context (chunk < max_seq_len);
+    each carries one step-size parameter (models/cms.py). 0 for other mixers."""
+    if cfg.mixer != "hope_attention":
+        return 0
+    return sum(c < cfg.max_seq_len for c in cfg.cms_chunks)
 
 
 def count_params(cfg: TLMConfig) -> ParamCount:
@@ -105,7 +117,9 @@ def count_params(cfg: TLMConfig) -> ParamCount:
     norm = NORM_PARAMS[cfg.norm] * d
     attn = attention_params(cfg)
     per_width = cfg.cms_levels * MLP_MATRICES[cfg.mlp] * d
-    layers = tuple(LayerParams(l, w, attn, per_width * w, 2 * norm) for l, w in enumerate(cfg.d_ff))
+    rates = cms_adaptive_levels(cfg)
+    norms = (1 + cfg.cms_levels) * norm  # ln1, ln2 (level 1's for Hope), Hope's levels 2..K
+    layers = tuple(LayerParams(l, w, attn, per_width * w + rates, norms) for l, w in enumerate(cfg.d_ff))
     return ParamCount(
         embedding=cfg.vocab_size * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
@@ -117,7 +131,7 @@ def count_params(cfg: TLMConfig) -> ParamCount:
 
 def matmul_params(cfg: TLMConfig) -> int:
     pc = count_params(cfg)
-    static = _NOT_MATMUL.get(cfg.mixer, lambda c: 0)(cfg) * cfg.n_layers
+    static = (_NOT_MATMUL.get(cfg.mixer, lambda c: 0)(cfg) + cms_adaptive_levels(cfg)) * cfg.n_layers
     return sum(l.attention + l.mlp for l in pc.layers) - static + cfg.vocab_size * cfg.d_model
 
 
@@ -129,11 +143,22 @@ def memory_flops_per_token(cfg: TLMConfig) -> int:
     return 6 * cfg.n_layers * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
 
 
+def cms_flops_per_token(cfg: TLMConfig) -> int:
+    """Training FLOPs per token of Hope-attention's in-context level updates (0 for other mixers): each
+    adaptive level's inner gradient back-propagates the error through its MLP (W_out·r and one outer
+    product per matrix: (M + 1)·d·d_l multiply-accumulates for M matrices; the forward it needs is the
+    read, already in N_matmul), times 2 FLOPs, times 3 for forward + backward."""
+    if cfg.mixer != "hope_attention":
+        return 0
+    per_width = 6 * (MLP_MATRICES[cfg.mlp] + 1) * cfg.d_model * cms_adaptive_levels(cfg)
+    return per_width * sum(cfg.d_ff)
+
+
 def train_flops_per_token(cfg: TLMConfig, seq_len: int | None = None) -> int:
     T = seq_len or cfg.max_seq_len
-    T_att = min(T, cfg.window) if cfg.mixer == "titans" else T
+    T_att = min(T, cfg.window) + cfg.mem_persistent if cfg.mixer == "titans" else T
     attention = 6 * cfg.n_layers * T_att * cfg.n_heads * cfg.d_head
-    return 6 * matmul_params(cfg) + attention + memory_flops_per_token(cfg)
+    return 6 * matmul_params(cfg) + attention + memory_flops_per_token(cfg) + cms_flops_per_token(cfg)
 
 
 def comparison(tapered: TLMConfig, uniform: TLMConfig, seq_len: int | None = None) -> dict:

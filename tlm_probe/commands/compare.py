@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
-from tlm_probe.commands.config_options import Config, with_config_options
+from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
 from tlm_probe.train.config import TrainConfig
@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 COMPARE_FIELDS = (
     "mixer", "preset", "d_model", "n_layers", "n_heads", "d_ff", "multiple_of", "seq_len", "batch_size",
     "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "eval_tokens", "data", "tokenizer",
-    "device", "threads",
+    "device", "threads", *MIXER_FIELDS,
 )
 SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run (default 300)."}}
 
@@ -173,6 +173,22 @@ def print_summary(result: dict) -> None:
         console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token")
     else:
         console.print("the schedules of each mixer have equal parameters and training FLOPs per token")
+    _print_mixer_sizes(result)
+
+
+def _print_mixer_sizes(result: dict) -> None:
+    """Each mixer's parameter count, against attention's when attention is one of the arms."""
+    sizes = {s["mixer"]: s["params"] for s in result["summary"] if s.get("mixer")}
+    if len(sizes) < 2 and "attention" in sizes:
+        return
+    ref = sizes.get("attention")
+    parts = [f"{m} {n:,}" + (f" ({n - ref:+,}, {n / ref - 1:+.1%} vs attention)" if ref and m != "attention"
+                                 else "") for m, n in sizes.items()]
+    matched = result.get("settings", {}).get("base", {}).get("match_params", False)
+    note = (" — size-matched (--match-params: each mixer's d_ff set to the count closest to attention's)"
+            if matched else " — not size-matched (--match-params matches each mixer's count to attention's)")
+    console.print("parameters by mixer: " + "; ".join(parts) + note,
+        markup=False, highlight=False)
 
 
 def _print_eval(result: dict) -> None:

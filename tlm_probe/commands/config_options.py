@@ -18,6 +18,12 @@ import typer
 # field -> flag, where the flag reads better than the field name
 FLAG_NAMES = {"n_layers": "--layers", "n_heads": "--heads"}
 
+MIXER_FIELDS = (
+    "window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent", "cms_chunks", "cms_step_periods",
+    "match_params",
+)
+"""The TrainConfig fields of the mixers' settings, offered by train, compare, sweep and demo."""
+
 Config = Annotated[Path, typer.Option(help="YAML or TOML file of training options (flags override it).")]
 
 

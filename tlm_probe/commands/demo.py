@@ -7,10 +7,13 @@ from pathlib import Path
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
+from tlm_probe.commands.config_options import MIXER_FIELDS, with_config_options
+from tlm_probe.train.config import TrainConfig
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "demo", "tlm demo --out demo")
+    @with_config_options(TrainConfig, MIXER_FIELDS)
     def demo_cmd(
         out: Path = typer.Option(
             Path("tlm-demo"), "--out", "-o", help="Folder to write (a comparison folder)."
@@ -28,6 +31,8 @@ def register(app: typer.Typer) -> None:
             False, "--overwrite", help="Replace a different earlier demo in --out."
         ),
         json_out: bool = typer.Option(False, "--json", help="Print demo.json to stdout."),
+        *,
+        config_flags: dict,
     ):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
@@ -45,6 +50,7 @@ def register(app: typer.Typer) -> None:
                 probe=not no_probe,
                 mixer=mixer,
                 threads=threads,
+                mixer_settings=config_flags,
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
             err_console.print(f"interrupted; re-run the same command to continue in {out}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.commands.config_options import Config, with_config_options
+from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
 from tlm_probe.errors import UserError
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
@@ -16,7 +16,7 @@ TRAIN_FIELDS = (
     "preset", "mixer", "schedule", "d_model", "n_layers", "n_heads", "d_ff", "multiple_of", "vocab_size",
     "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "log_interval",
     "eval_tokens", "ckpt_interval", "keep_last", "seed", "data", "tokenizer", "device", "threads", "compile",
-    "peak_flops",
+    "peak_flops", *MIXER_FIELDS,
 )
 # what the help states where the CLI's default is not the dataclass's (model fields: ARCH_DEFAULTS)
 SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},
@@ -72,6 +72,7 @@ def _print_summary(s: dict, json_out: bool) -> None:
             _fmt("ppl", s.get("val_ppl"), ".2f"),
             _fmt("bpb", s.get("val_bpb"), ".3f"),
             _fmt("tok/s", s.get("tokens_per_s"), ",.0f"),
+            f"{s['params']:,} params ({s.get('mixer', 'attention')})",
         ]
         console.print(f"{s['out']}: " + ", ".join(parts), highlight=False)
     if s["interrupted"]:

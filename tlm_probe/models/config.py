@@ -57,9 +57,13 @@ class TLMConfig:
     """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
     conv_kernel: int = 4
     """titans: width of the depthwise causal convolution after the q/k/v projections."""
-    cms_periods: tuple[int, ...] = (1, 4)
-    """hope_attention: update period C_i (optimizer steps) of each continuum-memory level, in chain
-    order; every level of block l has the block's MLP width d_l."""
+    cms_chunks: tuple[int, ...] = (16, 64, 256, 1024)
+    """hope_attention: chunk size C_l (tokens) of each continuum-memory level, in chain order: level l
+    updates its weights in context after every C_l tokens (the update applies from the next chunk on);
+    a level with C_l >= max_seq_len never updates within a context and is a plain residual MLP."""
+    cms_step_periods: tuple[int, ...] = ()
+    """hope_attention, optional: the older optimizer-step reading of the CMS, on top of the in-context one:
+    level l takes an AdamW step only every P_l optimizer steps (train/multifreq.py); empty = every step."""
     tie_embeddings: bool = True
     """Share the input embedding and the unembedding matrix."""
     max_seq_len: int = 256
@@ -77,7 +81,8 @@ class TLMConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "d_ff", tuple(int(w) for w in self.d_ff))
-        object.__setattr__(self, "cms_periods", tuple(int(c) for c in self.cms_periods))
+        object.__setattr__(self, "cms_chunks", tuple(int(c) for c in self.cms_chunks))
+        object.__setattr__(self, "cms_step_periods", tuple(int(c) for c in self.cms_step_periods))
         self.validate()
 
     @property
@@ -91,7 +96,7 @@ class TLMConfig:
     @property
     def cms_levels(self) -> int:
         """MLP levels per block: the continuum memory's chain for hope_attention, else one MLP."""
-        return len(self.cms_periods) if self.mixer == "hope_attention" else 1
+        return len(self.cms_chunks) if self.mixer == "hope_attention" else 1
 
     @property
     def mean_d_ff(self) -> float:
@@ -123,18 +128,27 @@ class TLMConfig:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.mem_persistent < 0:
             raise ConfigError(f"mem_persistent must be >= 0, got {self.mem_persistent}")
-        if not self.cms_periods or min(self.cms_periods) < 1:
-            raise ConfigError(f"cms_periods must be one or more periods >= 1, got {list(self.cms_periods)}")
+        if not self.cms_chunks or min(self.cms_chunks) < 1:
+            raise ConfigError(f"cms_chunks must be one or more chunk sizes >= 1, got {list(self.cms_chunks)}")
+        if self.cms_step_periods and (len(self.cms_step_periods) != len(self.cms_chunks)
+                                      or min(self.cms_step_periods) < 1):
+            raise ConfigError(f"cms_step_periods needs one period >= 1 per level ({len(self.cms_chunks)}), "
+                              f"got {list(self.cms_step_periods)}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["d_ff"] = list(self.d_ff)
-        d["cms_periods"] = list(self.cms_periods)
+        d["cms_chunks"] = list(self.cms_chunks)
+        d["cms_step_periods"] = list(self.cms_step_periods)
         return {"model_type": "tlm", **d}
 
     @classmethod
     def from_dict(cls, d: dict) -> TLMConfig:
         known = {f.name for f in fields(cls)}
+        if "cms_periods" in d:  # the pre-issue-19 Hope-attention: a chain without residuals (dead)
+            raise ConfigError("this config is of the old Hope-attention (cms_periods: a CMS chain without "
+                              "residuals, updated on optimizer steps); its weights do not fit the current "
+                              "continuum memory (cms_chunks); retrain it")
         unknown = sorted(k for k in d if k not in known and k not in _IGNORED_KEYS)
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
@@ -191,7 +205,7 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMCo
     continuum-memory levels (each level of block l gets width d_l, the schedule applied to d_ff/K), so
     every mixer gets the same MLP parameters for the same d_ff."""
     n_layers = kwargs.get("n_layers", TLMConfig.n_layers)
-    levels = len(kwargs.get("cms_periods", TLMConfig.cms_periods))
+    levels = len(kwargs.get("cms_chunks", TLMConfig.cms_chunks))
     if kwargs.get("mixer") == "hope_attention":
         spec = parse_schedule(spec) if isinstance(spec, str) else spec
         if d_ff % (levels * spec.multiple_of):

@@ -1,7 +1,9 @@
 """Which token mixer and which MLP each `cfg.mixer` builds: the one table the block reads.
 
-Every mixer is called as mixer(x, positions, mask, valid) -> (B, T, d_model) and its output is the block's
-`hook_attn_out`, whatever it computes inside (DESIGN.md section 2).
+Every mixer is called as mixer(x, positions, mask, valid) -> (B, T, d_model) on x = ln1(resid_pre), and its
+output is the block's `hook_attn_out`, whatever it computes inside (DESIGN.md section 2). A mixer or MLP with
+`reads_stream = True` (Titans' MAL hybrid, Hope's CMS) has residual connections inside: it is given the raw
+residual stream and the block's norm, and returns its total increment to the stream.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ MIXERS = {
     "hope_attention": Attention,  # softmax attention; the CMS replaces the MLP (below)
 }
 
-KV_CACHE_MIXERS = ("attention", "gated_attention", "hope_attention")
+KV_CACHE_MIXERS = ("attention", "gated_attention")
 """Mixers whose state over past tokens is their keys and values (generation may cache them); Titans'
-memory is a recurrence over the whole prefix, so its generation recomputes the prefix each step."""
+memory and Hope-attention's in-context CMS levels are recurrences over the whole prefix, so their
+generation recomputes the prefix each step."""
 
 
 def make_mixer(cfg: TLMConfig) -> nn.Module:
@@ -32,5 +35,5 @@ def make_mixer(cfg: TLMConfig) -> nn.Module:
 
 def make_mlp(cfg: TLMConfig, layer: int) -> nn.Module:
     if cfg.mixer == "hope_attention":
-        return ContinuumMemory(cfg.mlp, cfg.d_model, cfg.d_ff[layer], cfg.cms_periods)
+        return ContinuumMemory(cfg, layer)
     return MLPS[cfg.mlp](cfg.d_model, cfg.d_ff[layer])

@@ -34,6 +34,8 @@ class Block(nn.Module):
         self.mlp = make_mlp(cfg, layer)
         self.drop = nn.Dropout(cfg.dropout)
         self.layer = layer
+        self.stream_mixer = getattr(self.attn, "reads_stream", False)
+        self.stream_mlp = getattr(self.mlp, "reads_stream", False)
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())  # each (B, T, d_model)
 
@@ -42,10 +44,14 @@ class Block(nn.Module):
     ):
         resid_pre = self.hook_resid_pre(x)
         kv = {} if cache is None else {"cache": cache, "layer": self.layer}  # KV_CACHE_MIXERS only (hf.py)
-        attn = self.attn(self.ln1(resid_pre), positions, mask, valid, **kv)
+        if self.stream_mixer:  # residual connections inside (mixers.py): it gets the stream and ln1
+            attn = self.attn(resid_pre, self.ln1, positions, mask, valid)
+        else:
+            attn = self.attn(self.ln1(resid_pre), positions, mask, valid, **kv)
         attn_out = self.hook_attn_out(self.drop(attn))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(resid_mid))))
+        mlp = self.mlp(resid_mid, self.ln2, valid) if self.stream_mlp else self.mlp(self.ln2(resid_mid))
+        mlp_out = self.hook_mlp_out(self.drop(mlp))
         return self.hook_resid_post(resid_mid + mlp_out)
 
 
@@ -79,7 +85,7 @@ class TaperedLM(HookedRootModule):
         std = self.cfg.init_scale
         if isinstance(m, (nn.Linear, nn.Embedding)) and _initialisable(m.weight):
             nn.init.normal_(m.weight, 0.0, std)
-        for name in ("W_O", "W_out"):  # residual-branch outputs, scaled as in GPT-2
+        for name in ("W_O", "W_out", "W_M"):  # residual-branch outputs (W_M: Titans memory layer), as GPT-2
             out = getattr(m, name, None)
             if isinstance(out, nn.Linear) and _initialisable(out.weight):
                 nn.init.normal_(out.weight, 0.0, std / math.sqrt(2 * self.cfg.n_layers))

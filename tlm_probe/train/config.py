@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from tlm_probe.accounting import count_params
 from tlm_probe.errors import UserError
 from tlm_probe.jsonfile import decode_utf8
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
@@ -64,6 +65,26 @@ class TrainConfig:
     """MLP kind (see models/mlp.py)."""
     mixer: str = "attention"
     """Token mixer: attention | gated_attention | titans | hope_attention (see models/mixers.py)."""
+    window: int | None = None
+    """titans: sliding-window attention span in tokens (default: the model config's, 64; presets at paper
+    scale 1024)."""
+    mem_chunk: int | None = None
+    """titans: chunk size of the memory's parallel update (default 16)."""
+    conv_kernel: int | None = None
+    """titans: width of the causal depthwise convolution after the memory's q/k/v (default 4)."""
+    mem_expand: int | None = None
+    """titans: hidden width of each head's memory MLP, as a multiple of the head dimension (default 2)."""
+    mem_persistent: int | None = None
+    """titans: learnable persistent-memory tokens prepended to each mixer layer's input (default 0)."""
+    cms_chunks: str = ""
+    """hope_attention: comma-separated chunk sizes (tokens) of the continuum-memory levels, one per level in
+    chain order; a level updates in context every C tokens (default 16,64,256,1024)."""
+    cms_step_periods: str = ""
+    """hope_attention, optional: comma-separated optimizer-step periods, one per level (the older
+    optimizer-step reading of the CMS; default: every level steps every optimizer step)."""
+    match_params: bool = False
+    """Shrink this mixer's MLP budget (d_ff) to the width whose parameter count is closest to the attention
+    model's of the same shape (size-matched comparisons); the exact counts are printed."""
     seq_len: int = 128
     """Training context length (must not exceed the model's max_seq_len)."""
     max_seq_len: int = 0
@@ -136,9 +157,20 @@ class TrainConfig:
         return self.steps if self.steps > 0 else math.ceil(self.tokens / (self.tokens_per_step * world))
 
     def model_config(self, vocab_size: int) -> TLMConfig:
-        """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset."""
+        """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset;
+        with match_params, its MLP budget shrunk to the attention model's parameter count (size_matched)."""
+        cfg = self._model_config(vocab_size)
+        if self.match_params and self.mixer != "attention":
+            target = self.replace(mixer="attention", match_params=False).model_config(vocab_size)
+            cfg = size_matched(lambda d_ff: self._model_config(vocab_size, d_ff), cfg,
+                               count_params(target).total, self.multiple_of)
+        return cfg
+
+    def _model_config(self, vocab_size: int, d_ff: int | None = None) -> TLMConfig:
         arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
-        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer)
+        if d_ff is not None:
+            arch["d_ff"] = d_ff
+        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, **self._mixer_settings())
         if self.max_seq_len:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
@@ -151,6 +183,14 @@ class TrainConfig:
         full = {**ARCH_DEFAULTS, **arch}
         d_ff = full.pop("d_ff")
         return config_with_schedule(spec, d_ff, **full, **extra)
+
+    def _mixer_settings(self) -> dict:
+        """The mixer fields given (None / empty: the model config's default), as TLMConfig fields."""
+        out = {k: getattr(self, k) for k in MIXER_FIELDS if getattr(self, k) is not None}
+        for key in ("cms_chunks", "cms_step_periods"):
+            if getattr(self, key):
+                out[key] = _int_list(key, getattr(self, key))
+        return out
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -165,6 +205,37 @@ class TrainConfig:
         if unknown:
             raise UserError(f"unknown training option(s): {', '.join(unknown)}")
         return cls(**{k: _typed(k, v, kinds[k]) for k, v in d.items()})
+
+
+def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMConfig:
+    """build(d_ff) at the MLP budget d_ff <= cfg's (a multiple of multiple_of x the CMS levels, so the
+    schedule can split it) whose parameter count is closest to `target` (the attention model's); on a tie
+    the smaller model. The counts differ by less than one width step's parameters."""
+    step = multiple_of * cfg.cms_levels
+    budget = round(cfg.mean_d_ff * cfg.cms_levels)
+    best = cfg
+    for d_ff in range(budget - budget % step, step - 1, -step):
+        try:
+            candidate = build(d_ff)
+        except UserError:  # the schedule cannot split a budget this small: no smaller one will do
+            break
+        gap, best_gap = abs(count_params(candidate).total - target), abs(count_params(best).total - target)
+        if gap <= best_gap:
+            best = candidate
+        if count_params(candidate).total < target:
+            break  # smaller budgets only move further away
+    return best
+
+
+MIXER_FIELDS = ("window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent")
+"""Titans' integer settings, passed to TLMConfig under the same names (the CMS lists are parsed)."""
+
+
+def _int_list(key: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise UserError(f"{key} must be comma-separated integers, got {text!r}") from None
 
 
 # annotation -> (accepted Python types, converter for a string such as YAML's `lr: 1e-3`, words)

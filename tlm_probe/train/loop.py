@@ -19,6 +19,7 @@ from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.fileio import atomic_write_text
 from tlm_probe.models.device import resolve_device
 from tlm_probe.models.io import save_tlm
+from tlm_probe.models.titans import clip_fraction
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
@@ -222,7 +223,8 @@ class Trainer:
             self.rates.append(tps)
             record = self._train_record(loss, gnorm, tps)
             if self.step % tc.log_interval == 0 or self.step == self.total:
-                self.log.write(record)
+                clipped = clip_fraction(self.raw)  # Titans only; read at log steps (a device sync)
+                self.log.write(record if clipped is None else {**record, "mem_clip_frac": clipped})
             if self.step % tc.eval_interval == 0 or self.step == self.total:
                 last_eval = self.evaluate()
             due = tc.ckpt_interval and self.step % tc.ckpt_interval == 0 and self.step != self.total

@@ -36,8 +36,10 @@ DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")
 
 
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
-                threads: int = 0, mixer: str = "attention") -> TrainConfig:
-    opts = dict(QUICK if quick else FULL, mixer=mixer)
+                threads: int = 0, mixer: str = "attention",
+                mixer_settings: dict | None = None) -> TrainConfig:
+    """mixer_settings: TrainConfig mixer fields (window, cms_chunks, match_params, ...) given as flags."""
+    opts = dict(QUICK if quick else FULL, mixer=mixer, **(mixer_settings or {}))
     if steps is not None and steps < 1:
         raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
@@ -48,10 +50,11 @@ def demo_config(quick: bool = False, steps: int | None = None, device: str = "au
 
 def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
              seeds: list[int] | None = None, overwrite: bool = False, device: str = "auto", threads: int = 0,
-             train_fn: Callable | None = None, probe: bool = True, mixer: str = "attention") -> dict:
+             train_fn: Callable | None = None, probe: bool = True, mixer: str = "attention",
+             mixer_settings: dict | None = None) -> dict:
     started = time.perf_counter()
     out, seeds = Path(out), seeds or [0]
-    base = demo_config(quick, steps, device, threads, mixer)  # refuses threads < 0
+    base = demo_config(quick, steps, device, threads, mixer, mixer_settings)  # refuses threads < 0
     # compare checks the rest
     claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo")
     data = load_token_data(base.data, base.tokenizer)
