@@ -78,7 +78,7 @@ VARIANTS = {
     "dmodel-str": _config_edit(d_model="16"),
     "nheads-list": _config_edit(n_heads=[2]),
     "dff-str": _config_edit(d_ff="abc"),
-    "cms-str": _config_edit(cms_periods="x"),
+    "cms-str": _config_edit(cms_chunks="x"),
     "vocab-huge": _config_edit(vocab_size=10**10),
     "cfg-list": _write("config.json", "[1, 2]"),
     "cfg-corrupt": _write("config.json", "{not json"),
@@ -96,7 +96,7 @@ NEEDLES = {
     "dmodel-str": "config field d_model must be an integer, got '16'",
     "nheads-list": "config field n_heads must be an integer, got [2]",
     "dff-str": "config field d_ff must be a list of integers, got 'abc'",
-    "cms-str": "config field cms_periods must be a list of integers, got 'x'",
+    "cms-str": "config field cms_chunks must be a list of integers, got 'x'",
     "vocab-huge": "embed.weight has shape [256, 16], config.json implies [10000000000, 16]",
     "cfg-list": "corrupt config.json in models/cfg-list: a JSON list, not an object",
     "cfg-corrupt": "corrupt config.json in models/cfg-corrupt",
@@ -199,7 +199,7 @@ def test_state_shapes_are_the_models_own(combo):
 
     kinds = dict(zip(KINDS, combo, strict=True))
     cfg = TLMConfig(vocab_size=40, d_model=16, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=(48, 32, 16),
-                    cms_periods=(1, 2, 4), mem_persistent=2 if kinds["mixer"] == "titans" else 0,
+                    cms_chunks=(2, 4, 8), mem_persistent=2 if kinds["mixer"] == "titans" else 0,
                     max_seq_len=24, **kinds)
     with torch.device("meta"):
         model = TaperedLM(cfg)

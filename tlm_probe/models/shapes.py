@@ -41,6 +41,7 @@ def _titans(cfg: TLMConfig, prefix: str) -> Shapes:
         f"{prefix}.W_G.weight": (H * dh, d),
         f"{prefix}.W_M.weight": (d, H * dh),
         **_attention(cfg, f"{prefix}.swa", gated=False),
+        **_norm(cfg, f"{prefix}.norm_swa"),  # MAL: the SWA layer's own pre-norm over z = h + Mem(h)
     }
     return {**out, f"{prefix}.persistent": (cfg.mem_persistent, d)} if cfg.mem_persistent else out
 
@@ -59,13 +60,24 @@ def _mlp(cfg: TLMConfig, prefix: str, width: int) -> Shapes:
     return {**out, f"{prefix}.W_out.weight": (cfg.d_model, width)}
 
 
+def _cms_level(cfg: TLMConfig, prefix: str, width: int, chunk: int, own_norm: bool) -> Shapes:
+    """One continuum-memory level (models/cms.py): its MLP, its own pre-norm unless it reads ln2, and a
+    step-size logit when it updates within a context (chunk < max_seq_len)."""
+    out = {**(_norm(cfg, f"{prefix}.norm") if own_norm else {}), **_mlp(cfg, prefix, width)}
+    return {**out, f"{prefix}.lr_logit": (1,)} if chunk < cfg.max_seq_len else out
+
+
 def _block(cfg: TLMConfig, l: int) -> Shapes:
     p = f"blocks.{l}"
     out = {**_norm(cfg, f"{p}.ln1"), **MIXERS[cfg.mixer](cfg, f"{p}.attn"), **_norm(cfg, f"{p}.ln2")}
-    # Hope-attention's continuum memory: levels 0..K-2 under mlp.levels.i, the last level is mlp itself
-    for i in range(cfg.cms_levels - 1):
-        out.update(_mlp(cfg, f"{p}.mlp.levels.{i}", cfg.d_ff[l]))
-    return {**out, **_mlp(cfg, f"{p}.mlp", cfg.d_ff[l])}
+    if cfg.mixer != "hope_attention":
+        return {**out, **_mlp(cfg, f"{p}.mlp", cfg.d_ff[l])}
+    # Hope-attention's continuum memory: levels 0..K-2 under mlp.levels.i, the last level is mlp itself;
+    # the first level reads the block's ln2, every later one owns its norm
+    chunks = cfg.cms_chunks
+    for i, c in enumerate(chunks[:-1]):
+        out.update(_cms_level(cfg, f"{p}.mlp.levels.{i}", cfg.d_ff[l], c, own_norm=i > 0))
+    return {**out, **_cms_level(cfg, f"{p}.mlp", cfg.d_ff[l], chunks[-1], own_norm=len(chunks) > 1)}
 
 
 def state_shapes(cfg: TLMConfig) -> Shapes:
