@@ -2,8 +2,10 @@
 as Markdown, written atomically into a folder.
 
 The HTML embeds every figure as base64 PNG and carries its own CSS: no external file, font, script or
-network request, so it opens offline. Every string that comes from data (model names, paths, provenance,
-table cells) goes through `html.escape`; the page contains no <script> at all.
+network request, so it opens offline. Reading order: the summary (results first), a contents list, the
+sections, then provenance folded in a <details> at the very end; a wide table scrolls inside its own box
+so the page itself never runs past the window. Every string that comes from data (model names, paths,
+provenance, table cells) goes through `html.escape`; the page contains no <script> at all.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class FigureBlock:
     make: Callable[[], Figure]
     """Builds the figure when the report is written (so a progress bar can follow the slow part)."""
     png: bytes = b""
+    notes: list[str] = field(default_factory=list)
+    """What the figure left out and why (the same lines `tlm plot` prints), shown under it."""
 
 
 @dataclass
@@ -56,9 +60,14 @@ class Document:
     title: str
     sections: list[Section]
     notes: list[str] = field(default_factory=list)
+    summary: list = field(default_factory=list)
+    """Blocks shown first, before the contents list: the headline results."""
+    provenance: list = field(default_factory=list)
+    """Blocks shown last, folded: where every input came from."""
 
     def figures(self) -> list[FigureBlock]:
-        return [b for s in self.sections for b in s.blocks if isinstance(b, FigureBlock)]
+        blocks = [*self.summary, *(b for s in self.sections for b in s.blocks), *self.provenance]
+        return [b for b in blocks if isinstance(b, FigureBlock)]
 
 
 def esc(value) -> str:
@@ -93,12 +102,18 @@ CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1150px;
 color:#1b1b1b;background:#fff;line-height:1.45;padding:0 1rem}
 h1{border-bottom:3px solid #0173b2;padding-bottom:.3rem}h2{margin-top:2.2rem;color:#0173b2}
-table{border-collapse:collapse;margin:.6rem 0 1.4rem;font-size:.85rem}
+p,li,figcaption,summary{overflow-wrap:anywhere}
+.scroll{overflow-x:auto;max-width:100%;margin:.6rem 0 1.4rem}
+table{border-collapse:collapse;font-size:.85rem}
 th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}th{background:#eef4fa}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 caption{text-align:left;font-weight:600;padding:.3rem 0}
-figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
+figure{margin:1rem 0}figure img{display:block;max-width:100%;height:auto;border:1px solid #ddd}
 figcaption{font-size:.85rem;color:#444}.note{font-size:.85rem;color:#555}
+.fignote{font-size:.85rem;color:#8a4b00;margin:.2rem 0}
+nav ol{columns:2;font-size:.9rem}
+details.provenance td{overflow-wrap:anywhere;max-width:60rem}
+details.provenance>summary{cursor:pointer;font-weight:600;color:#0173b2;font-size:1.2rem}
 """
 
 
@@ -107,14 +122,16 @@ def _html_table(t: Table) -> str:
     align = ['<td class="n">' if num else "<td>" for num in _numeric(t.frame)]
     body = "".join("<tr>" + "".join(f"{a}{esc(c)}</td>" for a, c in zip(align, row, strict=True)) + "</tr>"
                    for row in _cells(t.frame))
-    return (f"<table><caption>{esc(t.caption)}</caption><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table>")
+    # the box scrolls, not the page: a table wider than the window keeps its last columns reachable
+    return (f'<div class="scroll"><table><caption>{esc(t.caption)}</caption><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _html_figure(f: FigureBlock) -> str:
     data = base64.b64encode(f.png).decode("ascii")
+    notes = "".join(f'<p class="fignote">{esc(n)}</p>' for n in f.notes)
     return (f'<figure><img alt="{esc(f.caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{esc(f.caption)}</figcaption></figure>")
+            f"<figcaption>{esc(f.caption)}</figcaption>{notes}</figure>")
 
 
 HTML_BLOCKS: dict[type, Callable] = {
@@ -124,13 +141,28 @@ HTML_BLOCKS: dict[type, Callable] = {
 }
 
 
+def _html_blocks(blocks) -> list[str]:
+    return [HTML_BLOCKS[type(b)](b) for b in blocks]
+
+
+def _contents(doc: Document) -> str:
+    items = [f'<li><a href="#s{k}">{esc(s.title)}</a></li>' for k, s in enumerate(doc.sections, start=1)]
+    if doc.provenance:
+        items.append('<li><a href="#provenance">Provenance</a></li>')
+    return f'<nav><h2>Contents</h2><ol>{"".join(items)}</ol></nav>' if items else ""
+
+
 def render_html(doc: Document) -> str:
     parts = [f"<h1>{esc(doc.title)}</h1>"]
     parts += [f'<p class="note">{esc(n)}</p>' for n in doc.notes]
-    for s in doc.sections:
-        parts.append(f"<section><h2>{esc(s.title)}</h2>")
-        parts += [HTML_BLOCKS[type(b)](b) for b in s.blocks]
-        parts.append("</section>")
+    if doc.summary:
+        parts += ['<section id="summary"><h2>Summary</h2>', *_html_blocks(doc.summary), "</section>"]
+    parts.append(_contents(doc))
+    for k, s in enumerate(doc.sections, start=1):
+        parts += [f'<section id="s{k}"><h2>{esc(s.title)}</h2>', *_html_blocks(s.blocks), "</section>"]
+    if doc.provenance:  # last and folded: needed to reproduce a result, not to read it
+        parts += ['<details class="provenance" id="provenance"><summary>Provenance</summary>',
+                  *_html_blocks(doc.provenance), "</details>"]
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -152,18 +184,26 @@ def _md_table(t: Table) -> str:
     return "\n".join([f"**{md_esc(t.caption)}**", "", head, rule, *rows])
 
 
+def _md_figure(b: FigureBlock) -> str:
+    notes = "".join(f"\n\n> {md_esc(n)}" for n in b.notes)
+    return f"![{md_esc(b.caption)}](figures/{b.name}.png)\n\n*{md_esc(b.caption)}*{notes}"
+
+
 MD_BLOCKS: dict[type, Callable] = {
     Text: lambda b: md_esc(b.text),
     Table: _md_table,
-    FigureBlock: lambda b: f"![{md_esc(b.caption)}](figures/{b.name}.png)\n\n*{md_esc(b.caption)}*",
+    FigureBlock: _md_figure,
 }
 
 
 def render_markdown(doc: Document) -> str:
     parts = [f"# {md_esc(doc.title)}", *[f"_{md_esc(n)}_" for n in doc.notes]]
-    for s in doc.sections:
-        parts.append(f"## {md_esc(s.title)}")
-        parts += [MD_BLOCKS[type(b)](b) for b in s.blocks]
+    titled = [("Summary", doc.summary)] if doc.summary else []
+    titled += [(s.title, s.blocks) for s in doc.sections]
+    titled += [("Provenance", doc.provenance)] if doc.provenance else []
+    for title, blocks in titled:
+        parts.append(f"## {md_esc(title)}")
+        parts += [MD_BLOCKS[type(b)](b) for b in blocks]
     return "\n\n".join(parts) + "\n"
 
 

@@ -24,6 +24,7 @@ from tlm_probe.plotting.inputs import (
     merge_probes,
 )
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
+from tlm_probe.report.summary import comparison_summary, eval_headline
 from tlm_probe.results import ProbeResult
 
 # depth figures come in this order; statistics not listed follow in the order the table has them
@@ -49,15 +50,42 @@ def build_document(paths: Sequence[str | Path], *, title: str, size: tuple[int, 
     trained = [(n, k, loaders[k](p)) for n, (p, k) in enumerate(kinds) if k in loaders]
     # probe folders inside a comparison (tlm demo) join the probes given directly
     probe_paths = [p for p, k in kinds if k == "probe"] + [q for _, _, c in trained for q in c.probes]
-    sections: list[Section] = []
-    if probe_paths:
-        sections += probe_sections([load_probe(p) for p in dict.fromkeys(probe_paths)], size, dpi)
+    probes = [load_probe(p) for p in dict.fromkeys(probe_paths)]
+    sections: list[Section] = probe_sections(probes, size, dpi) if probes else []
     sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
+    summary = comparison_summary([c for _, k, c in trained if k == "compare"])
+    summary += headline_figure(sections)
     evals = [load_eval(p) for p, k in kinds if k == "eval"]
     if evals:
-        sections.append(eval_section(pd.concat(evals, ignore_index=True)))
-    notes = [f"inputs: {', '.join(str(p) for p, _ in kinds)}"]
-    return Document(title, sections, notes)
+        table = pd.concat(evals, ignore_index=True)
+        sections.append(eval_section(table))
+        summary.append(eval_headline(table))
+    provenance = [Text(f"inputs: {', '.join(str(p) for p, _ in kinds)}")]
+    provenance += [Table(f"provenance of {pr.path}", provenance_table(pr.provenance)) for pr in probes]
+    provenance += [Table(f"provenance of {c.path}", provenance_table(c.info.get("provenance") or {}))
+                   for _, k, c in trained if k == "compare"]
+    return Document(title, sections, summary=summary, provenance=provenance)
+
+
+def headline_figure(sections: list[Section]) -> list:
+    """The first depth figure (alignment against depth, when the probe measured it) moves to the summary;
+    its section keeps a pointer, so the page draws it once."""
+    depth = next((s for s in sections if s.title == "Statistics vs depth"), None)
+    blocks = depth.blocks if depth else []
+    first = next((k for k, b in enumerate(blocks) if isinstance(b, FigureBlock)), None)
+    if first is None:
+        return []
+    block = depth.blocks[first]
+    depth.blocks[first] = Text(f"{block.caption}: shown in the Summary")
+    return [block]
+
+
+def lacking_notes(table: pd.DataFrame, models, stat: str, what: str = "results") -> list[str]:
+    """The line `tlm plot` prints for a model left out of a figure (plotting/figures.py says the same):
+    with no model at all the figure is not drawn, so there is nothing to note."""
+    have = set(table.loc[table["statistic"] == stat, "model"].astype(str))
+    lacking = [m for m in dict.fromkeys(map(str, models)) if m not in have]
+    return [f"skipped {', '.join(lacking)}: no {stat} in its {what}"] if have and lacking else []
 
 
 def _ordered_stats(results: pd.DataFrame) -> list[str]:
@@ -73,9 +101,8 @@ def _name(prefix: str, k: int, stat: str) -> str:
 def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
     results, matrices = merge_probes(probes)
     stats = _ordered_stats(results)
-    overview = Section(
-        "Probe results", [Table(f"provenance of {pr.path}", provenance_table(pr.provenance)) for pr in probes]
-    )
+    overview = Section("Probe results", [Table("probed models (provenance: at the end)",
+                                               probe_overview(results))])
     depth = Section(
         "Statistics vs depth",
         [
@@ -83,6 +110,7 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
                 _name("depth", k, s),
                 f"{s} against normalised depth, one line per model",
                 lambda s=s: plot_depth(results, s, size=size, dpi=dpi),
+                notes=lacking_notes(results, results["model"], s),
             )
             for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])
         ],
@@ -100,6 +128,7 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
                         "importance",
                         f"importance proxies per layer: {', '.join(importance)}",
                         lambda: plot_importance(results, importance, size=size, dpi=dpi),
+                        notes=[n for p in importance for n in lacking_notes(results, results["model"], p)],
                     )
                 ],
             )
@@ -140,6 +169,7 @@ def matrix_section(matrices: pd.DataFrame, results: pd.DataFrame, size, dpi) -> 
                     _name("matrix", k, stat),
                     f"{stat} between every pair of layers",
                     lambda s=stat: plot_heatmaps(matrices, s, size=size, dpi=dpi, tokens=tokens),
+                    notes=lacking_notes(matrices, tokens, stat, "matrices"),
                 )
             )
         else:
@@ -156,12 +186,29 @@ def wide_table(results: pd.DataFrame, model: str) -> pd.DataFrame:
     return wide[[s for s in _ordered_stats(one) if s in wide.columns]].reset_index()
 
 
+def probe_overview(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per probed model: its layers and the tokens its statistics averaged over."""
+    per_layer = results[results["layer"] >= 0]
+    g = per_layer.groupby("model", sort=False)
+    return pd.DataFrame({"layers": g["layer"].nunique(), "statistics": g["statistic"].nunique(),
+                         "n_tokens": g["n_tokens"].max()}).reset_index()
+
+
+PROVENANCE_CHARS = 4000
+
+
+def _compact(value) -> str:
+    """Nested values as compact JSON; a very long one is cut with a visible mark, never silently."""
+    text = json.dumps(value, default=str)
+    if len(text) <= PROVENANCE_CHARS:
+        return text
+    return text[:PROVENANCE_CHARS] + f" … (cut; {len(text):,} characters in all)"
+
+
 def provenance_table(provenance: dict) -> pd.DataFrame:
-    """key/value rows; nested values shown as compact JSON (cut at 300 characters)."""
-    rows = [
-        (k, v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, default=str)[:300])
-        for k, v in provenance.items()
-    ]
+    """key/value rows; nested values shown as compact JSON (the folded table wraps them)."""
+    rows = [(k, v if isinstance(v, (str, int, float, bool)) or v is None else _compact(v))
+            for k, v in provenance.items()]
     return pd.DataFrame(rows or [("provenance", "none recorded")], columns=["field", "value"])
 
 
