@@ -121,3 +121,24 @@ def test_no_sideways_scroll_at_1280px_in_chromium(demo_report, tmp_path):
     wide.write_text('<!DOCTYPE html><html><body><table><tr><td style="min-width:3000px">x</td></tr></table>'
                     "</body></html>")
     assert _measure(wide, tmp_path)["scroll_width"] > WIDTH
+
+
+def test_summary_of_one_seed_and_adjusted_p_and_eval_headline(tmp_path):
+    from tlm_probe.plotting.inputs import Comparison
+    from tlm_probe.report.summary import comparison_summary, eval_headline
+
+    nan = float("nan")
+    paired = pd.DataFrame({"arm": ["linear", "cosine"], "baseline": "uniform", "n_pairs": [1, 3],
+                           "val_loss_diff_mean": [-0.02, -0.03], "val_loss_diff_ci_low": [nan, -0.05],
+                           "val_loss_diff_ci_high": [nan, -0.01], "val_loss_p": [nan, 0.016],
+                           "val_loss_p_holm": [nan, 0.032]})
+    table, *texts = comparison_summary([Comparison(tmp_path / "cmp", {"paired": paired}, pd.DataFrame()),
+                                        Comparison(tmp_path / "empty", {}, pd.DataFrame())])
+    row = table.frame.set_index("arm").loc["cosine"]
+    assert (row["Δ (arm − baseline)"], row["p"], row["p (adjusted)"]) == (-0.03, 0.016, 0.032)
+    assert [t.text.split(":")[0] for t in texts] == [
+        "empty", "a row with fewer than 2 paired seeds has no CI and no p"]
+    ev = pd.DataFrame({"model": ["a", "a", "b", "b"], "task": "t", "metric": ["acc", "acc_norm"] * 2,
+                       "value": [0.5, 0.6, 0.7, 0.8]})
+    headline = eval_headline(ev).frame.to_dict("list")
+    assert headline == {"task": ["t"], "metric": ["acc"], "a": [0.5], "b": [0.7]}
