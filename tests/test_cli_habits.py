@@ -3,9 +3,11 @@ near the model's limit, and plain progress lines when stderr is a log, not a ter
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import pytest
 import torch
 import transformers
 from typer.testing import CliRunner
@@ -34,3 +36,67 @@ def test_python_dash_m_runs_the_same_program():
     sub = subprocess.run([sys.executable, "-m", "tlm_probe", *args], capture_output=True, text=True)
     assert sub.returncode == 0, sub.stderr[-500:]
     assert sub.stdout == runner.invoke(app, args).stdout
+
+
+def _tiny_lm(mixer: str = "attention", positions: str = "rope", context: int = 16):
+    from tlm_probe.models.config import TLMConfig
+    from tlm_probe.models.hf import TLMForCausalLM, TLMHFConfig
+
+    torch.manual_seed(0)
+    cfg = TLMConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=(96, 32),
+                    max_seq_len=context, init_scale=0.3, mixer=mixer, positions=positions)
+    return TLMForCausalLM(TLMHFConfig(**cfg.to_dict())).eval()
+
+
+def _sliding_reference(model, prompt: list[int], n: int, context: int) -> list[int]:
+    """Greedy decoding that recomputes each step with TaperedLM.forward on the last `context` ids."""
+    from tlm_probe.models.tlm import TaperedLM
+
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(TaperedLM.forward(model, torch.tensor([ids[-context:]]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("mixer, positions, use_cache, prompt_len",
+                         [("attention", "rope", True, 6), ("attention", "rope", False, 6),
+                          ("gated_attention", "learned", True, 20), ("titans", "rope", True, 6)])
+def test_generation_slides_the_window_near_the_context_limit(mixer, positions, use_cache, prompt_len):
+    """A 16-token model asked for 30 new ids: every id is the argmax over the last 16 tokens. Before, the
+    prompt was cut to one token and only 15 ids came back. Learned positions and a prompt longer than the
+    context check the window restarts its positions; titans checks a mixer without a KV cache."""
+    from tlm_probe.generation import GenerateOptions, generate_ids, window_note
+
+    model = _tiny_lm(mixer, positions)
+    prompt = [(7 * i + 3) % 49 for i in range(prompt_len)]
+    opts = GenerateOptions(max_new_tokens=30, use_cache=use_cache)
+    ref = _sliding_reference(model, prompt, 30, 16)
+    eos = min(set(range(50)) - set(ref))  # an end-of-text id the model never emits: all 30 ids come back
+    got = generate_ids(model, prompt, opts, eos_id=eos, context=16)
+    assert got == ref
+    assert len(set(got)) > 3, "degenerate model: the test would not see a difference"
+    assert window_note(prompt_len, len(got), 16) is not None and window_note(6, 11, 16) is None
+
+
+def test_cli_generate_says_once_that_the_window_slid(tmp_path):
+    from tlm_probe.models.config import TLMConfig
+    from tlm_probe.models.hf import TLMForCausalLM, TLMHFConfig
+    from tlm_probe.tokenizer import ByteTokenizer
+
+    torch.manual_seed(0)
+    model = TLMForCausalLM(TLMHFConfig(**TLMConfig(d_model=32, n_layers=2, n_heads=2, d_ff=(64, 64),
+                                                   max_seq_len=32).to_dict()))
+    folder = tmp_path / "run"
+    model.save_pretrained(folder)
+    ByteTokenizer().save(folder)
+    args = ["generate", str(folder), "--prompt", "def ", "--max-new-tokens", "40", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    prompt = ByteTokenizer().encode("def ").tolist()
+    ref = _sliding_reference(model.eval(), prompt, 40, 32)
+    eos = ByteTokenizer().eos_id
+    assert doc["ids"] == (ref[: ref.index(eos) + 1] if eos in ref else ref)
+    notes = [line for line in res.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "context of 32" in notes[0], res.stderr
