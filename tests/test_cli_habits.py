@@ -100,3 +100,36 @@ def test_cli_generate_says_once_that_the_window_slid(tmp_path):
     assert doc["ids"] == (ref[: ref.index(eos) + 1] if eos in ref else ref)
     notes = [line for line in res.stderr.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "context of 32" in notes[0], res.stderr
+
+
+def test_training_into_a_pipe_prints_progress_lines_while_it_runs(tmp_path):
+    """stderr is a pipe (a log, a batch job): plain `step N/M` lines come while training runs, not one bar
+    at the end; the last line's tok/s is the summary's end-to-end rate, not the last step's."""
+    import re
+    import time
+
+    text = "\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13} twice" for i in range(200))
+    (tmp_path / "corpus.txt").write_text(text)
+    total = 200
+    args = [sys.executable, "-m", "tlm_probe", "train", "--out", str(tmp_path / "run"), "--data",
+            str(tmp_path / "corpus.txt"), "--steps", str(total), "--threads", "1", "--multiple-of", "16",
+            "--seq-len", "16", "--d-model", "32", "--layers", "2", "--heads", "2", "--d-ff", "64",
+            "--eval-tokens", "64", "--batch-size", "2", "--eval-interval", "1000", "--json"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    step_line = re.compile(r"^train step (\d+)/(\d+): loss [\d.]+, tok/s ([\d,]+)")
+    lines, running_at_first = [], None
+    deadline = time.monotonic() + 120  # generous: imports on a loaded 2-core machine take ~10 s
+    for line in proc.stderr:
+        if step_line.match(line):
+            lines.append(line.strip())
+            if running_at_first is None:
+                running_at_first = proc.poll() is None
+        assert time.monotonic() < deadline, "training did not finish in time"
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert lines and running_at_first, lines
+    first = step_line.match(lines[0])
+    assert int(first[1]) < total and int(first[2]) == total  # a line before the end, not only the final one
+    assert len(lines) >= 3 and lines[-1].endswith("s") and "(whole run)" in lines[-1]
+    summary = json.loads(out)
+    assert step_line.match(lines[-1])[3] == f"{summary['end_to_end_tokens_per_s']:,.0f}"
