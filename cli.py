@@ -36,6 +36,26 @@ for _command in COMMANDS:
     _command.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    import torch  # only here: `tlm --help` stays fast
+    import transformers
+
+    from tlm_probe import __version__
+
+    typer.echo(f"tlm_probe {__version__}, torch {torch.__version__}, transformers {transformers.__version__}")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _tlm(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the versions of tlm_probe, torch and transformers, and exit."),
+) -> None:
+    """Probe how language models use their depth; train tapered models against fair uniform baselines."""
+
+
 def main() -> None:
     from tlm_probe.allocator import keep_freed_memory
 

@@ -65,16 +65,25 @@ def _load_tlm(folder: Path, opts: GenerateOptions):
 
 @torch.no_grad()
 def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: int, context: int) -> list[int]:
-    """The new ids (the prompt is cut from the left so that prompt + new ids fit in the context)."""
-    new = min(opts.max_new_tokens, context - 1)
-    ids = (prompt_ids or [eos_id])[-(context - new) :]
+    """The new ids. The model sees at most its last `context` tokens: while prompt + new ids fit, one
+    (KV-cached) generate() call; after that the window slides one token per step, each step a fresh
+    forward over the last `context` ids (positions restart at the window, so a cache cannot be kept)."""
+    window = (prompt_ids or [eos_id])[-context:]
+    fits = min(opts.max_new_tokens, context - len(window) + 1)  # the last fitting step sees `context` ids
+    torch.manual_seed(opts.seed)  # once: the sliding steps continue the same random stream
+    new = _generate(model, window, fits, opts, eos_id)
+    while len(new) < opts.max_new_tokens and (not new or new[-1] != eos_id):
+        new += _generate(model, (window + new)[-context:], 1, opts, eos_id)
+    return new
+
+
+def _generate(model, ids: list[int], n: int, opts: GenerateOptions, eos_id: int) -> list[int]:
     x = torch.tensor([ids], device=next(model.parameters()).device)
     sample = opts.temperature > 0
-    torch.manual_seed(opts.seed)
     out = model.generate(
         x,
         attention_mask=torch.ones_like(x),
-        max_new_tokens=new,
+        max_new_tokens=n,
         do_sample=sample,
         temperature=opts.temperature if sample else None,
         top_p=opts.top_p if sample else None,
@@ -84,6 +93,16 @@ def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: in
         pad_token_id=eos_id,
     )
     return out[0, len(ids) :].tolist()
+
+
+def window_note(prompt_tokens: int, new_tokens: int, context: int) -> str | None:
+    """What the model did not see, in numbers (None when everything fit in its context)."""
+    if prompt_tokens + new_tokens - 1 <= context:  # the last new id is predicted, never fed back
+        return None
+    cut = max(prompt_tokens - context, 0)
+    seen = f"the first {cut} prompt tokens were not seen; " if cut else ""
+    return (f"note: prompt ({prompt_tokens} tokens) + {new_tokens} new tokens exceed the model's context of "
+            f"{context}: {seen}the window slid, each token predicted from the last {context} tokens")
 
 
 def generate_text(source: str, prompt: str, opts: GenerateOptions) -> dict:
@@ -96,4 +115,6 @@ def generate_text(source: str, prompt: str, opts: GenerateOptions) -> dict:
         raise UserError(f"{source}: its tokenizer gives token id {top}, outside the model's vocabulary of "
                         f"{vocab}; the tokenizer does not match the model")
     new = generate_ids(model, ids, opts, codec.eos_id, context)
-    return {"prompt": prompt, "completion": codec.decode(new), "new_tokens": len(new), "ids": new}
+    note = window_note(max(len(ids), 1), len(new), context)
+    return {"prompt": prompt, "completion": codec.decode(new), "new_tokens": len(new), "ids": new,
+            "context": context, "window_note": note}

@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.common import command, console, print_json, say
 from tlm_probe.errors import UserError
 
 
@@ -40,6 +40,8 @@ def register(app: typer.Typer) -> None:
         with _threads(threads):
             res = generate_text(model, prompt, opts)
         res["seconds"] = round(time.perf_counter() - started, 3)
+        if res["window_note"]:  # once, on stderr: stdout stays the text (or the JSON)
+            say(res["window_note"])
         if json_out:
             print_json(res)
         else:

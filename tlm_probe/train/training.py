@@ -4,6 +4,9 @@ compare() (once per arm and seed) and the demo workflow."""
 from __future__ import annotations
 
 import contextlib
+import math
+import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -33,6 +36,45 @@ def progress_bar(total: int, description: str, enabled: bool = True) -> Progress
     return Progress(*columns, console=_stderr, disable=not enabled, transient=False)
 
 
+PLAIN_EVERY_S = 10.0  # in a log, a line at least this often...
+PLAIN_LINES = 10  # ...and at every tenth of the run, whichever comes first
+
+
+class PlainLines:
+    """Progress for a log (stderr not a terminal, where rich draws nothing until the run ends): nanoGPT's
+    habit of one plain line per interval, `train step N/M: loss X, tok/s Y, eta Zs`. The first step gets a
+    line at once (the run has started); the last line's tok/s is the whole run's."""
+
+    def __init__(self, total: int, description: str, enabled: bool, step: int, tokens: int):
+        self.total, self.description, self.enabled = total, description, enabled
+        self.every = max(math.ceil(total / PLAIN_LINES), 1)
+        self.t0 = self.t_line = time.perf_counter()
+        self.step0, self.step_line, self.tok_line = step, None, tokens
+
+    def update(self, step: int, loss: float, tokens: int, step_tps: float) -> None:
+        now = time.perf_counter()
+        first = self.step_line is None
+        if not self.enabled or step >= self.total:  # the last step: finish() prints it with the run's rate
+            return
+        if not first and now - self.t_line < PLAIN_EVERY_S and step - self.step_line < self.every:
+            return
+        # the first line: the step's own rate (the interval so far holds the first evaluation)
+        tps = step_tps if first else (tokens - self.tok_line) / max(now - self.t_line, 1e-9)
+        eta = (self.total - step) * (now - self.t0) / max(step - self.step0, 1)
+        self._line(f"step {step}/{self.total}: loss {loss:.4f}, tok/s {tps:,.0f}, eta {eta:.0f}s")
+        self.t_line, self.step_line, self.tok_line = now, step, tokens
+
+    def finish(self, step: int, loss: float, run_tps: float | None) -> None:
+        if self.enabled:
+            rate = "-" if run_tps is None else f"{run_tps:,.0f}"
+            took = time.perf_counter() - self.t0
+            self._line(f"step {step}/{self.total}: loss {loss:.4f}, tok/s {rate} (whole run), {took:.0f}s")
+
+    def _line(self, text: str) -> None:
+        sys.stderr.write(f"{self.description} {text}\n")
+        sys.stderr.flush()  # a pipe is block-buffered: the line is for now, not for the run's end
+
+
 def run_training(
     tc: TrainConfig,
     out: str | Path,
@@ -51,14 +93,23 @@ def run_training(
     plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
     with writer_lock(plan.out), _no_half_written_run(plan):
         trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
-        with progress_bar(trainer.total, description, tc.progress and dist.is_main()) as bar:
+        enabled = tc.progress and dist.is_main()
+        plain = not (_stderr.is_terminal or _stderr.is_jupyter)
+        lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens)
+        with progress_bar(trainer.total, description, enabled and not plain) as bar:
             task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
+            last = {"loss": float("nan")}
 
             def report(p) -> None:
                 loss, tps = p.last.get("train_loss", float("nan")), p.last.get("tokens_per_s", 0)
+                last["loss"] = loss
                 bar.update(task, completed=p.step, loss=f"{loss:.3f}", tps=f"{tps:,.0f}")
+                lines.update(p.step, loss, trainer.tokens, tps)
 
             summary = trainer.run(report)
+            run_tps = summary.get("end_to_end_tokens_per_s")  # the whole run's rate, not the last step's
+            bar.update(task, tps="-" if run_tps is None else f"{run_tps:,.0f}")
+            lines.finish(summary["step"], last["loss"], run_tps)
     summary["rank"] = dist.rank()
     return summary
 
