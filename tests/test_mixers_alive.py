@@ -18,6 +18,7 @@ import torch
 
 from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
+from tlm_probe.schedules import ScheduleSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPE = dict(vocab_size=61, d_model=32, n_layers=4, n_heads=4, max_seq_len=32, mlp="swiglu")
@@ -30,7 +31,7 @@ STEPS = 5
 def _model(mixer: str) -> TaperedLM:
     torch.manual_seed(0)
     kw = {**SHAPE, "mixer": mixer, **MIXER_KW.get(mixer, {})}
-    return TaperedLM(config_with_schedule("uniform:16", 256, **kw))
+    return TaperedLM(config_with_schedule(ScheduleSpec(name="uniform", multiple_of=16), 256, **kw))
 
 
 def _batch() -> torch.Tensor:
