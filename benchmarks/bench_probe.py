@@ -47,41 +47,53 @@ def overhead(name: str, folder: Path, batch: int, seq: int, rounds: int) -> dict
     }
 
 
-def peers(folder: Path, batch: int, seq: int, rounds: int) -> dict:
-    """Every arm on the same model object after the TransformerLens bridge set it up (same attention
-    implementation), same batch; ratios are peer / tlm_probe with the same head."""
+def peer_models(folder: Path) -> dict:
+    """One freshly loaded model per group of arms: the TransformerLens bridge rewrites the model it wraps
+    in place (attention implementation, module tree), so a plain forward or tlm_probe on that same object
+    would measure TL's model, not the one a user loads (issue 24: TL read ~1.0x tlm that way).
+    Groups: "tlm" (plain forward, tlm_probe native, hand-written hooks), "tl" (the bridge), "nnsight"."""
     from tlm_probe.capture import load_probe_model
 
-    pm = load_probe_model(folder)
+    out = {group: load_probe_model(folder) for group in ("tlm", "tl", "nnsight")}
+    out["bridge"] = arms.tl_bridge(out["tl"])
+    return out
+
+
+def peers(folder: Path, batch: int, seq: int, rounds: int, name: str = "") -> dict:
+    """Each group of arms on its own freshly loaded model (peer_models), same batch; ratios are
+    peer / tlm_probe with the same head, peers against tlm_probe on the model as loaded."""
+    m = peer_models(folder)
+    pm, tl_pm, bridge = m["tlm"], m["tl"], m["bridge"]
     ids, mask = _batch(pm, batch, seq)
-    bridge = arms.tl_bridge(pm)
+    at = f"{name}: " if name else ""
     with torch.inference_mode():
         fns = {
             "forward": arms.forward(pm, ids, mask, full=True),
             "native": arms.native(pm, ids, mask, full=True),
             "hand": arms.hand_hooks(pm, ids, mask, full=True),
             "tl_forward": arms.tl_forward(bridge, ids, mask),
-            "tl_cache": arms.tl_cache_all(bridge, pm, ids, mask),
-            "tl_hooks": arms.tl_hooks(bridge, pm, ids, mask),
+            "tl_cache": arms.tl_cache_all(bridge, tl_pm, ids, mask),
+            "tl_hooks": arms.tl_hooks(bridge, tl_pm, ids, mask),
         }
         t = interleaved(fns, rounds)
     out = {
-        "tlm_probe native / plain forward (with head)": ratio(t, "native", "forward"),
-        "hand-written hooks + stats / tlm_probe (with head)": ratio(t, "hand", "native"),
-        "TransformerLens forward / plain forward (with head)": ratio(t, "tl_forward", "forward"),
-        "TL run_with_cache (all hooks) + stats / tlm_probe (with head)": ratio(t, "tl_cache", "native"),
-        "TL run_with_hooks (needed hooks) + stats / tlm_probe (with head)": ratio(t, "tl_hooks", "native"),
+        f"{at}tlm_probe native / plain forward (with head)": ratio(t, "native", "forward"),
+        f"{at}hand-written hooks + stats / tlm_probe (with head)": ratio(t, "hand", "native"),
+        f"{at}TransformerLens forward / plain forward (with head)": ratio(t, "tl_forward", "forward"),
+        f"{at}TL run_with_cache (all hooks) + stats / tlm_probe": ratio(t, "tl_cache", "native"),
+        f"{at}TL run_with_hooks (needed hooks) + stats / tlm_probe": ratio(t, "tl_hooks", "native"),
     }
+    key = f"{at}nnsight trace + stats / tlm_probe (blocks)"
     try:
         with torch.inference_mode():
             nn_fns = {
-                "nnsight": arms.nnsight_blocks(pm, ids, mask),
+                "nnsight": arms.nnsight_blocks(m["nnsight"], ids, mask),
                 "native": arms.native(pm, ids, mask, full=False),
             }
             t = interleaved(nn_fns, rounds)
-        out["nnsight trace + stats / tlm_probe (blocks)"] = ratio(t, "nnsight", "native")
+        out[key] = ratio(t, "nnsight", "native")
     except Exception as e:  # noqa: BLE001  (a peer that cannot run here is reported, not fatal)
-        out["nnsight trace + stats / tlm_probe (blocks)"] = {"error": str(e).splitlines()[0]}
+        out[key] = {"error": str(e).splitlines()[0]}
     return out
 
 
@@ -155,7 +167,8 @@ def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     targets.append((f"GPT-2 768 wide, {batch}x{seq}", gpt2, (batch, seq)))
     for name, folder, (b, t) in targets:
         out.update(overhead(name, folder, b, t, rounds))
-    out.update(peers(gpt2, batch, seq, max(3, rounds // 2)))
+    for name, folder, (b, t) in targets:
+        out.update(peers(folder, b, t, max(3, rounds // 2), name=name))
     out.update(first_batch(gpt2, batch, seq, rounds))
     out.update(bucketing(models.minilm(), btokens, max(3, rounds // 3)))
     return out
