@@ -45,6 +45,17 @@ METRICS: dict[str, tuple[Reference, Metric]] = {
 }
 
 
+def _groups(ablations: list[Ablation], size: int):
+    """Chunks of at most `size` ablations, never spanning layers: a group restarts at its lowest layer,
+    so each ablation then costs only the blocks from its own layer on (plan order kept: the resample
+    draws come in the same order)."""
+    by_layer: dict[int, list[Ablation]] = {}
+    for ab in ablations:
+        by_layer.setdefault(ab.layer, []).append(ab)
+    for same in by_layer.values():
+        yield from (same[i : i + size] for i in range(0, len(same), size))
+
+
 class AblationEffects:
     """Streams the effect of every ablation in `ablations` (one statistic per ablation name and layer)."""
 
@@ -79,8 +90,7 @@ class AblationEffects:
         ref = self.reference(clean, batch)  # e.g. the clean NLL: once per batch, not once per ablation
         B = mask.shape[0]
         per_pass = max(1, self.max_rows // B)
-        for start in range(0, len(self.ablations), per_pass):
-            group = self.ablations[start : start + per_pass]
+        for group in _groups(self.ablations, per_pass):
             out = self._ablated(batch, group, B, mask.shape[1], restart)
             for k, ab in enumerate(group):
                 vals, m = self.metric(ref, out[k * B : (k + 1) * B], batch, mask)
@@ -89,8 +99,18 @@ class AblationEffects:
     def _ablated(self, batch, group, B: int, T: int, restart: Restart | None) -> torch.Tensor:
         """The forward of `group` (batch repeated), from the lowest ablated layer where restartable."""
         l0 = min(ab.layer for ab in group) if restart and restart.usable() else 0
-        with ablating(group, B, self.calib, T), restart.from_layer(l0, len(group)) if l0 else nullcontext():
-            return self._run(repeat_batch(batch, len(group)), restart.share(l0) if l0 else 1.0)
+        state = self.calib.gen.get_state() if self.calib is not None else None
+        starting = restart.from_layer(l0, len(group)) if l0 else nullcontext()
+        try:
+            with ablating(group, B, self.calib, T), starting:
+                return self._run(repeat_batch(batch, len(group)), restart.share(l0) if l0 else 1.0)
+        except Exception as e:
+            if not l0:
+                raise
+            restart.refuse(f"restarted forward failed ({type(e).__name__}): full re-runs")
+            if state is not None:  # the resample draws of the full re-run are the ones a restart would make
+                self.calib.gen.set_state(state)
+            return self._ablated(batch, group, B, T, restart)
 
     def _run(self, batch: dict, share: float) -> torch.Tensor:
         return self.forward(batch, share) if self.restart else self.forward(batch)

@@ -12,9 +12,11 @@ Safety (never compute on a wrong stream): restarting is used only when, in the c
   layers: no projection, no scaling, no extra state),
 - each layer's output is a tensor, or a tuple whose other elements are all None (the stub can rebuild it),
 - no layer's `forward` is already replaced on the instance (the stub would hide or remove it),
-- restarting at the last layer with no ablation, on the batch twice over, reproduces the clean output
-  (checked once, on the first batch: catches state a layer hands to later layers outside the stream, e.g.
-  a shared value residual, which the stubs do not recompute for the repeated rows).
+- restarting at the last layer with no ablation reproduces the clean output (checked once, on the first
+  batch: catches state a layer hands to later layers outside the stream, e.g. a shared value residual).
+  Such state, left by the clean forward of the same batch, holds the clean values the skipped layers
+  would produce again; only its row count can differ from a repeated batch, which fails loudly, and a
+  restarted forward that raises is run again in full (AblationEffects) and restarting is turned off.
 Otherwise every ablation re-runs the whole model, as before; `reason` says why.
 
 Memory: the cache holds the outputs of layers 0..L-2 of ONE batch, (L-1) x B x T x d elements of the
@@ -27,7 +29,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from tlm_probe.importance.ablation import first_tensor, repeat_batch, with_first
+from tlm_probe.importance.ablation import first_tensor, with_first
 
 # the same kernels on the same inputs: differences can only come from a nondeterministic reduction order
 SELF_CHECK_EPS = 64
@@ -65,16 +67,16 @@ class Restart:
         def pre(l):
             def hook(module, args, kwargs):
                 if "forward" in module.__dict__:
-                    self._refuse(f"layer {l}'s forward is replaced on the instance")
+                    self.refuse(f"layer {l}'s forward is replaced on the instance")
                 if l and _stream_in(args, kwargs) is not self.outputs[l - 1]:
-                    self._refuse(f"layer {l} is not called with layer {l - 1}'s output")
+                    self.refuse(f"layer {l} is not called with layer {l - 1}'s output")
 
             return hook
 
         def post(l):
             def hook(module, args, kwargs, output):
                 if isinstance(output, tuple) and any(o is not None for o in output[1:]):
-                    self._refuse(f"layer {l} returns more than its hidden state")
+                    self.refuse(f"layer {l} returns more than its hidden state")
                 self.outputs[l], self.templates[l] = first_tensor(output), output  # no_grad: no graph held
 
             return hook
@@ -86,7 +88,7 @@ class Restart:
             yield
         self.outputs = self.outputs if self.reason is None else []
 
-    def _refuse(self, why: str) -> None:
+    def refuse(self, why: str) -> None:
         self.reason = self.reason or why
 
     @contextmanager
@@ -122,12 +124,11 @@ class Restart:
         self.checked = True
         try:
             last = len(self.layers) - 1
-            with self.from_layer(last, 2):
-                again = forward(repeat_batch(batch, 2), self.share(last))
+            with self.from_layer(last, 1):
+                again = forward(batch, self.share(last))
         except Exception as e:  # a layer that needs what a stubbed one would have set: not restartable
-            self._refuse(f"restart failed: {type(e).__name__}")
+            self.refuse(f"restart failed: {type(e).__name__}")
             return
         bound = SELF_CHECK_EPS * torch.finfo(clean.dtype).eps * float(clean.abs().max())
-        want = clean.repeat(2, *([1] * (clean.dim() - 1)))
-        if again.shape != want.shape or float((again - want).abs().max()) > bound:
-            self._refuse("restart at the last layer does not reproduce the clean output")
+        if again.shape != clean.shape or float((again - clean).abs().max()) > bound:
+            self.refuse("restart at the last layer does not reproduce the clean output")
