@@ -19,8 +19,9 @@ Safety (never compute on a wrong stream): restarting is used only when, in the c
   restarted forward that raises is run again in full (AblationEffects) and restarting is turned off.
 Otherwise every ablation re-runs the whole model, as before; `reason` says why.
 
-Memory: the cache holds the outputs of layers 0..L-2 of ONE batch, (L-1) x B x T x d elements of the
-model's dtype, and is replaced at the next batch; a group of G ablations adds one G x B x T x d copy.
+Memory: the cache holds the layer outputs of ONE batch, at most L x B x T x d elements of the model's
+dtype on the model's device (references to the clean forward's own tensors, no copy), replaced at the
+next batch; a restarted group of G ablations adds one G x B x T x d repeat of the stream it starts from.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class Restart:
         return self.head + (1 - self.head) * (L - l0) / L
 
     def usable(self) -> bool:
-        return self.reason is None and len(self.outputs) == len(self.layers)
+        outs = self.outputs
+        return self.reason is None and len(outs) == len(self.layers) and all(o is not None for o in outs)
 
     @contextmanager
     def recording(self):

@@ -6,7 +6,7 @@ Only the parts the asked statistics need run (catalogue.NEEDS):
    pools) for mean/resample ablation;
 2. ablations, G at a time on the batch repeated G times, each restarted from the cached clean stream at
    its lowest ablated layer where the model allows it (restart.py: (L+1)/2 of L blocks on average for
-   single-block ablations, plus the head; the cache is (L-1) x B x T x d per batch);
+   single-block ablations, plus the head; the cache is at most L x B x T x d per batch);
 3. gradients: one backward per batch (Taylor, gradient norm) or per sequence (Fisher), on the sequences
    whose global index is below `grad_sequences`, so that torchrun ranks together take the same ones.
 After each pass its sums are all-reduced across ranks; then the sampled statistics (CKA, effective rank,
