@@ -6,6 +6,10 @@ how much the pass costs beyond the forwards and backwards its statistics intrins
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py            # 5-layer Llama, 8x256 batches
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py --quick    # a smoke run
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py --restart --d-model 64 --vocab 1000
+
+--restart: the ablation pass restarted from the cached clean stream (importance/restart.py) against the
+full re-run of every ablation, interleaved rotated rounds on the same model; prints full / restarted.
 """
 
 from __future__ import annotations
@@ -67,6 +71,45 @@ def count(passes: dict) -> float:
     return sum(p["forwards"] + BACKWARD_IN_FORWARDS * p["backwards"] for p in passes.values())
 
 
+def _full_rerun(layers, head):
+    """What importance.suite builds as its Restart, with restarting off: every ablation re-runs in full."""
+    from tlm_probe.importance.restart import Restart
+
+    r = Restart(layers, head)
+    r.refuse("full re-run (benchmark arm)")
+    return r
+
+
+def restart_speedup(pm, args) -> dict:
+    """full re-run seconds / restarted seconds of the ablation pass, per round (median, min, max)."""
+    from benchmarks.timing import interleaved, ratio
+    from tlm_probe.importance import suite
+    from tlm_probe.importance.catalogue import DEFAULT_ABLATIONS
+    from tlm_probe.importance.restart import Restart
+
+    g = torch.Generator().manual_seed(0)
+    batches = [
+        {"input_ids": torch.randint(0, args.vocab, (args.batch, args.seq_len), generator=g),
+         "attention_mask": torch.ones(args.batch, args.seq_len, dtype=torch.long)}
+        for _ in range(args.batches)
+    ]  # fmt: skip
+    stats = [f"ablation_dnll_{a}" for a in DEFAULT_ABLATIONS]
+    passes = {}
+
+    def arm(cls, name):
+        def run():
+            saved, suite.Restart = suite.Restart, cls
+            try:
+                passes[name] = suite.run_importance(pm, batches, stats)[2]["passes"]["ablation"]["forwards"]
+            finally:
+                suite.Restart = saved
+
+        return run
+
+    times = interleaved({"restart": arm(Restart, "restart"), "full": arm(_full_rerun, "full")}, args.rounds)
+    return {"full_over_restart": ratio(times, "full", "restart"), "counted_forwards": passes}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=5)
@@ -81,6 +124,8 @@ def main() -> None:
         "--stats", default="importance,logit_lens_kl,ablation_dnll_mlp_zero,taylor_mlp,fisher_mlp"
     )
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--restart", action="store_true", help="only the restart vs full re-run ablation arm")
+    ap.add_argument("--rounds", type=int, default=3)
     malloc.add_option(ap)
     args = ap.parse_args()
     malloc.apply(args)
@@ -92,6 +137,16 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         pm = load_probe_model(llama_folder(Path(tmp) / "llama", args.layers, args.d_model, args.vocab))
+        if args.restart:
+            res = restart_speedup(pm, args)
+            r, c = res["full_over_restart"], res["counted_forwards"]
+            print(
+                f"ablations, llama {args.layers}x{args.d_model} V {args.vocab}: full re-run / restarted "
+                f"{r['median']:.3f}x [min {r['min']:.3f}, max {r['max']:.3f}; {r['rounds']} rounds]; "
+                f"counted forwards {c['full']:.2f} -> {c['restart']:.2f} ({c['full'] / c['restart']:.3f}x)"
+            )
+            print(json.dumps(res))
+            return
         n = args.batch * args.seq_len * args.batches
         ids = np.random.default_rng(0).integers(0, args.vocab, (args.batch * args.batches, args.seq_len))
         np.save(Path(tmp) / "ids.npy", ids.astype(np.uint32))

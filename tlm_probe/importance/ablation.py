@@ -42,6 +42,11 @@ def as_tokens(x: torch.Tensor, seq_len: int) -> torch.Tensor:
     return x.view(-1, seq_len, x.shape[-1]) if x.ndim == 2 else x
 
 
+def repeat_batch(batch: dict, times: int) -> dict:
+    """The batch G times over (row block k carries ablation k)."""
+    return {k: v.repeat(times, *([1] * (v.dim() - 1))) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
 def block_input(args: tuple, kwargs: dict) -> torch.Tensor:
     """The hidden state a block was called with (positional in our model and in transformers 5)."""
     return args[0] if args else kwargs["hidden_states"]

@@ -9,11 +9,13 @@ the encoder hands to its users.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 
-from tlm_probe.importance.ablation import Ablation, Calibration, ablating
+from tlm_probe.importance.ablation import Ablation, Calibration, ablating, repeat_batch
+from tlm_probe.importance.restart import Restart
 from tlm_probe.importance.streaming import TokenMean
 from tlm_probe.models.tlm import next_token_nll
 
@@ -43,8 +45,15 @@ METRICS: dict[str, tuple[Reference, Metric]] = {
 }
 
 
-def repeat_batch(batch: dict, times: int) -> dict:
-    return {k: v.repeat(times, *([1] * (v.dim() - 1))) if torch.is_tensor(v) else v for k, v in batch.items()}
+def _groups(ablations: list[Ablation], size: int):
+    """Chunks of at most `size` ablations, never spanning layers: a group restarts at its lowest layer,
+    so each ablation then costs only the blocks from its own layer on (plan order kept: the resample
+    draws come in the same order)."""
+    by_layer: dict[int, list[Ablation]] = {}
+    for ab in ablations:
+        by_layer.setdefault(ab.layer, []).append(ab)
+    for same in by_layer.values():
+        yield from (same[i : i + size] for i in range(0, len(same), size))
 
 
 class AblationEffects:
@@ -58,8 +67,11 @@ class AblationEffects:
         metric: str = "dnll",
         calib: Calibration | None = None,
         max_rows: int = 16,
+        restart: Restart | None = None,
     ):
-        self.forward, self.ablations, self.calib = forward, ablations, calib
+        """forward(batch) runs the model; with `restart`, forward(batch, share) also counts `share` forwards
+        per row (restart.py)."""
+        self.forward, self.ablations, self.calib, self.restart = forward, ablations, calib, restart
         self.metric_name, (self.reference, self.metric) = metric, METRICS[metric]
         self.max_rows = max_rows
         names = dict.fromkeys(ab.name for ab in ablations)
@@ -70,17 +82,38 @@ class AblationEffects:
         """mask (B, T) bool of tokens to count; `clean` is the unablated output if already computed."""
         if not self.ablations:  # nothing asked for: not even the clean pass
             return
-        clean = self.forward(batch) if clean is None else clean
+        restart = self.restart if clean is None else None  # a clean output from elsewhere: no cache
+        with restart.recording() if restart else nullcontext():
+            clean = self._run(batch, 1.0) if clean is None else clean
+        if restart:
+            restart.self_check(self._run, batch, clean)
         ref = self.reference(clean, batch)  # e.g. the clean NLL: once per batch, not once per ablation
         B = mask.shape[0]
         per_pass = max(1, self.max_rows // B)
-        for start in range(0, len(self.ablations), per_pass):
-            group = self.ablations[start : start + per_pass]
-            with ablating(group, B, self.calib, mask.shape[1]):
-                out = self.forward(repeat_batch(batch, len(group)))
+        for group in _groups(self.ablations, per_pass):
+            out = self._ablated(batch, group, B, mask.shape[1], restart)
             for k, ab in enumerate(group):
                 vals, m = self.metric(ref, out[k * B : (k + 1) * B], batch, mask)
                 self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals, m)
+
+    def _ablated(self, batch, group, B: int, T: int, restart: Restart | None) -> torch.Tensor:
+        """The forward of `group` (batch repeated), from the lowest ablated layer where restartable."""
+        l0 = min(ab.layer for ab in group) if restart and restart.usable() else 0
+        state = self.calib.gen.get_state() if self.calib is not None else None
+        starting = restart.from_layer(l0, len(group)) if l0 else nullcontext()
+        try:
+            with ablating(group, B, self.calib, T), starting:
+                return self._run(repeat_batch(batch, len(group)), restart.share(l0) if l0 else 1.0)
+        except Exception as e:
+            if not l0:
+                raise
+            restart.refuse(f"restarted forward failed ({type(e).__name__}): full re-runs")
+            if state is not None:  # the resample draws of the full re-run are the ones a restart would make
+                self.calib.gen.set_state(state)
+            return self._ablated(batch, group, B, T, restart)
+
+    def _run(self, batch: dict, share: float) -> torch.Tensor:
+        return self.forward(batch, share) if self.restart else self.forward(batch)
 
     def all_reduce_(self) -> None:
         for m in self.means.values():

@@ -8,16 +8,17 @@ from __future__ import annotations
 class PassCounter:
     def __init__(self, rows: int):
         self.rows = max(rows, 1)
-        self.calls: dict[str, dict[str, int]] = {}
+        self.calls: dict[str, dict[str, float]] = {}
 
-    def _add(self, part: str, what: str, rows: int) -> None:
+    def _add(self, part: str, what: str, rows: float) -> None:
         entry = self.calls.setdefault(part, {"forward_calls": 0, "forward_rows": 0, "backward_rows": 0})
         entry[what] += rows
         if what == "forward_rows":
             entry["forward_calls"] += 1
 
-    def forward(self, part: str, rows: int) -> None:
-        self._add(part, "forward_rows", rows)
+    def forward(self, part: str, rows: int, share: float = 1.0) -> None:
+        """rows forwarded; share < 1 where a call runs only part of the model (a restarted ablation)."""
+        self._add(part, "forward_rows", rows * share)
 
     def extra(self, part: str, forwards: float) -> None:
         """Work that is not a model forward, in forward-equivalents (e.g. the logit lens's unembeddings)."""

@@ -4,7 +4,9 @@ Only the parts the asked statistics need run (catalogue.NEEDS):
 1. a clean forward per batch through the probe's tap hooks: residual streams (angular distance,
    anisotropy, logit lens, the seeded token sample), neuron activity, and the calibration (means and
    pools) for mean/resample ablation;
-2. ablations, G at a time on the batch repeated G times (one forward per ablation and batch);
+2. ablations, G at a time on the batch repeated G times, each restarted from the cached clean stream at
+   its lowest ablated layer where the model allows it (restart.py: (L+1)/2 of L blocks on average for
+   single-block ablations, plus the head; the cache is at most L x B x T x d per batch);
 3. gradients: one backward per batch (Taylor, gradient norm) or per sequence (Fisher), on the sequences
    whose global index is below `grad_sequences`, so that torchrun ranks together take the same ones.
 After each pass its sums are all-reduced across ranks; then the sampled statistics (CKA, effective rank,
@@ -25,6 +27,7 @@ from tlm_probe.importance.first_pass import FirstPass
 from tlm_probe.importance.gradients import GradientImportance
 from tlm_probe.importance.options import ImportanceOptions
 from tlm_probe.importance.passes import PassCounter, head_share
+from tlm_probe.importance.restart import Restart
 from tlm_probe.importance.tables import finish_tables
 from tlm_probe.importance.taps import ablation_plan, capturing, output_tensor
 
@@ -36,9 +39,10 @@ def token_mask(batch: dict, exclude_bos: bool) -> torch.Tensor:
     return mask
 
 
-def _forward(pm, counter: PassCounter, name: str) -> Callable[[dict], torch.Tensor]:
-    def fwd(b: dict) -> torch.Tensor:
-        counter.forward(name, b["input_ids"].shape[0])
+def _forward(pm, counter: PassCounter, name: str) -> Callable[..., torch.Tensor]:
+    def fwd(b: dict, share: float = 1.0) -> torch.Tensor:
+        """share: the part of one forward this call costs per row (a restarted ablation: restart.py)."""
+        counter.forward(name, b["input_ids"].shape[0], share)
         return output_tensor(pm.forward(b["input_ids"], b["attention_mask"]))
 
     return fwd
@@ -69,8 +73,9 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
 def _ablation_pass(pm, batches, opts, calib, track, counter) -> AblationEffects:
     metric = "dnll" if pm.is_causal and pm.lm_head() is not None else "shift"
     plan = ablation_plan(pm, opts.ablations)
+    restart = Restart([pm.layer(l) for l in range(pm.n_layers)], head_share(pm))
     eff = AblationEffects(
-        _forward(pm, counter, "ablation"), plan, pm.n_layers, metric, calib, opts.ablation_rows
+        _forward(pm, counter, "ablation"), plan, pm.n_layers, metric, calib, opts.ablation_rows, restart
     )
     for batch in track(batches, "importance: ablations"):
         eff.update(batch, token_mask(batch, opts.exclude_bos))
@@ -159,4 +164,6 @@ def run_importance(
         grads = _gradient_pass(pm, batches, opts, "grad_per_sequence" in need, track, counter)
     rows, matrices, info = finish_tables(pm, opts, set(stats), first, effects, grads)
     info["passes"] = counter.summary()
+    if effects is not None:  # how the ablated forwards ran: restarted, or in full and why
+        info["ablation_restart"] = effects.restart.reason or "from the cached clean stream"
     return rows, matrices, info
