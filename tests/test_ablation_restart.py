@@ -11,6 +11,7 @@ A wrong stream (e.g. one layer off) moves ΔNLL by O(0.01..1) on these models, f
 import pytest
 import torch
 from models_zoo import build_model
+from test_importance_suite import batches
 
 from tlm_probe.capture import load_probe_model, wrap_model
 from tlm_probe.importance import suite
@@ -30,17 +31,6 @@ class FullRerun(Restart):
     def __init__(self, layers, head):
         super().__init__(layers, head)
         self.reason = "full re-run (test)"
-
-
-def batches(vocab, n=2, B=3, T=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        ids = torch.randint(5, vocab, (B, T), generator=g)
-        mask = torch.ones_like(ids)
-        mask[0, T - 3 :] = 0  # right padding on one row
-        out.append({"input_ids": ids, "attention_mask": mask})
-    return out
 
 
 def effects(pm, monkeypatch, full: bool):

@@ -28,9 +28,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from families_zoo import ENCODERS, FAMILY_MODELS, build_family
 from models_zoo import CORPUS
+from test_probe_reference import _stats  # the independent float64 per-token statistics
 
 from tlm_probe.capture import load_probe_model, wrap_model
 from tlm_probe.capture.guardrails import GuardrailError
@@ -143,23 +143,6 @@ def _pieces(kind: str, mods: dict, layer, call, post) -> tuple:
     mlp = _run(layer, call, identity=[mods["ln2"]]) - mid
     attn = _run(layer, call, zero=[mods["mlp"]], identity=[mods["ln1"], mods["ln2"]]) - pre
     return pre, attn, mid, mlp, post
-
-
-def _stats(pre, attn, mid, mlp, post) -> dict[str, torch.Tensor]:
-    cos = lambda a, b: F.cosine_similarity(a, b, dim=-1)  # noqa: E731
-    n = lambda a: a.norm(dim=-1)  # noqa: E731
-    return {
-        "align_mlp_mid": cos(mlp, mid),
-        "align_mlp_pre": cos(mlp, pre),
-        "align_abs_mlp_mid": cos(mlp, mid).abs(),
-        "align_abs_mlp_pre": cos(mlp, pre).abs(),
-        "align_attn_pre": cos(attn, pre),
-        "norm_ratio_mlp": n(mlp) / n(mid),
-        "block_influence": 1 - cos(pre, post),
-        "mlp_influence": 1 - cos(mid, post),
-        "attn_influence": 1 - cos(pre, mid),
-        "resid_norm_growth": n(post) / n(pre),
-    }
 
 
 def reference(variant: str, folder) -> dict[tuple[int, str], np.ndarray]:
