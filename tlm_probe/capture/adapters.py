@@ -145,7 +145,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
     Adapter(
         "gpt2",
-        ("gpt2",),
+        ("gpt2", "gpt_bigcode"),  # GPTBigCode keeps GPT-2's module names and block layout
         layers="h",
         mlp="mlp",
         mlp_down="mlp.c_proj",
@@ -271,18 +271,6 @@ ADAPTERS: tuple[Adapter, ...] = (
             "transformers 5 no longer has"
         ),
         notes="parallel: attention and MLP read one norm of resid_pre",
-    ),
-    Adapter(
-        "gpt_bigcode",
-        ("gpt_bigcode",),
-        layers="h",
-        mlp="mlp",
-        mlp_down="mlp.c_proj",
-        final_norm="ln_f",
-        lm_head="lm_head",
-        taps={SEQUENTIAL: seq_taps("ln_2", "attn", "mlp", "mlp.c_proj")},
-        kind_of=fixed(SEQUENTIAL),
-        notes="pre-LN, as GPT-2",
     ),
     Adapter(
         "bloom",
