@@ -3,6 +3,7 @@
     python -m analyses.study motivating    # uniform vs wider-early / -middle / -late thirds, 5 seeds
     python -m analyses.study schedules     # tlm sweep: cosine, linear, sigmoid x 3 ratios vs uniform
     python -m analyses.study mixers        # the four token mixers, uniform vs cosine 1.5->0.5
+    python -m analyses.study allocation    # every published allocation + a probe-derived one
     python -m analyses.study eval          # tlm eval of every finished run: built-in tasks + OOD perplexity
     python -m analyses.study mechanism     # alignment vs depth: trained models, MiniLM, SmolLM2 (GGUF)
     python -m analyses.study collect       # tables and figures -> analyses/results/<part>/
@@ -42,7 +43,7 @@ MOTIVATING = "uniform,wider-early,wider-middle,wider-late"
 SWEEP = ["--shapes", "cosine,linear,sigmoid", "--ratios", "1.25:0.75,1.5:0.5,1.75:0.25"]
 MIXERS = ["--mixers", "attention,gated_attention,titans,hope_attention",
           "--schedules", "uniform,cosine:1.5:0.5"]
-TRAINED = ("motivating", "schedules", "mixers")
+TRAINED = ("motivating", "schedules", "mixers", "allocation")
 EVAL = ["--tasks", "pydoc-mc,pydoc-lastword", "--limit", "200", "--ppl-data", "builtin:stdlib",
         "--ppl-tokens", "16384", "--threads", "1"]
 PROBE = ["--data", "builtin:pydoc", "--split", "val", "--max-tokens", "16384", "--threads", "1",
@@ -57,11 +58,11 @@ PAPER_FLAGS = ["--preset", "tlm-440m", "--seq-len", "4096", "--batch-size", "8",
 TABLES = ("results.csv", "summary.csv", "paired.csv", "sweep.csv", "compare.json")
 
 
-def tlm(*args: str) -> None:
+def tlm(*args: str, cwd: Path | None = None) -> None:
     """Run one `tlm` command in this interpreter's environment; stop the study if it fails."""
     cmd = [sys.executable, str(ROOT / "cli.py"), *args]
     print("+ tlm " + " ".join(args), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, cwd=cwd)
 
 
 def training_flags(opts: argparse.Namespace) -> list[str]:
@@ -90,6 +91,14 @@ def schedules(opts) -> None:
 def mixers(opts) -> None:
     tlm("compare", *MIXERS, "--seeds", SEEDS, "--out", str(opts.root / "mixers"), *training_flags(opts),
         "--json")
+
+
+def allocation(opts) -> None:
+    """The depth-allocation lab (analyses/allocation.py): a source model, its probe, the derived schedule,
+    then every arm x 5 seeds at 9 layers and 800 steps."""
+    from analyses import allocation as alloc
+
+    alloc.run(opts, training_flags(opts), tlm)
 
 
 def finished_runs(opts, parts=TRAINED):
@@ -187,7 +196,8 @@ def _collect_mechanism(opts, summ) -> list[str]:
             "### width utilisation of the trained models", "", summ.utilisation_table(dst), ""]
 
 
-PARTS = {"motivating": motivating, "schedules": schedules, "mixers": mixers, "eval": evaluate,
+PARTS = {"motivating": motivating, "schedules": schedules, "mixers": mixers, "allocation": allocation,
+         "eval": evaluate,
          "mechanism": mechanism, "collect": collect}
 
 
