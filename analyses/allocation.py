@@ -75,3 +75,55 @@ def run(opts, flags: list[str], tlm) -> None:
         shutil.copyfile(schedule, out / DERIVED)
     tlm("compare", "--schedules", ",".join(ARMS), "--seeds", SEEDS, "--config", str(_config(out)),
         "--out", str(out), *flags, "--json", cwd=out)
+
+
+TRAJECTORY_STATS = ("align_mlp_mid", "ablation_dnll_mlp_zero")
+
+
+def best_arm(folder: Path) -> str | None:
+    """The arm with the lowest mean paired Δ val loss against uniform (None before any pair exists)."""
+    import pandas as pd
+
+    path = folder / "paired.csv"
+    if not path.is_file() or path.stat().st_size < 2:
+        return None
+    paired = pd.read_csv(path)
+    return None if paired.empty else str(paired.loc[paired["val_loss_diff_mean"].idxmin(), "arm"])
+
+
+def trajectories(opts, tlm, dst: Path) -> list[str]:
+    """Probe the kept checkpoints of seed 0 of uniform and of the best arm; draw each statistic over steps.
+    Returns the Markdown lines naming the figures."""
+    src = opts.root / "allocation"
+    best = best_arm(src)
+    arms = ["uniform", *([best] if best and best != "uniform" else [])]
+    folders = []
+    for arm in arms:
+        run = src / "runs" / f"{arm.replace('/', '_')}-s0"
+        out = opts.root / "allocation-trajectories" / run.name
+        if not (run / "run.json").is_file():
+            continue
+        if not (out / "results.csv").is_file():
+            tlm("probe", str(run), "--checkpoints", "all", "--data", "builtin:pydoc", "--split", "val",
+                "--max-tokens", "8192", "--threads", "1", "--stats", ",".join(TRAJECTORY_STATS),
+                "--out", str(out))
+        folders.append(out)
+    lines = []
+    for stat in TRAJECTORY_STATS if folders else ():
+        fig = dst / f"trajectory_{stat}.png"
+        tlm("plot", *map(str, folders), "--kind", "trajectory", "--statistic", stat, "--out", str(fig))
+        lines.append(f"![{stat} over training]({fig.name})")
+    if (src / "compare.json").is_file():
+        tlm("plot", str(src), "--kind", "advantage", "--out", str(dst / "advantage.png"))
+        lines.append("![each arm's Δ val loss against uniform over training](advantage.png)")
+    return lines
+
+
+def collect(opts, tlm, dst: Path) -> list[str]:
+    """Copy the derived schedule and its source probe next to the tables; the trajectory figures."""
+    source = opts.root / "allocation-source"
+    for name in (DERIVED, "probe/results.csv", "probe/provenance.json"):
+        if (source / name).is_file():
+            (dst / "source" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, dst / "source" / name)
+    return ["### allocation: trajectories (seed 0)", "", *trajectories(opts, tlm, dst), ""]

@@ -170,6 +170,10 @@ def collect(opts) -> None:
         md += [f"## {part}", "", summ.training_table(dst), ""]
         evals = summ.eval_table(opts.root / "eval", dst)
         md += [f"### {part}: downstream (tlm eval)", "", evals, ""] if evals else []
+        if part == "allocation":
+            from analyses import allocation as alloc
+
+            md += alloc.collect(opts, tlm, dst)
     md += _collect_mechanism(opts, summ)
     (RESULTS / "summary.md").write_text("\n".join(md) + "\n")
     (RESULTS / "study_config.json").write_text(json.dumps(config, indent=2) + "\n")
