@@ -97,7 +97,9 @@ def bounded_ratios(w: Sequence[float], lo: float, hi: float) -> list[float]:
     def total(c: float) -> float:
         return sum(min(hi, max(lo, c * x)) for x in w)
 
-    a, b = 0.0, n * hi / max(w)  # total(0) = n·lo <= n <= total(b) = (clipped at hi where w = max)
+    # at c = b the smallest positive weight reaches hi: total(b) = hi·(positive) + lo·(zero), the most any c
+    # gives; total(0) = n·lo <= n
+    a, b = 0.0, hi / min(x for x in w if x > 0)
     if total(b) < n:  # too few positive weights to hold the budget under max_ratio
         raise ScheduleError(f"max_ratio={hi:g} cannot hold the budget: only {sum(x > 0 for x in w)} of {n} "
                             "layers have a positive weight; raise max_ratio or min_ratio")
