@@ -67,14 +67,15 @@ def _derive(root: Path, flags: list[str], tlm) -> Path:
 
 def run(opts, flags: list[str], tlm) -> None:
     flags = scaled(flags)
-    out = opts.root / "allocation"
-    out.mkdir(parents=True, exist_ok=True)
     schedule = _derive(opts.root, flags, tlm)
-    # the arm is named by its file name: compare resolves it relative to the working directory
-    if not (out / DERIVED).is_file():
-        shutil.copyfile(schedule, out / DERIVED)
-    tlm("compare", "--schedules", ",".join(ARMS), "--seeds", SEEDS, "--config", str(_config(out)),
-        "--out", str(out), *flags, "--json", cwd=out)
+    # compare's inputs live beside its folder (tlm writes --out alone); the derived arm is named by its
+    # file name, which compare resolves relative to the working directory
+    inputs = opts.root / "allocation-inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    if not (inputs / DERIVED).is_file():
+        shutil.copyfile(schedule, inputs / DERIVED)
+    tlm("compare", "--schedules", ",".join(ARMS), "--seeds", SEEDS, "--config", str(_config(inputs)),
+        "--out", str(opts.root / "allocation"), *flags, "--json", cwd=inputs)
 
 
 TRAJECTORY_STATS = ("align_mlp_mid", "ablation_dnll_mlp_zero")
