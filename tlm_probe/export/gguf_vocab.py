@@ -34,12 +34,13 @@ def vocab_metadata(tok, vocab_size: int) -> tuple[dict | None, str]:
     special = set(hf.all_special_ids)
     tokens = hf.convert_ids_to_tokens(list(range(n)))
     types = [int(TokenType.CONTROL if i in special else TokenType.NORMAL) for i in range(n)]
-    # ids the model has beyond the tokenizer (a vocabulary padded up): named and typed as convert_hf_to_gguf does
+    # ids the model has beyond the tokenizer (a padded vocabulary): named and typed as convert_hf_to_gguf does
     tokens += [f"[PAD{i}]" for i in range(n, vocab_size)]
     types += [int(TokenType.UNUSED)] * (vocab_size - n)
     merges = [m if isinstance(m, str) else " ".join(m) for m in backend["model"]["merges"]]
     vocab = {"tokens": tokens, "types": types, "merges": merges, "eos": int(tok.eos_id)}
-    return vocab, f"tokenizer included: {n}-token BPE (tokenizer.ggml.model gpt2, pre gpt-2), {len(merges)} merges"
+    return vocab, (f"tokenizer included: {n}-token BPE (tokenizer.ggml.model gpt2, pre gpt-2), "
+                   f"{len(merges)} merges")
 
 
 def _not_gpt2(backend: dict) -> str:

@@ -70,7 +70,8 @@ def gguf_metadata(cfg, shapes: LayerShapes, arch: str, source: str) -> dict:
     """key -> value of every key this exporter writes (the read-back compares each)."""
     a = arch
     meta = {
-        "general.architecture": arch, "general.name": Path(source).name or "tlm", "general.file_type": ALL_F32,
+        "general.architecture": arch, "general.name": Path(source).name or "tlm",
+        "general.file_type": ALL_F32,
         f"{a}.context_length": cfg.max_seq_len, f"{a}.embedding_length": cfg.d_model,
         f"{a}.block_count": cfg.n_layers, f"{a}.feed_forward_length": _scalar_or_list(shapes.d_ff),
         f"{a}.attention.head_count": _scalar_or_list(shapes.heads),
@@ -134,12 +135,44 @@ def write_gguf(model, tokenizer, out: Path, source: str) -> dict:
             "bytes": out.stat().st_size, "tokenizer": note, **shapes.per_layer()}
 
 
+def check_gguf_out(out: Path, overwrite: bool) -> None:
+    """Before any loading: --out names a .gguf file in an existing folder that is new, or (with
+    --overwrite) a regular file an earlier `tlm export` wrote."""
+    if out.suffix.lower() != ".gguf":
+        raise UserError(f"--out must name a .gguf file with --gguf, got {out}")
+    if not out.parent.is_dir():
+        raise UserError(f"parent folder of --out does not exist: {out.parent}")
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_file():  # renaming onto a link would replace the link, not its file
+        raise UserError(f"refusing to replace {out}: it is not a regular file")
+    if not is_exported_gguf(out):
+        raise UserError(f"refusing to replace {out}: `tlm export` did not write it (move it away first)")
+    if not overwrite:
+        raise UserError(f"{out} already exists; pass --overwrite to replace it")
+
+
+def is_exported_gguf(path: Path) -> bool:
+    """A GGUF file whose metadata carries our marker (its lengths bounds-checked before reading)."""
+    from gguf import GGUFReader
+
+    from tlm_probe.capture.gguf_header import check_gguf
+
+    try:
+        check_gguf(path)
+        return MARKER in GGUFReader(path).fields
+    except (UserError, ValueError, OSError):
+        return False
+
+
 def read_gguf(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     """(tensors, metadata) of a GGUF file as gguf.GGUFReader reads them (arrays as lists)."""
     from gguf import GGUFReader
 
     reader = GGUFReader(path)
-    tensors = {t.name: np.asarray(t.data).reshape([int(d) for d in reversed(t.shape)]) for t in reader.tensors}
+    # t.shape lists GGUF's dims (innermost first); t.data is already in PyTorch's order for float tensors
+    tensors = {t.name: np.asarray(t.data).reshape([int(d) for d in reversed(t.shape)])
+               for t in reader.tensors}
     meta = {name: _field_value(f) for name, f in reader.fields.items() if not name.startswith("GGUF.")}
     return tensors, meta
 

@@ -79,7 +79,8 @@ def llama_config(cfg, shapes: LayerShapes, tokenizer):
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=shapes.d_ff[0],
         num_hidden_layers=cfg.n_layers, num_attention_heads=shapes.heads[0],
         num_key_value_heads=shapes.kv_heads[0], head_dim=shapes.d_head, hidden_act="silu",
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
         attention_bias=False, mlp_bias=False, bos_token_id=eos, eos_token_id=eos, pad_token_id=None,
         architectures=["LlamaForCausalLM"],
@@ -90,7 +91,8 @@ def llama_config(cfg, shapes: LayerShapes, tokenizer):
 
 
 def llama_state(state: dict, cfg) -> dict[str, torch.Tensor]:
-    out = {"model.embed_tokens.weight": state["embed.weight"], "model.norm.weight": state["ln_final.norm.weight"]}
+    out = {"model.embed_tokens.weight": state["embed.weight"],
+           "model.norm.weight": state["ln_final.norm.weight"]}
     for l in range(cfg.n_layers):
         for ours, theirs in LAYER_NAMES.items():
             out[f"model.layers.{l}.{theirs}"] = state[f"blocks.{l}.{ours}"]
@@ -124,8 +126,8 @@ def build_llama(model, tokenizer):
     missing, unexpected = llama.load_state_dict(llama_state(state, cfg), strict=False)
     tied = {"lm_head.weight"} if cfg.tie_embeddings else set()  # the same tensor as embed_tokens
     if set(missing) - tied or unexpected:
-        raise UserError(f"cannot map the weights onto LlamaForCausalLM: missing {sorted(set(missing) - tied)[:2]}, "
-                        f"unexpected {sorted(unexpected)[:2]}")
+        raise UserError(f"cannot map the weights onto LlamaForCausalLM: missing "
+                        f"{sorted(set(missing) - tied)[:2]}, unexpected {sorted(unexpected)[:2]}")
     if cfg.tie_embeddings and llama.lm_head.weight.data_ptr() != llama.model.embed_tokens.weight.data_ptr():
         raise UserError("cannot export: LlamaForCausalLM did not tie its output matrix to the embedding")
     return llama.float().eval()
