@@ -52,8 +52,9 @@ def check_exportable(cfg: TLMConfig, target: str) -> LayerShapes:
         if getattr(cfg, key) != want:
             raise UserError(f"cannot export to {target}: {why.format(v=getattr(cfg, key))}")
     shapes = LayerShapes(tuple(cfg.d_ff), layer_heads(cfg), layer_kv_heads(cfg), cfg.d_head)
-    # a block without MLP or attention: Llama has both in every block (llama.cpp's llama arch creates the
-    # tensors of every block with its widths; an empty tensor is no "missing sublayer" there)
+    # a block without MLP or attention: Llama has both in every block, and llama.cpp's deci (the arch
+    # that reads per-layer widths) runs an n_ff = 0 block wrong: its `continue` drops the block's
+    # attention output too (src/models/deci.cpp), where our d_l = 0 block keeps it
     for what, values in (("MLP (d_l = 0)", shapes.d_ff), ("attention (0 heads)", shapes.heads),
                          ("keys/values (0 KV heads)", shapes.kv_heads)):
         if 0 in values:
