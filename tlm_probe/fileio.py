@@ -354,16 +354,17 @@ def lock_path(out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def folder_lock(out: str | Path) -> Iterator[None]:
+def folder_lock(out: str | Path, *, file: bool = False) -> Iterator[None]:
     """Hold an exclusive lock on the output folder `out` for the block. A second writer gets a one-line
-    UserError naming the holder's pid. Stale .OUT.tmp-* of a killed writer are removed once it is held."""
+    UserError naming the holder's pid. Stale .OUT.tmp-* of a killed writer are removed once it is held.
+    file=True: `out` is one output file (`tlm export --gguf`), locked the same way (.OUT.lock beside it)."""
     out = Path(out).resolve()  # one lock per folder, whichever path (a symbolic link) reaches it
     path = lock_path(out)
     if path in _held:
         fd, depth = _held[path]
         _held[path] = (fd, depth + 1)
     else:
-        ensure_writable(out)
+        ensure_writable(out.parent if file else out)
         out.parent.mkdir(parents=True, exist_ok=True)
         _held[path] = (_acquire(path, out), 1)
         clean_stale_temps(out)
