@@ -50,9 +50,34 @@ def register_adapter(row: Adapter) -> None:
         _USER[t] = row
 
 
+DISCOVERY = {"enabled": False}
+"""Whether a model type with no row is discovered (capture/discovery.py) instead of refused; off by
+default so that an unknown type is refused from config.json alone, before any heavy import."""
+
+
+def enable_discovery(on: bool = True) -> None:
+    """`tlm probe --discover`: infer a row for a model type the table lacks, proved before it is used."""
+    DISCOVERY["enabled"] = on
+
+
+def discovery_enabled() -> bool:
+    return DISCOVERY["enabled"]
+
+
 def adapter_source(row: Adapter) -> str:
-    """ "user" for a registered row, "table" for one of ADAPTERS (recorded in provenance)."""
-    return "user" if any(r is row for r in _USER.values()) else "table"
+    """ "user" for a registered row, else the row's origin ("table", "discovered"); recorded in provenance."""
+    return "user" if any(r is row for r in _USER.values()) else row.origin
+
+
+def known_adapter(model_type: str | None) -> Adapter | None:
+    """The row serving `model_type` (a user's first), None where neither the user nor the table has one."""
+    return _USER.get(model_type) or _BY_TYPE.get(model_type)
+
+
+def check_supported(model_type: str | None) -> None:
+    """Refuse a model type with no row (adapter_for's message), unless discovery will try to infer one."""
+    if known_adapter(model_type) is None and not discovery_enabled():
+        adapter_for(model_type)
 
 
 def adapter_for(model_type: str | None) -> Adapter:
@@ -68,6 +93,7 @@ def adapter_for(model_type: str | None) -> Adapter:
         f"unsupported architecture {model_type!r}. {closest}Supported families: {families}. To add one "
         "without editing the package, pass `tlm probe --adapter ROW.json` (a row: layers, mlp, mlp_down, "
         "final_norm, lm_head, block_kind, taps) or call tlm_probe.capture.adapters.register_adapter; "
+        "or pass `tlm probe --discover` to infer one from the module tree (proved before use); "
         "or add an Adapter row (layer path + taps) to tlm_probe/capture/families/"
     )
 
@@ -130,4 +156,4 @@ def check_folder(source: str | Path) -> None:
         model_type = read_config_json(folder).get("model_type")
     except UserError:
         return
-    adapter_for(model_type)
+    check_supported(model_type)

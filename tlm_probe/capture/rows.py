@@ -89,6 +89,9 @@ class Adapter:
     model's own readout, so lens statistics are refused with this reason."""
     notes: str = field(default="", compare=False)
     """What the row's taps are, in words (README's family table is generated from it)."""
+    origin: str = field(default="table", compare=False)
+    """Where the row came from, for provenance: "table", or "discovered" (capture/discovery.py: inferred
+    from the module tree and proved on the loaded model); user rows are told apart by registration."""
 
     def block_kind(self, config: Any) -> str:
         kind = self.kind_of(config)
