@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from tlm_probe.capture.families import ADAPTERS
+from tlm_probe.capture.families.refused import REFUSED
 from tlm_probe.capture.rows import (
     BLOCK_KINDS,
     MIXER_ONLY,
@@ -76,7 +77,7 @@ def known_adapter(model_type: str | None) -> Adapter | None:
 
 def check_supported(model_type: str | None) -> None:
     """Refuse a model type with no row (adapter_for's message), unless discovery will try to infer one."""
-    if known_adapter(model_type) is None and not discovery_enabled():
+    if known_adapter(model_type) is None and (model_type in REFUSED or not discovery_enabled()):
         adapter_for(model_type)
 
 
@@ -86,6 +87,8 @@ def adapter_for(model_type: str | None) -> Adapter:
         return _USER[model_type]
     if model_type in _BY_TYPE:
         return _BY_TYPE[model_type]
+    if model_type in REFUSED:
+        raise UserError(f"{model_type} models are not supported: {REFUSED[model_type]}")
     families = "; ".join(f"{a.family} ({', '.join(a.model_types)})" for a in ADAPTERS)
     close = difflib.get_close_matches(str(model_type), list(_BY_TYPE), n=1, cutoff=0.5)
     closest = f"Closest known type: {close[0]} ({_BY_TYPE[close[0]].family} row). " if close else ""
