@@ -22,7 +22,7 @@ from tlm_probe.capture.adapters import (
     discovery_enabled,
     known_adapter,
 )
-from tlm_probe.capture.widths import MEANING, layer_mlp, neuron_refusal
+from tlm_probe.capture.widths import MEANING, check_declared, declared_widths, layer_mlp, neuron_refusal
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
@@ -176,6 +176,7 @@ def wrap_model(
     _apply_setup(adapter, layers)
     pm.mlp_layers = tuple(layer_mlp(adapter, layer, config, pm.d_model) for layer in layers)
     pm.d_ff = tuple(m["d_ff"] for m in pm.mlp_layers)
+    check_declared(list(pm.mlp_layers), declared_widths(config), f"the {name} config")
     pm.neuron_refusal = neuron_refusal(list(pm.mlp_layers))
     pm.scales = dict(adapter.scale(config)) if adapter.scale else {}
     pm.lens_refusal = adapter.head_transform(config) if adapter.head_transform else None
@@ -238,9 +239,13 @@ def load_probe_model(
     check_device(device)
     if str(path_or_name).endswith(GGUF_SUFFIX):
         from tlm_probe.capture.gguf import load_gguf
+        from tlm_probe.capture.widths import gguf_widths
 
-        model, tokenizer = load_gguf(Path(path_or_name), DTYPES[dtype])
-        return wrap_model(model.to(device), tokenizer, Path(path_or_name).stem, Path(path_or_name))
+        path = Path(path_or_name)
+        model, tokenizer = load_gguf(path, DTYPES[dtype])
+        pm = wrap_model(model.to(device), tokenizer, path.stem, path)
+        check_declared(list(pm.mlp_layers), gguf_widths(path).get("d_ff"), str(path))
+        return pm
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)
