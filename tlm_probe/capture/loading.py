@@ -313,6 +313,7 @@ def _load_hf(
     check_supported(model_type)
     adapter = known_adapter(model_type)  # None: discovery (causal language models only)
     auto = AutoModelForCausalLM if adapter is None or adapter.is_causal else AutoModel
+    auto = adapter.model_class() if adapter is not None and adapter.model_class else auto
     try:
         model = auto.from_pretrained(
             source,

@@ -73,3 +73,35 @@ ENCODERS: tuple[Adapter, ...] = (
         notes="pre-LN encoder (layer 0 has no attention norm)",
     ),
 )
+
+
+def _t5_encoder():
+    from transformers import T5EncoderModel
+
+    return T5EncoderModel
+
+
+# T5's encoder stack, on its own depth axis: T5LayerFF returns x + dropout(DenseReluDense(layer_norm(x)))
+T5_ENCODER = Adapter(
+    "t5 (encoder stack)",
+    ("t5",),
+    layers="encoder.block",
+    mlp="layer.1.DenseReluDense",
+    mlp_down="layer.1.DenseReluDense.wo",
+    final_norm="encoder.final_layer_norm",
+    lm_head=None,
+    taps={
+        SEQUENTIAL: seq_taps(
+            "layer.1.layer_norm",
+            "layer.0.SelfAttention",
+            "layer.1.DenseReluDense",
+            "layer.1.DenseReluDense.wo",
+        )
+    },
+    kind_of=fixed(SEQUENTIAL),
+    is_causal=False,
+    model_class=_t5_encoder,
+    tl_refusal=fixed("the TransformerLens backend is not wired for T5's encoder stack (T5EncoderModel)"),
+    notes="encoder stack only (loaded as T5EncoderModel; the decoder, with its cross-attention, is not "
+    "probed: one depth axis per result table): pre-norm, mlp_out is DenseReluDense's output",
+)

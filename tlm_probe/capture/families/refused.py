@@ -1,5 +1,5 @@
 """Model types refused with a reason rather than a row (and never discovered): what the probe's result
-contract cannot represent.
+contract cannot represent. (T5 itself has a row for its encoder stack alone: families/encoders.py.)
 
 Encoder-decoder models have two stacks of layers, each its own depth axis, and a decoder block with a third
 sublayer (cross-attention over the encoder's output). The result table (DESIGN.md section 2: model, layer,
@@ -19,5 +19,5 @@ _ENCODER_DECODER = (
 
 REFUSED: dict[str, str] = {
     t: _ENCODER_DECODER
-    for t in ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "marian")
+    for t in ("mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "marian")
 }
