@@ -52,6 +52,10 @@ def _first(value):
     return getattr(value, "last_hidden_state", None)
 
 
+def _line(e: Exception) -> str:
+    return (str(e).strip() or type(e).__name__).splitlines()[0][:300]
+
+
 def _is_norm(module: nn.Module) -> bool:
     return "norm" in type(module).__name__.lower()
 
@@ -108,6 +112,10 @@ class _Trace:
         try:
             with torch.no_grad():
                 model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        except Exception as e:  # a model that needs other inputs: one line, not a traceback
+            raise DiscoveryError(
+                f"cannot discover a row: a forward pass on token ids failed: {_line(e)}"
+            ) from e
         finally:
             for h in self.handles:
                 h.remove()

@@ -40,6 +40,10 @@ def probe_ids(config) -> torch.Tensor:
     return torch.randint(0, int(config.vocab_size), (1, length), generator=gen)
 
 
+def _line(e: Exception) -> str:
+    return (str(e).strip() or type(e).__name__).splitlines()[0][:300]
+
+
 def _zero(module, args, out):
     if isinstance(out, torch.Tensor):
         return torch.zeros_like(out)
@@ -59,9 +63,12 @@ class _Record:
                 stack.callback(pre.remove)
                 stack.callback(post.remove)
             mask = torch.ones_like(ids)
-            self.out = pm.model(
-                input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False
-            )
+            try:
+                self.out = pm.model(
+                    input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False
+                )
+            except Exception as e:  # e.g. a tap hook on a module whose output is not a tensor
+                raise VerificationError(f"the forward pass with the taps failed: {_line(e)}") from e
 
     def _call(self, l):
         return lambda m, args, kwargs: self.calls.setdefault(l, (args, kwargs))
@@ -76,6 +83,8 @@ class _Record:
         try:
             with torch.no_grad():
                 return first_tensor(self.pm.layer(l)(*args, **kwargs))
+        except Exception as e:  # a block that cannot be re-run on its arguments proves nothing
+            raise VerificationError(f"layer {l} could not be re-run with {zero} zeroed: {_line(e)}") from e
         finally:
             handle.remove()
 
