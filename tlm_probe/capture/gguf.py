@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from tlm_probe.capture.adapters import adapter_for
+from tlm_probe.capture.adapters import check_supported, known_adapter
 from tlm_probe.capture.gguf_header import check_gguf
 from tlm_probe.errors import UserError
 
@@ -28,8 +28,9 @@ def load_gguf(path: Path, dtype: torch.dtype):
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
     except Exception as e:  # not GGUF, truncated, an architecture transformers cannot convert
         raise UserError(f"cannot read GGUF file {path}: {_first_line(e)}") from e
-    adapter = adapter_for(getattr(config, "model_type", None))  # one clear line for an unsupported family
-    if not adapter.is_causal:
+    check_supported(getattr(config, "model_type", None))  # one clear line for an unsupported family
+    adapter = known_adapter(config.model_type)
+    if adapter is not None and not adapter.is_causal:
         raise UserError(f"{path} holds a {config.model_type} model, not a causal language model")
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=dtype)

@@ -14,8 +14,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from tlm_probe.capture.adapters import Adapter, adapter_for, adapter_source
-from tlm_probe.capture.widths import MEANING, layer_mlp, neuron_refusal
+from tlm_probe.capture.adapters import (
+    Adapter,
+    adapter_for,
+    adapter_source,
+    check_supported,
+    discovery_enabled,
+    known_adapter,
+)
+from tlm_probe.capture.widths import MEANING, check_declared, declared_widths, layer_mlp, neuron_refusal
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
@@ -133,12 +140,18 @@ CALLS = {
 
 
 def wrap_model(
-    model: nn.Module, tokenizer: Any = None, name: str = "model", path: Path | None = None
+    model: nn.Module,
+    tokenizer: Any = None,
+    name: str = "model",
+    path: Path | None = None,
+    adapter: Adapter | None = None,
 ) -> ProbeModel:
-    """Build a ProbeModel around an already loaded module (our TaperedLM or a transformers model)."""
+    """Build a ProbeModel around an already loaded module (our TaperedLM or a transformers model), with
+    the row serving its model type (or `adapter`); with discovery enabled, a type with no row gets an
+    inferred row, proved on this model first (capture/discovery.py)."""
     config = getattr(model, "config", None) or getattr(model, "cfg", None)
     model_type = "tlm" if hasattr(model, "cfg") and not hasattr(model, "config") else config.model_type
-    adapter = adapter_for(model_type)
+    adapter = adapter or known_adapter(model_type) or _discovered(model, config, model_type)
     kind = adapter.block_kind(config)
     pm = ProbeModel(
         model=model.eval(),
@@ -163,10 +176,19 @@ def wrap_model(
     _apply_setup(adapter, layers)
     pm.mlp_layers = tuple(layer_mlp(adapter, layer, config, pm.d_model) for layer in layers)
     pm.d_ff = tuple(m["d_ff"] for m in pm.mlp_layers)
+    check_declared(list(pm.mlp_layers), declared_widths(config), f"the {name} config")
     pm.neuron_refusal = neuron_refusal(list(pm.mlp_layers))
     pm.scales = dict(adapter.scale(config)) if adapter.scale else {}
     pm.lens_refusal = adapter.head_transform(config) if adapter.head_transform else None
     return pm
+
+
+def _discovered(model: nn.Module, config: Any, model_type: str) -> Adapter:
+    if not discovery_enabled():
+        return adapter_for(model_type)  # the refusal, naming the closest type and how to add a row
+    from tlm_probe.capture.discovery import discover
+
+    return discover(model, config, lambda m, row: wrap_model(m, adapter=row))
 
 
 def _find(root: nn.Module, path: str, what: str) -> nn.Module:
@@ -217,9 +239,13 @@ def load_probe_model(
     check_device(device)
     if str(path_or_name).endswith(GGUF_SUFFIX):
         from tlm_probe.capture.gguf import load_gguf
+        from tlm_probe.capture.widths import gguf_widths
 
-        model, tokenizer = load_gguf(Path(path_or_name), DTYPES[dtype])
-        return wrap_model(model.to(device), tokenizer, Path(path_or_name).stem, Path(path_or_name))
+        path = Path(path_or_name)
+        model, tokenizer = load_gguf(path, DTYPES[dtype])
+        pm = wrap_model(model.to(device), tokenizer, path.stem, path)
+        check_declared(list(pm.mlp_layers), gguf_widths(path).get("d_ff"), str(path))
+        return pm
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)
@@ -228,7 +254,7 @@ def load_probe_model(
         if raw.get("model_type") == "tlm":
             model = load_tlm(folder, device=device, allow_pickle=allow_pickle).to(DTYPES[dtype])
             return wrap_model(model, _load_tokenizer(folder), name, folder)
-        adapter_for(raw.get("model_type"))  # fail early and clearly on an unsupported family
+        check_supported(raw.get("model_type"))  # fail early and clearly on an unsupported family
         _check_weights(folder, allow_pickle)
     elif _looks_like_path(str(path_or_name)):
         raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
@@ -283,8 +309,11 @@ def _load_hf(
     except Exception as e:  # offline hub, typo, corrupt json: all one line for the user
         where = "" if folder is not None else f"no folder {source!r} here, and on the hub: "
         raise UserError(f"cannot load model {source!r}: {where}{_first_line(e)}") from e
-    adapter = adapter_for(getattr(config, "model_type", None))
-    auto = AutoModelForCausalLM if adapter.is_causal else AutoModel
+    model_type = getattr(config, "model_type", None)
+    check_supported(model_type)
+    adapter = known_adapter(model_type)  # None: discovery (causal language models only)
+    auto = AutoModelForCausalLM if adapter is None or adapter.is_causal else AutoModel
+    auto = adapter.model_class() if adapter is not None and adapter.model_class else auto
     try:
         model = auto.from_pretrained(
             source,

@@ -87,8 +87,14 @@ class Adapter:
     """config -> what the model does to the head's output beyond the final norm + head (a logit scale or
     soft cap), None if nothing: the logit lens (final norm + head of an earlier layer) would not be the
     model's own readout, so lens statistics are refused with this reason."""
+    model_class: Callable[[], Any] | None = None
+    """() -> the transformers class a folder loads as, where not AutoModelForCausalLM / AutoModel (T5: its
+    encoder stack alone, T5EncoderModel); a function, so that the table imports no transformers."""
     notes: str = field(default="", compare=False)
     """What the row's taps are, in words (README's family table is generated from it)."""
+    origin: str = field(default="table", compare=False)
+    """Where the row came from, for provenance: "table", or "discovered" (capture/discovery.py: inferred
+    from the module tree and proved on the loaded model); user rows are told apart by registration."""
 
     def block_kind(self, config: Any) -> str:
         kind = self.kind_of(config)

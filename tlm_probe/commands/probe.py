@@ -84,6 +84,12 @@ def register(app: typer.Typer) -> None:
             help="JSON adapter row (layers, mlp, mlp_down, final_norm, lm_head, block_kind, taps) that "
             "serves or overrides its model_types; proved by the guardrails before any statistic.",
         ),
+        discover: bool = typer.Option(
+            False,
+            "--discover",
+            help="For a model type with no adapter row: infer one from the module tree and prove it by "
+            "invariants on the loaded model before any statistic (refused, naming the failed invariant).",
+        ),
         importance_option: list[str] = typer.Option(
             [],
             "--importance-option",
@@ -95,8 +101,14 @@ def register(app: typer.Typer) -> None:
         ),
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
-        from tlm_probe.capture.adapters import check_folder, load_adapter_file, register_adapter
+        from tlm_probe.capture.adapters import (
+            check_folder,
+            enable_discovery,
+            load_adapter_file,
+            register_adapter,
+        )
 
+        enable_discovery(discover)
         if adapter is not None:
             register_adapter(load_adapter_file(adapter))
         check_folder(model)  # an unsupported architecture is refused before the heavy imports below
