@@ -7,11 +7,11 @@ chunk-parallel memory relative to its token-by-token reference.
 Models: the same d_model / layers / heads / mean MLP width for every mixer (Titans also carries its memory
 layer, so it is larger; the parameter counts are printed, with each one relative to attention's).
 Rounds are interleaved (one timed step of every
-mixer per round, so machine load hits them alike) and the median over rounds is reported. The memory
-comparison times forward+backward of models.memory.memory_chunked against memory_reference on the same
-inputs (B·H memories of one Titans layer at this size); layers x its chunk-parallel time over the Titans
-model's step time is the share of Titans' step spent in the memory's inner loop (the rest: its q/k/v
-projections, convolution, gates, the SWA and the MLPs).
+mixer per round, so machine load hits them alike) and the median over rounds is reported. Titans
+(benchmarks/titans_parts.py): forward+backward of its chunk-parallel memory (models.memory.memory_chunked)
+against the token-by-token reference (memory_reference) on block 0's real memory inputs at init (B·H
+memories), as the median of per-round ratios, and the Titans step split into memory update, memory
+projections, sliding-window attention, MLP and the rest.
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
-from benchmarks import malloc
+from benchmarks import malloc, titans_parts
 from tlm_probe.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
-from tlm_probe.models.memory import memory_chunked, memory_rates, memory_reference
 from tlm_probe.models.tlm import TaperedLM
 
 
@@ -44,7 +42,8 @@ def _timed(fn, device) -> float:
     return time.perf_counter() - t
 
 
-def bench_mixers(args, device) -> list[dict]:
+def bench_mixers(args, device) -> tuple[list[dict], TaperedLM, torch.Tensor]:
+    """Rows per mixer, and the Titans model with the batch (for titans_parts)."""
     models, steps = {}, {}
     x = torch.randint(0, 256, (args.batch, args.seq_len), device=device)
     for mixer in MIXER_KINDS:
@@ -75,34 +74,7 @@ def bench_mixers(args, device) -> list[dict]:
         rows.append({"mixer": mixer, "params": params, "params_relative": params / base_params,
                      "tokens_per_s": tps, "step_s": statistics.median(times[mixer]),
                      "relative_to_attention": tps / base})
-    return rows
-
-
-def bench_memory(args, device) -> dict:
-    N, T, dh = args.batch * args.heads, args.seq_len, args.d_model // args.heads
-    g = torch.Generator().manual_seed(0)
-
-    def r(*shape):
-        return torch.randn(*shape, generator=g).to(device)
-
-    inputs = [F.normalize(r(N, T, dh), dim=-1), F.normalize(r(N, T, dh), dim=-1), r(N, T, dh), r(N, T, 3),
-              r(N, 2 * dh, dh) / dh**0.5, r(N, dh, 2 * dh) / (2 * dh) ** 0.5]
-    inputs = [t.requires_grad_() for t in inputs]
-
-    def run(fn):
-        q, k, v, logits, W1, W2 = inputs
-        y = fn(q, k, v, *memory_rates(logits, None, 0.1), W1, W2, args.chunk)
-        y.sum().backward()
-
-    times = {"chunked": [], "reference": []}
-    for rnd in range(args.memory_rounds + 1):
-        for name, fn in (("chunked", memory_chunked), ("reference", memory_reference)):
-            dt = _timed(lambda fn=fn: run(fn), device)
-            if rnd:
-                times[name].append(dt)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {"memories": N, "tokens": T, "chunk": args.chunk, "chunked_s": med["chunked"],
-            "reference_s": med["reference"], "speedup": med["reference"] / med["chunked"]}
+    return rows, models["titans"][1], x
 
 
 def main() -> None:
@@ -114,7 +86,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--chunk", type=int, default=16, help="Titans memory chunk size.")
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--memory-rounds", type=int, default=3)
+    p.add_argument("--memory-rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="CPU threads (0 = PyTorch's default).")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true")
@@ -124,10 +96,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    result = {"config": vars(args), "mixers": bench_mixers(args, device),
-              "memory": bench_memory(args, device)}
-    titans = next(r for r in result["mixers"] if r["mixer"] == "titans")
-    result["memory"]["share_of_titans_step"] = args.layers * result["memory"]["chunked_s"] / titans["step_s"]
+    rows, titans, x = bench_mixers(args, device)
+    result = {"config": vars(args), "mixers": rows,
+              **titans_parts.bench_titans(titans, x, args.rounds, args.memory_rounds)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -137,11 +108,14 @@ def main() -> None:
         print(f"  {row['mixer']:>16}: {row['tokens_per_s']:>10,.0f} tok/s  "
               f"x{row['relative_to_attention']:.3f} of attention  ({row['params']:,} params, "
               f"x{row['params_relative']:.3f})")
-    m = result["memory"]
-    print(f"Titans memory ({m['memories']} memories x {m['tokens']} tokens, chunk {m['chunk']}): "
+    m, s = result["memory"], result["memory"]["speedup"]
+    print(f"Titans memory ({m['memories']} memories x {m['tokens']} tokens, chunk {m['chunk']}, fwd+bwd): "
           f"chunk-parallel {m['chunked_s'] * 1e3:.1f} ms, token-by-token reference "
-          f"{m['reference_s'] * 1e3:.1f} ms -> {m['speedup']:.1f}x; the inner loop is "
-          f"{m['share_of_titans_step']:.0%} of the Titans step")
+          f"{m['reference_s'] * 1e3:.1f} ms: x{s['median']:.1f} (median of {s['rounds']} interleaved rounds' "
+          f"ratios; min {s['min']:.1f}, max {s['max']:.1f})")
+    print(f"Titans step {result['step_s'] * 1e3:.0f} ms (median of {args.rounds} interleaved rounds):")
+    for part, secs in result["breakdown_s"].items():
+        print(f"  {part:>20}: {secs * 1e3:8.1f} ms  {result['breakdown_share'][part]:6.1%}")
 
 
 if __name__ == "__main__":

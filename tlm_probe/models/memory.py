@@ -61,25 +61,6 @@ def _fwd(W1, W2, x):
     return z, h, h @ W2.transpose(-1, -2)  # (N, n, d_h)
 
 
-def _grad_signals(W1, W2, k, v, stats=None, writes=None):
-    """Per-token gradient factors of ‖M(k) − v‖²/d_h at (W1, W2): ∇W2 = r hᵀ, ∇W1 = δ kᵀ, both scaled
-    so that each token's gradient has norm at most GRAD_CLIP (‖r hᵀ‖ = ‖r‖‖h‖ for outer products).
-    stats: a dict to which the counts of clipped and of writing tokens (writes > 0) are added."""
-    z, h, y = _fwd(W1, W2, k)
-    r = (2.0 / k.shape[-1]) * (y - v)  # (N, b, d_h)
-    s = torch.sigmoid(z)
-    delta = (r @ W2) * (s * (1 + z * (1 - s)))  # silu'(z); (N, b, d_m)
-    sq = (r.square().sum(-1) * h.square().sum(-1) + delta.square().sum(-1) * k.square().sum(-1))
-    scale = _clip_scale(sq)[..., None]
-    if stats is not None:
-        with torch.no_grad():
-            w = writes > 0
-            # tensors, not Python ints: no device synchronisation in the forward
-            stats["clipped"] = stats.get("clipped", 0) + ((scale[..., 0] < 1) & w).sum()
-            stats["tokens"] = stats.get("tokens", 0) + w.sum()
-    return h, r * scale, delta * scale
-
-
 def _clip_scale(sq_norm: torch.Tensor) -> torch.Tensor:
     """min(1, GRAD_CLIP/‖g‖) from the squared norm ‖g‖² of a token's gradient."""
     return (GRAD_CLIP * torch.rsqrt(sq_norm.clamp_min(1e-30))).clamp(max=1.0)
@@ -94,37 +75,61 @@ def _segsum(x: torch.Tensor) -> torch.Tensor:
     return rep.cumsum(-2).masked_fill(~ones.tril(), float("-inf"))
 
 
-def _decays(log_keep, log_eta, theta):
-    """Chunk coefficients: C (N, b, b), d, A, E (N, b) and the momentum carry θ_i E_b/E_i (N, b)."""
-    P, Q = _segsum(log_keep).exp(), _segsum(log_eta).exp()  # A_t/A_s and E_s/E_i (lower triangles)
+def _prepare(q, k, log_keep, log_eta, theta):
+    """What the chunk loop needs that does not depend on the memory's state, for every chunk at once
+    (leading dims …, n_chunks), so the sequential loop runs fewer ops:
+      A_t = Π_{j≤t}(1 − α_j), E_t = Π_{j≤t} η_j, P = A_t/A_s, Q = E_s/E_i (lower triangles, log space),
+      C = (P Q) ⊙ θ_i (…, b, b), d = P E (…, b); returned: A q, d q (…, b, d_h), C ⊙ q kᵀ, ‖k‖² (…, b),
+      A, d (…, b, 1), C, the end-of-chunk weights k ⊙ [c_{b,i} | θ_i E_b/E_i] (…, b, 2d_h) and the
+      chunk-end scalars (A_b, d_b, E_b) (…, 3, 1, 1)."""
+    P, Q = _segsum(log_keep).exp(), _segsum(log_eta).exp()
     C = (P @ Q) * theta[..., None, :]
-    E = log_eta.cumsum(-1).exp()
-    d = (P @ E[..., None]).squeeze(-1)
-    return C, d, log_keep.cumsum(-1).exp(), E, theta * Q[..., -1, :]
+    A, E = log_keep.cumsum(-1).exp()[..., None], log_eta.cumsum(-1).exp()
+    d = P @ E[..., None]
+    pair = torch.stack([C[..., -1, :], theta * Q[..., -1, :]], dim=-1)[..., None]  # (…, b, 2, 1)
+    ends = torch.stack([A[..., -1, 0], d[..., -1, 0], E[..., -1]], dim=-1)[..., None, None]
+    return (A * q, d * q, C * (q @ k.mT), k.square().sum(-1), A, d, C, (k[..., None, :] * pair).flatten(-2),
+            pair, ends)
 
 
-def _read(W0, S0, A, d, C, keys, grads, x):
-    """W_t x_t for every t in the chunk: A_t W0 x + d_t S0 x − Σ_i C_{t,i} (keys_i·x_t) grads_i."""
-    base = A[..., None] * (x @ W0.transpose(-1, -2)) + d[..., None] * (x @ S0.transpose(-1, -2))
-    return base - (C * (x @ keys.transpose(-1, -2))) @ grads
+def _grad_signals(W1, W2, k, k_sq, v, stats=None, writes=None):
+    """Per-token gradient factors of ‖M(k) − v‖²/d_h at (W1, W2): ∇W2 = r hᵀ, ∇W1 = δ kᵀ, both scaled
+    so that each token's gradient has norm at most GRAD_CLIP (‖r hᵀ‖ = ‖r‖‖h‖ for outer products).
+    stats: a dict to which the counts of clipped and of writing tokens (writes > 0) are added."""
+    z = k @ W1.mT  # (N, b, d_m)
+    h = F.silu(z)
+    r = (2.0 / k.shape[-1]) * (h @ W2.mT - v)  # (N, b, d_h)
+    s = torch.sigmoid(z)
+    delta = (r @ W2) * (s + h * (1 - s))  # silu'(z) = σ(z) + silu(z)(1 − σ(z)); (N, b, d_m)
+    scale = _clip_scale(r.square().sum(-1) * h.square().sum(-1) + delta.square().sum(-1) * k_sq)[..., None]
+    if stats is not None:
+        with torch.no_grad():
+            w = writes > 0
+            # tensors, not Python ints: no device synchronisation in the forward
+            stats["clipped"] = stats.get("clipped", 0) + ((scale[..., 0] < 1) & w).sum()
+            stats["tokens"] = stats.get("tokens", 0) + w.sum()
+    return h, r * scale, delta * scale
 
 
-def _chunk(state, q, k, v, coeffs, qk, theta, stats):
-    """One chunk: read-outs of its b tokens and the state after it. coeffs = _decays(...) of this chunk,
-    qk = q kᵀ (N, b, b), both precomputed for all chunks at once (they do not depend on the state)."""
+def _chunk(state, k, v, prep, writes, stats):
+    """One chunk: read-outs y (N, b, d_h) of its b tokens and the state (W1, W2, S1, S2) after it; prep:
+    this chunk's slice of _prepare. Row scalings commute with the matmuls (A_t (W x_t) = W (A_t x_t)), and
+    the sums of the read go into the matmuls' accumulators (baddbmm)."""
     W1, W2, S1, S2 = state
-    C, d, A, E, carry = coeffs
-    h_k, r, delta = _grad_signals(W1, W2, k, v, stats, theta)
-    z_q = A[..., None] * (q @ W1.transpose(-1, -2)) + d[..., None] * (q @ S1.transpose(-1, -2))
-    h_q = F.silu(z_q - (C * qk) @ delta)  # hidden of M_t(q_t), (N, b, d_m)
-    y = _read(W2, S2, A, d, C, h_k, r, h_q)  # (N, b, d_h)
-    a_b, d_b, e_b = A[..., -1, None, None], d[..., -1, None, None], E[..., -1, None, None]
-    cb, m = C[..., -1, :, None], carry[..., None]  # (N, b, 1): c_{b,i} and θ_i E_b/E_i
-    M1 = a_b * W1 + d_b * S1 - (delta * cb).transpose(-1, -2) @ k
-    M2 = a_b * W2 + d_b * S2 - (r * cb).transpose(-1, -2) @ h_k
-    S1n = e_b * S1 - (delta * m).transpose(-1, -2) @ k
-    S2n = e_b * S2 - (r * m).transpose(-1, -2) @ h_k
-    return (M1, M2, S1n, S2n), y
+    Aq, dq, cqk, k_sq, A, d, C, k_pair, pair, ends = prep
+    dh = k.shape[-1]
+    h_k, r, delta = _grad_signals(W1, W2, k, k_sq, v, stats, writes)
+    # M_t(q_t): W_t x = A_t W0 x + d_t S0 x − Σ_i C_{t,i} (a_i·x) g_i for each layer in turn
+    h_q = F.silu(torch.baddbmm(torch.baddbmm(Aq @ W1.mT, dq, S1.mT), cqk, delta, alpha=-1))  # (N, b, d_m)
+    y = torch.baddbmm(torch.baddbmm((A * h_q) @ W2.mT, d * h_q, S2.mT), C * (h_q @ h_k.mT), r, alpha=-1)
+    # end of chunk: W ← A_b W + d_b S − Σ_i c_{b,i} G_i, S ← E_b S − Σ_i θ_i (E_b/E_i) G_i; the two sums
+    # of each layer come from one matmul ([c_{b,i} | θ_i E_b/E_i] weight the factors of G_i)
+    u1 = delta.mT @ k_pair  # (N, d_m, 2d_h)
+    u2 = (r[..., None, :] * pair).flatten(-2).mT @ h_k  # (N, 2d_h, d_m)
+    a_b, d_b, e_b = ends.unbind(-3)
+    W1n = torch.addcmul(a_b * W1, d_b, S1) - u1[..., :dh]
+    W2n = torch.addcmul(a_b * W2, d_b, S2) - u2[..., :dh, :]
+    return (W1n, W2n, e_b * S1 - u1[..., dh:], e_b * S2 - u2[..., dh:, :]), y
 
 
 def _pad_to(x: torch.Tensor, n: int, dim: int) -> torch.Tensor:
@@ -147,13 +152,12 @@ def memory_chunked(q, k, v, log_keep, log_eta, theta, W1, W2, chunk: int, stats=
     n = -(-T // chunk) * chunk
     q, k, v = (_pad_to(x.to(dt), n, 1).view(N, n // chunk, chunk, dh) for x in (q, k, v))
     rates = [_pad_to(x, n, 1).view(N, n // chunk, chunk) for x in (log_keep, log_eta, theta)]
-    coeffs = _decays(*rates)  # every chunk at once: (N, n_chunks, b, b) and (N, n_chunks, b)
-    qk = q @ k.transpose(-1, -2)  # (N, n_chunks, b, b)
+    # unbind, not indexing per chunk: the backward of x[:, c] writes a zero tensor of all chunks each time
+    preps = zip(*(x.unbind(1) for x in _prepare(q, k, *rates)), strict=True)
     state = (W1.to(dt), W2.to(dt), torch.zeros_like(W1, dtype=dt), torch.zeros_like(W2, dtype=dt))
     outs = []
-    for c in range(n // chunk):
-        state, y = _chunk(state, q[:, c], k[:, c], v[:, c], [x[:, c] for x in coeffs], qk[:, c],
-                          rates[2][:, c], stats)
+    for kc, vc, wc, prep in zip(k.unbind(1), v.unbind(1), rates[2].unbind(1), preps, strict=True):
+        state, y = _chunk(state, kc, vc, prep, wc, stats)
         outs.append(y)
     return torch.cat(outs, dim=1)[:, :T]
 
