@@ -15,7 +15,8 @@ persistent tokens take 0..Np−1 and real tokens follow them. This whole mixer i
 
 Taper: the schedule acts only on the block's MLP (width d_l), the feed-forward layer after the MAL pair.
 The memory's own per-head MLP (d_m = mem_expand·d_h) is the memory's state, not a feed-forward layer, and
-keeps its width in every layer.
+keeps its width in every layer. A heads schedule (cfg.layer_heads / layer_kv_heads) acts on the SWA's heads
+only; the memory layer keeps n_heads heads in every layer.
 
 Memory layer, following the paper's architectural details (section 4.4):
     q, k, v = SiLU(causal depthwise conv(x W_{Q,K,V}))    1D depthwise conv after each projection, SiLU
@@ -53,7 +54,7 @@ RATE_BIAS = (-4.0, 0.0, 0.0)
 class Titans(nn.Module):
     reads_stream = True  # residual connections inside: the block passes the stream and its ln1
 
-    def __init__(self, cfg: TLMConfig):
+    def __init__(self, cfg: TLMConfig, layer: int = 0):
         super().__init__()
         H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
         self.n_heads, self.d_head, self.chunk, self.kernel = H, dh, cfg.mem_chunk, cfg.conv_kernel
@@ -71,7 +72,7 @@ class Titans(nn.Module):
         self.window = cfg.window
         # the SWA gets its mask from attention_mask (persistent keys are always visible), hence window 0;
         # its RoPE table covers the persistent tokens' positions too
-        self.swa = Attention(cfg.replace(max_seq_len=cfg.max_seq_len + cfg.mem_persistent), window=0)
+        self.swa = Attention(cfg.replace(max_seq_len=cfg.max_seq_len + cfg.mem_persistent), layer, window=0)
         for name in ("q", "k", "v", "read", "out"):
             setattr(self, f"hook_mem_{name}", HookPoint())
         self.hook_swa_in = HookPoint()
