@@ -11,7 +11,8 @@ Key/value heads (component "kv"): Σ kv_l = L·kv_heads and kv_l divides h_l. Th
 targets (multiple_of 1) are used as they are when every one divides its layer's heads; otherwise each is
 moved to a divisor of h_l by an exact search (least squared distance to the targets, the sum kept, the
 targets' monotone direction kept). When no such counts exist, the request is refused: exact parity is
-impossible at that rounding (a one-line ScheduleError, never a silently different budget).
+impossible at that rounding (a one-line ScheduleError, never a silently different budget); so is a taper
+that only uniform's counts can satisfy (multi-head attention: kv_l <= h_l = n_heads = kv_heads).
 """
 
 from __future__ import annotations
@@ -76,7 +77,13 @@ def kv_counts(spec: ScheduleSpec | str, heads: list[int], kv_heads: int) -> list
         layer = next(i for i, (h, k) in enumerate(zip(heads, targets, strict=True)) if h % k)
         raise ScheduleError(f"key/value heads schedule: layer {layer} has {targets[layer]} key/value heads, "
                             f"which do not divide its {heads[layer]} query heads")
-    return _snap(tuple(heads), tuple(targets), len(heads) * kv_heads)
+    snapped = _snap(tuple(heads), tuple(targets), len(heads) * kv_heads)
+    if len(set(snapped)) == 1 and len(set(targets)) > 1:  # exact, but the taper is gone: say so
+        raise ScheduleError(f"key/value heads schedule {spec.name}: the only counts that divide the layers' "
+                            f"query heads and keep the total are uniform's ({snapped[0]} per layer); a "
+                            "key/value head cannot serve a fraction of a query head: use grouped-query "
+                            "attention (fewer key/value heads than query heads) or taper the query heads too")
+    return snapped
 
 
 def _divisors(n: int) -> tuple[int, ...]:

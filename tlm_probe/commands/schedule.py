@@ -1,4 +1,5 @@
-"""`tlm schedule`: per-layer MLP widths of a schedule, with parameter and FLOP parity against uniform."""
+"""`tlm schedule`: per-layer MLP widths (or query heads, or key/value heads: --component) of a schedule,
+with parameter, FLOP and KV-cache parity against uniform."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from rich.table import Table
 
 from tlm_probe.accounting import comparison, count_params
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.schedule_heads import head_result, print_head_table
 from tlm_probe.errors import UserError
+from tlm_probe.head_schedules import COMPONENTS
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import preset_config
 from tlm_probe.schedule_rules import Rule
@@ -41,6 +44,13 @@ def register(app: typer.Typer) -> None:
                                    "architecture; the flags above (but --multiple-of) "
                                    "are refused beside it."),
         mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
+        component: str = typer.Option("mlp", help="What --schedule tapers: mlp (MLP width d_l) | heads "
+                                      "(query heads, in units of one GQA group) | kv (key/value heads, "
+                                      "each dividing its layer's query heads)."),
+        heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform (default "
+                                  "d_model // 64)."),
+        kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
+                                     "(default: --heads, plain multi-head attention)."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
         from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths ∝ a "
                                         "function of its per-layer --statistic (writes --out FILE.json)."),
@@ -62,6 +72,11 @@ def register(app: typer.Typer) -> None:
         write a schedule file that `tlm train/compare/sweep --schedule FILE.json` accept."""
         if mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        if component not in COMPONENTS:
+            raise UserError(f"unknown component {component!r}; choose one of: {', '.join(COMPONENTS)}")
+        if from_probe is not None and component != "mlp":
+            raise UserError("--from-probe derives MLP widths; for --component heads|kv give the counts "
+                            "explicitly or as a schedule shape")
         if from_probe is not None:
             how = Rule(rule, power, min_ratio, max_ratio, monotone)
             schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of, model,
@@ -69,19 +84,26 @@ def register(app: typer.Typer) -> None:
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
         flat = ScheduleSpec(name="uniform", multiple_of=multiple_of)  # the same rounding on both sides
         arch = dict(n_layers=layers, d_ff=d_ff, d_model=d_model, vocab_size=vocab_size, mlp=mlp,
-                    max_seq_len=seq_len)
+                    max_seq_len=seq_len, n_heads=heads, n_kv_heads=kv_heads)
+        mlp_spec, taper = (spec, {}) if component == "mlp" else (flat, {component: spec})
         if preset:
             _refuse_beside_preset(preset, arch)
-            tapered, uniform = preset_config(preset, spec, mixer), preset_config(preset, flat, mixer)
+            tapered = preset_config(preset, mlp_spec, mixer, **taper)
+            uniform = preset_config(preset, flat, mixer)
             seq_len = tapered.max_seq_len
         else:
             base = {**ARCH_DEFAULTS, **{k: v for k, v in arch.items() if v is not None}, "mixer": mixer}
             d_ff, seq_len = base.pop("d_ff"), base["max_seq_len"]
-            base["n_heads"] = max(1, base["d_model"] // 64)
-            tapered = config_with_schedule(spec, d_ff, **base)
+            base.setdefault("n_heads", max(1, base["d_model"] // 64))
+            tapered = config_with_schedule(mlp_spec, d_ff, **base, **taper)
             uniform = config_with_schedule(flat, d_ff, **base)
+        head = {"preset": preset, "mixer": mixer, "component": component}
+        if component != "mlp":
+            result = {**head, **head_result(component, spec, tapered, uniform, seq_len)}
+            print_json(result) if json_out else print_head_table(result)
+            return
         sched = make_schedule(spec, tapered.n_layers, tapered.schedule["d_ff"])
-        result = {"preset": preset, "mixer": mixer, **_result(sched, tapered, uniform, seq_len)}
+        result = {**head, **_result(sched, tapered, uniform, seq_len)}
         if json_out:
             print_json(result)
         else:
@@ -107,7 +129,7 @@ USES = {**PARAMS, "explicit": (), FILE: ()}
 # defaults of the architecture flags without --preset (the flags are None when not given)
 ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
 ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
-                  mlp="--mlp", max_seq_len="--seq-len")
+                  mlp="--mlp", max_seq_len="--seq-len", n_heads="--heads", n_kv_heads="--kv-heads")
 
 
 def _refuse_beside_preset(preset: str, arch: dict) -> None:
@@ -180,7 +202,8 @@ def _print_table(r: dict, cfg: TLMConfig) -> None:
     console.print(f"widths total {r['total']:,} (uniform {r['uniform_total']:,}); effective ratios "
                   f"{r['effective_start']:.3f} -> {r['effective_end']:.3f}")
     console.print(f"params {r['params']:,} vs uniform {r['uniform_params']:,}; train FLOPs/token "
-                  f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; "
+                  f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; KV-cache bytes/token "
+                  f"{r['kv_bytes_per_token']:,} vs {r['uniform_kv_bytes_per_token']:,}; "
                   f"parity: {'yes' if r['parity'] else 'NO'}")
     console.print(f"shape: {r['monotone']}; width moved from uniform: {r['moved']:,}")
     if r["no_mlp_layers"]:
