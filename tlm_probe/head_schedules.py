@@ -8,11 +8,11 @@ exactly). Alone, a heads schedule keeps the group size: kv_l = u_l (so Σ kv_l =
 multi-head attention stays multi-head, every query head with its own key/value head).
 
 Key/value heads (component "kv"): Σ kv_l = L·kv_heads and kv_l divides h_l. The schedule's integer
-targets (multiple_of 1) are used as they are when every one divides its layer's heads; otherwise each is
-moved to a divisor of h_l by an exact search (least squared distance to the targets, the sum kept, the
-targets' monotone direction kept). When no such counts exist, the request is refused: exact parity is
-impossible at that rounding (a one-line ScheduleError, never a silently different budget); so is a taper
-that only uniform's counts can satisfy (multi-head attention: kv_l <= h_l = n_heads = kv_heads).
+counts (multiple_of 1) are used as they are when every one divides its layer's heads; otherwise each is
+moved to a divisor of h_l by an exact search (least squared distance to the unrounded targets, the sum
+kept, the targets' monotone direction kept). When no such counts exist, the request is refused: exact
+parity is impossible at that rounding (a one-line ScheduleError, never a silently different budget); so is
+a taper that only uniform's counts can satisfy (multi-head attention: kv_l <= h_l = n_heads = kv_heads).
 """
 
 from __future__ import annotations
@@ -36,6 +36,24 @@ from tlm_probe.schedules import (
 
 COMPONENTS = ("mlp", "heads", "kv")
 """What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l."""
+
+
+def split_components(text: str) -> dict[str, str]:
+    """An arm's schedule text -> {component: spec}: 'cosine:1.5:0.5' is the MLP's; 'heads=cosine:1.5:0.5'
+    or 'mlp=cosine+kv=linear:1.5:0.5' name their components (two tapered at once)."""
+    if "=" not in text:
+        return {"mlp": text}
+    out: dict[str, str] = {}
+    for part in text.split("+"):
+        name, sep, spec = part.partition("=")
+        name, spec = name.strip(), spec.strip()
+        if not sep or name not in COMPONENTS or not spec:
+            raise ScheduleError(f"{part!r} in {text!r}: write COMPONENT=SPEC with COMPONENT one of "
+                                f"{', '.join(COMPONENTS)}, joined by '+'")
+        if name in out:
+            raise ScheduleError(f"{text!r} names the component {name} twice")
+        out[name] = spec
+    return out
 
 
 def _counts(spec: ScheduleSpec, n_layers: int, total: int, unit: int, what: str) -> list[int]:
@@ -77,7 +95,9 @@ def kv_counts(spec: ScheduleSpec | str, heads: list[int], kv_heads: int) -> list
         layer = next(i for i, (h, k) in enumerate(zip(heads, targets, strict=True)) if h % k)
         raise ScheduleError(f"key/value heads schedule: layer {layer} has {targets[layer]} key/value heads, "
                             f"which do not divide its {heads[layer]} query heads")
-    snapped = _snap(tuple(heads), tuple(targets), len(heads) * kv_heads)
+    shape = SHAPE_BUILDERS[spec.name](spec, len(heads)) if spec.name in SHAPE_BUILDERS else targets
+    ideal = tuple(x / (sum(shape) / len(shape)) * kv_heads for x in shape)  # the unrounded targets
+    snapped = _snap(tuple(heads), ideal, len(heads) * kv_heads)
     if len(set(snapped)) == 1 and len(set(targets)) > 1:  # exact, but the taper is gone: say so
         raise ScheduleError(f"key/value heads schedule {spec.name}: the only counts that divide the layers' "
                             f"query heads and keep the total are uniform's ({snapped[0]} per layer); a "
@@ -90,7 +110,7 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
-def _snap(heads: tuple[int, ...], targets: tuple[int, ...], total: int) -> list[int]:
+def _snap(heads: tuple[int, ...], targets: tuple[float, ...], total: int) -> list[int]:
     """Divisors k_l of heads[l], Σ k_l = total, closest to targets (least squares), keeping the targets'
     monotone direction; exact search over (layer, remaining sum, previous count)."""
     label = monotone_label(targets)
