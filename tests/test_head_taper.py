@@ -225,3 +225,23 @@ def test_compare_budget_includes_heads_and_kv():
     assert budget["heads=cosine:1.5:0.5"]["heads"] == [6, 4, 4, 2]
     assert budget["kv=cosine:1.5:0.5"]["kv_heads"] == [4, 2, 1, 1]
     assert budget["uniform"]["kv_heads"] == [2] * 4 and budget["uniform"]["heads"] == [4] * 4
+
+
+def test_heads_schedule_from_a_probe(tmp_path):
+    from test_from_probe import _model, _probe
+
+    model = _model(tmp_path / "m", [30.0, 30.0, 1e-6, 1e-6])  # the first two MLPs carry the signal
+    probed = _probe(model, tmp_path / "p", max_tokens=300)
+    out = tmp_path / "heads.json"
+    args = ["schedule", "--component", "heads", "--from-probe", str(probed), "--statistic", "norm_ratio_mlp",
+            "--heads", "8", "--kv-heads", "4", "--out", str(out), "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["values"] == json.loads(out.read_text())["widths"] and sum(got["values"]) == 4 * 8
+    assert all(h % 2 == 0 for h in got["values"]) and got["kv_heads"] == [h // 2 for h in got["values"]]
+    assert got["values"][0] > 8 > got["values"][3] and got["parity"] is True
+    cfg = config_with_schedule("uniform", 64, heads=str(out), n_layers=4, d_model=64, n_heads=8, n_kv_heads=4)
+    assert list(cfg.layer_heads) == got["values"]  # train/compare read the same file
+    kv = _fails_cleanly([*args[:2], "kv", *args[3:-3], "--out", str(tmp_path / "kv.json")])
+    assert "--component heads" in kv and not (tmp_path / "kv.json").exists()

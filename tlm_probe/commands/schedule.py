@@ -52,8 +52,9 @@ def register(app: typer.Typer) -> None:
         kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
                                      "(default: --heads, plain multi-head attention)."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
-        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths ∝ a "
-                                        "function of its per-layer --statistic (writes --out FILE.json)."),
+        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths (or, with "
+                                        "--component heads, query heads) ∝ a function of its per-layer "
+                                        "--statistic (writes --out FILE.json)."),
         statistic: str = typer.Option(None, help="--from-probe: the per-layer statistic (e.g. "
                                       "ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp, effective_rank)."),
         rule: str = typer.Option("x", help="--from-probe: f in widths ∝ max(0, f(x))^power: x | 1-x | abs | "
@@ -74,13 +75,14 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if component not in COMPONENTS:
             raise UserError(f"unknown component {component!r}; choose one of: {', '.join(COMPONENTS)}")
-        if from_probe is not None and component != "mlp":
-            raise UserError("--from-probe derives MLP widths; for --component heads|kv give the counts "
-                            "explicitly or as a schedule shape")
         if from_probe is not None:
             how = Rule(rule, power, min_ratio, max_ratio, monotone)
-            schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of, model,
-                                                 preset)
+            if component == "mlp":
+                schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of,
+                                                     model, preset)
+            else:
+                unit = _probe_head_unit(component, heads, kv_heads, min_ratio)
+                schedule, layers, _ = _from_probe(from_probe, statistic, how, out, heads, unit, model, preset)
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
         flat = ScheduleSpec(name="uniform", multiple_of=multiple_of)  # the same rounding on both sides
         arch = dict(n_layers=layers, d_ff=d_ff, d_model=d_model, vocab_size=vocab_size, mlp=mlp,
@@ -120,6 +122,21 @@ def _from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model, prese
     path, layers, d_ff = write_from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model)
     err_console.print(f"wrote schedule file {path}", markup=False, highlight=False)
     return str(path), layers, d_ff
+
+
+def _probe_head_unit(component: str, heads: int | None, kv_heads: int | None, min_ratio: float) -> int:
+    """--from-probe --component heads: the checks made before the file is written, and the unit (one GQA
+    group of query heads) its counts are rounded to."""
+    if component == "kv":  # a derived count need not divide its layer's query heads
+        raise UserError("--from-probe derives --component heads (each layer's key/value heads follow its "
+                        "GQA groups) or MLP widths; give key/value counts explicitly or as a shape")
+    if heads is None:
+        raise UserError("--from-probe --component heads needs --heads (uniform's query heads per layer)")
+    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
+        raise UserError(f"--heads {heads} is not divisible by --kv-heads {kv_heads}")
+    if min_ratio <= 0:
+        raise UserError("--component heads: every layer needs >= 1 query head; --min-ratio must be > 0")
+    return heads // (kv_heads or heads)
 
 
 FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
