@@ -245,3 +245,41 @@ def test_heads_schedule_from_a_probe(tmp_path):
     assert list(cfg.layer_heads) == got["values"]  # train/compare read the same file
     kv = _fails_cleanly([*args[:2], "kv", *args[3:-3], "--out", str(tmp_path / "kv.json")])
     assert "--component heads" in kv and not (tmp_path / "kv.json").exists()
+
+
+def test_eval_of_a_head_tapered_checkpoint_equals_direct_log_likelihoods(tmp_path):
+    """`tlm eval`'s harness path on a head-tapered model against a direct forward (tests/test_eval.py's
+    float64 log-softmax of one unpadded sequence); the harness batches and pads, hence its 1e-4 bound."""
+    from test_eval import _direct_ll
+
+    from tlm_probe.eval.run import EvalOptions, run_eval
+    from tlm_probe.tokenizer import ByteTokenizer
+
+    torch.manual_seed(0)
+    model = TaperedLM(_cfg(vocab_size=256, max_seq_len=512, init_scale=0.16)).eval()
+    save_tlm(model, tmp_path / "m")
+    ByteTokenizer().save(tmp_path / "m")
+    res = run_eval(str(tmp_path / "m"), EvalOptions(tasks=["pydoc-mc"], limit=4, batch_size=3))
+    for s in res.samples["pydoc-mc"]:
+        doc = s["doc"]
+        lls = np.array([_direct_ll(model, doc["context"], " " + c)[0] for c in doc["choices"]])
+        np.testing.assert_allclose(np.array([r[0][0] for r in s["resps"]]), lls, rtol=1e-4, atol=1e-3)
+
+
+def test_fsdp2_on_a_head_tapered_model_matches_one_process(tmp_path):
+    """torchrun + FSDP2 (2 gloo processes, each half the batch) against one process: blocks of different
+    attention widths shard and train alike (tests/test_train_ddp.py's pattern and bound)."""
+    from test_train_ddp import CLI, COMMON, TORCHRUN, _max_diff, _run
+
+    words = ["alpha", "beta", "gamma", "delta", "tapered", "uniform", "layer", "width", "depth", "token"]
+    paragraphs = [f"{i}: " + " ".join(words[(i * 7 + j * j) % 10] for j in range(40)) for i in range(120)]
+    text = "\n\n".join(paragraphs)
+    (tmp_path / "corpus.txt").write_text(text)
+    flags = [*COMMON, "--data", str(tmp_path / "corpus.txt")]
+    flags[flags.index("--layers") + 1], flags[flags.index("--heads") + 1] = "4", "4"
+    flags += ["--kv-heads", "2", "--heads-schedule", "cosine:1.5:0.5", "--kv-schedule", "cosine:1.5:0.5"]
+    r = runner.invoke(app, ["train", "--out", str(tmp_path / "one"), "--batch-size", "4", *flags])
+    assert r.exit_code == 0, r.output
+    _run([*TORCHRUN, CLI, "train", "--out", str(tmp_path / "fsdp"), "--batch-size", "2", "--fsdp", *flags])
+    assert load_tlm(tmp_path / "fsdp").cfg.layer_kv_heads == (3, 2, 2, 1)
+    assert _max_diff(tmp_path / "one", tmp_path / "fsdp") < 1e-5
