@@ -168,12 +168,16 @@ def print_summary(result: dict) -> None:
         )
     console.print(table)
     _print_eval(result)
-    counts = {(b["params"], b["flops_per_token"]) for b in result["budget"].values()}
+    # kv_bytes_per_token: absent from the budget of a comparison written before per-layer heads
+    budgets = result["budget"].values()
+    counts = {(b["params"], b["flops_per_token"], b.get("kv_bytes_per_token")) for b in budgets}
     if len(counts) == 1:
-        params, flops = counts.pop()
-        console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token")
+        params, flops, kv = counts.pop()
+        kv_text = "" if kv is None else f", {kv:,} KV-cache bytes per token"
+        console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token{kv_text}")
     else:
-        console.print("the schedules of each mixer have equal parameters and training FLOPs per token")
+        console.print("the schedules of each mixer have equal parameters, training FLOPs and KV-cache bytes "
+                      "per token")
     _print_mixer_sizes(result)
 
 
