@@ -192,6 +192,11 @@ def test_schedule_component_heads_and_kv_print_exact_parity():
     assert "uniform's" in err  # multi-head attention: a key/value taper can only equal uniform
     assert "unknown component" in _fails_cleanly(["schedule", "--component", "ffn"])
     assert "drop --heads" in _fails_cleanly(["schedule", "--preset", "tlm-tiny", "--heads", "2"])
+    r = runner.invoke(app, ["schedule", "--component", "kv", "--preset", "tlm-440m", "--kv-heads", "8",
+                            "--schedule", "cosine", "--json"])  # grouped-query attention beside a preset
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert sum(out["kv_heads"]) == 24 * 8 and out["parity"] is True and out["heads"] == [16] * 24
 
 
 def test_train_with_heads_and_mlp_schedules_and_a_bad_spec(tmp_path):

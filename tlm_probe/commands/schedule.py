@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
         heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform (default "
                                   "d_model // 64)."),
         kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
-                                     "(default: --heads, plain multi-head attention)."),
+                                     "(default: --heads, plain multi-head attention; allowed beside "
+                                     "--preset)."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
         from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths (or, with "
                                         "--component heads, query heads) ∝ a function of its per-layer "
@@ -89,9 +90,11 @@ def register(app: typer.Typer) -> None:
                     max_seq_len=seq_len, n_heads=heads, n_kv_heads=kv_heads)
         mlp_spec, taper = (spec, {}) if component == "mlp" else (flat, {component: spec})
         if preset:
+            # --kv-heads may join a preset (its attention is multi-head): the grouping a kv taper needs
+            gqa = {"n_kv_heads": arch.pop("n_kv_heads")} if kv_heads is not None else {}
             _refuse_beside_preset(preset, arch)
-            tapered = preset_config(preset, mlp_spec, mixer, **taper)
-            uniform = preset_config(preset, flat, mixer)
+            tapered = preset_config(preset, mlp_spec, mixer, **taper, **gqa)
+            uniform = preset_config(preset, flat, mixer, **gqa)
             seq_len = tapered.max_seq_len
         else:
             base = {**ARCH_DEFAULTS, **{k: v for k, v in arch.items() if v is not None}, "mixer": mixer}
