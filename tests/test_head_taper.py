@@ -319,3 +319,50 @@ def test_every_mixer_trains_and_round_trips_with_tapered_heads(tmp_path, mixer):
     x = torch.randint(0, 50, (2, 16))
     with torch.no_grad():
         assert torch.equal(load_tlm(tmp_path / "m")(x), model(x))
+
+
+def test_memory_width_tapered_titans_equals_its_sequential_reference(monkeypatch, tmp_path):
+    """Titans with per-layer memory widths (and tapered SWA heads): forward and every parameter gradient
+    with the chunk-parallel memory against the token-by-token reference (tests/test_mixers.py's pattern
+    and 1e-5 bound), then a checkpoint round trip with equal logits."""
+    import tlm_probe.models.titans as titans_module
+    from tlm_probe.models.memory import memory_chunked, memory_reference
+
+    cfg = config_with_schedule("uniform", 64, heads="cosine:1.5:0.5", mem="cosine:1.5:0.5", vocab_size=50,
+                               d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=40,
+                               mixer="titans", window=6, mem_chunk=3, mem_persistent=2)
+    widths = cfg.layer_mem_width  # mean 2·d_head = 16 exactly, multiples of 8, a taper
+    assert sum(widths) == 4 * 16 and all(w % 8 == 0 for w in widths) and widths[0] > widths[-1]
+    assert list(widths) == sorted(widths, reverse=True) and cfg.layer_heads == (6, 4, 4, 2)
+    torch.manual_seed(0)
+    model = TaperedLM(cfg)
+    assert [tuple(b.attn.mem_W1.shape) for b in model.blocks] == [(4, w, 8) for w in cfg.layer_mem_width]
+    x = torch.randint(0, 50, (2, 14))
+    out = []
+    for fn in (memory_chunked, memory_reference):
+        monkeypatch.setattr(titans_module, "memory_chunked", fn)
+        model.zero_grad()
+        loss = model(x, return_type="loss")
+        loss.backward()
+        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    torch.testing.assert_close(out[0][0], out[1][0], atol=1e-6, rtol=0)
+    for name, g in out[0][1].items():
+        torch.testing.assert_close(g, out[1][1][name], atol=1e-5, rtol=0, msg=name)
+    assert all(b.attn.mem_W1.grad.abs().sum() > 0 for b in model.blocks)  # every layer's memory is live
+    model.eval()
+    save_tlm(model, tmp_path / "m")
+    with torch.no_grad():
+        assert torch.equal(load_tlm(tmp_path / "m")(x), model(x))
+
+
+def test_schedule_component_mem_for_titans_and_refused_elsewhere(tmp_path):
+    arch = ["--layers", "6", "--d-model", "512", "--heads", "8", "--schedule", "cosine:1.5:0.5", "--json"]
+    r = runner.invoke(app, ["schedule", "--component", "mem", "--mixer", "titans", *arch])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["uniform_value"] == 2 * 64 and sum(out["values"]) == 6 * 128 and out["parity"] is True
+    assert all(v % 8 == 0 for v in out["values"]) and out["values"][0] > out["values"][-1]
+    assert "mixer=attention has none" in _fails_cleanly(["schedule", "--component", "mem", *arch[:-1]])
+    flags = ["train", "--out", str(tmp_path / "r"), "--mem-schedule", "cosine", "--steps", "1"]
+    assert "mixer=attention has none" in _fails_cleanly(flags)  # before any data is read or written
+    assert not (tmp_path / "r").exists()

@@ -25,18 +25,22 @@ from tlm_probe.schedules import SCHEDULES, ScheduleError, parse_schedule
 
 # component tapers: (MLP schedule, heads schedule, kv schedule); presets get n_kv_heads = n_heads / 2 so
 # that a key/value taper has room (with n_kv_heads = n_heads it can only equal uniform, and is refused)
+# (MLP, heads, kv, Titans memory width)
 TAPERS = {
-    "mlp": ("cosine:1.5:0.5", None, None),
-    "heads": ("uniform", "cosine:1.5:0.5", None),
-    "kv": ("uniform", None, "cosine:1.5:0.5"),
-    "heads+kv": ("uniform", "cosine:1.5:0.5", "cosine:1.5:0.5"),
-    "mlp+heads": ("cosine:1.5:0.5", "linear:1.5:0.5", None),
+    "mlp": ("cosine:1.5:0.5", None, None, None),
+    "heads": ("uniform", "cosine:1.5:0.5", None, None),
+    "kv": ("uniform", None, "cosine:1.5:0.5", None),
+    "heads+kv": ("uniform", "cosine:1.5:0.5", "cosine:1.5:0.5", None),
+    "mlp+heads": ("cosine:1.5:0.5", "linear:1.5:0.5", None, None),
+    "mem": ("uniform", None, None, "cosine:1.5:0.5"),  # titans only
+    "heads+mem": ("uniform", "cosine:1.5:0.5", None, "sigmoid:1.5:0.5"),  # titans only
 }
 
 
 def _preset(name, mixer, taper):
-    mlp, heads, kv = TAPERS[taper]
-    return preset_config(name, mlp, mixer, heads=heads, kv=kv, n_kv_heads=PRESETS[name]["n_heads"] // 2)
+    mlp, heads, kv, mem = TAPERS[taper]
+    return preset_config(name, mlp, mixer, heads=heads, kv=kv, mem=mem,
+                         n_kv_heads=PRESETS[name]["n_heads"] // 2)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -46,6 +50,8 @@ def test_accounting_equals_numel_on_meta_for_every_component_taper(preset, mixer
                                                     * PRESETS[preset]["n_layers"])
     ref = (count_params(uniform).total, train_flops_per_token(uniform), kv_cache_bytes_per_token(uniform))
     for taper in TAPERS:
+        if "mem" in taper and mixer != "titans":
+            continue
         cfg = _preset(preset, mixer, taper)
         with torch.device("meta"):
             model = TaperedLM(cfg)  # no memory allocated
@@ -53,6 +59,8 @@ def test_accounting_equals_numel_on_meta_for_every_component_taper(preset, mixer
         assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == state_shapes(cfg), taper
         if "heads" in taper:
             assert len(set(cfg.layer_heads)) > 1, taper  # the taper did something
+        if "mem" in taper:
+            assert len(set(cfg.layer_mem_width)) > 1, taper
         got = (count_params(cfg).total, train_flops_per_token(cfg), kv_cache_bytes_per_token(cfg))
         assert got == ref, taper  # every component taper keeps params, FLOPs and KV bytes exactly
 
@@ -158,7 +166,9 @@ def test_impossible_budgets_are_refused_in_one_line(call, match):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(layer_heads=(4, 4, 4)), "layer_heads has 3 entries"),
-    (dict(layer_kv_heads=(2, 0, 2, 2)), ">= 1 head"),
+    (dict(layer_kv_heads=(2, 0, 2, 2)), ">= 1"),
+    (dict(layer_mem_width=(8, 8, 8, 8)), "mixer=attention has none"),
+    (dict(layer_mem_width=(8, 8, 0, 8), mixer="titans"), ">= 1"),
     (dict(layer_heads=(6, 4, 4, 2), layer_kv_heads=(4, 2, 2, 2)), "layer 0: 6 query heads"),
     (dict(layer_heads=(6, 4, 4, 2)), "layer 0: 6 query heads are not divisible by its 4"),
 ])
@@ -176,3 +186,22 @@ def test_config_json_round_trip_and_old_configs_unchanged():
     assert back == cfg and back.layer_heads == (6, 4, 4, 2) and back.schedule["heads"]["name"] == "cosine"
     with pytest.raises(ConfigError, match="layer_heads must be a list of integers"):
         TLMConfig.from_dict({**cfg.to_dict(), "layer_heads": "6442"})
+
+
+def test_titans_memory_width_taper_keeps_the_budget_and_counts_its_inner_loop():
+    """Titans' memory FLOPs per layer by hand, 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)), summed over the layers'
+    own widths, and the memory's initial weights (H·d_m·d_h twice) in each block's parameters."""
+    kw = dict(vocab_size=61, d_model=64, n_layers=6, n_heads=4, max_seq_len=32, mixer="titans", window=6,
+              mem_chunk=4)
+    cfg = config_with_schedule("uniform", 128, mem="cosine:1.5:0.5", **kw)
+    flat = config_with_schedule("uniform", 128, **kw)
+    assert cfg.layer_mem_width == (48, 48, 40, 24, 16, 16) and flat.mem_width_at(3) == 32  # 2·d_head
+    from tlm_probe.accounting import memory_flops_per_token
+
+    by_hand = sum(6 * 4 * (11 * m * 16 + 2 * 4 * (m + 16)) for m in cfg.layer_mem_width)
+    assert memory_flops_per_token(cfg) == by_hand == memory_flops_per_token(flat)
+    pairs = zip(count_params(cfg).layers, count_params(flat).layers, strict=True)
+    diff = [a.total - b.total for a, b in pairs]
+    assert diff == [2 * 4 * (m - 32) * 16 for m in cfg.layer_mem_width]
+    with pytest.raises(ConfigError, match="tapers the Titans memory"):
+        config_with_schedule("uniform", 128, mem="cosine", **{**kw, "mixer": "attention"})

@@ -87,7 +87,7 @@ def _gated_attention(cfg: TLMConfig, l: int) -> int:
 
 def _titans(cfg: TLMConfig, l: int) -> int:
     d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
-    d_m = cfg.mem_expand * dh
+    d_m = cfg.mem_width_at(l)
     memory = 3 * d * H * dh + 3 * H * dh * cfg.conv_kernel + 3 * d * H + 3 * H + 2 * H * d_m * dh
     memory += dh + d * H * dh + H * dh * d + cfg.mem_persistent * d
     return memory + NORM_PARAMS[cfg.norm] * d + _softmax_attention(cfg, l)  # + the SWA's pre-norm
@@ -102,7 +102,7 @@ MIXER_PARAMS = {
 # parameters of a mixer that are not multiplied with every token's activations (biases, initial memory
 # weights, persistent tokens, the read-out norm): left out of N_matmul
 _NOT_MATMUL = {
-    "titans": lambda c: 3 * c.n_heads + 2 * c.n_heads * c.mem_expand * c.d_head**2 + c.mem_persistent
+    "titans": lambda c, l: 3 * c.n_heads + 2 * c.n_heads * c.mem_width_at(l) * c.d_head + c.mem_persistent
     * c.d_model + c.d_head + NORM_PARAMS[c.norm] * c.d_model,
 }
 
@@ -134,7 +134,8 @@ def count_params(cfg: TLMConfig) -> ParamCount:
 
 def matmul_params(cfg: TLMConfig) -> int:
     pc = count_params(cfg)
-    static = (_NOT_MATMUL.get(cfg.mixer, lambda c: 0)(cfg) + cms_adaptive_levels(cfg)) * cfg.n_layers
+    not_matmul = _NOT_MATMUL.get(cfg.mixer, lambda c, l: 0)
+    static = sum(not_matmul(cfg, l) for l in range(cfg.n_layers)) + cms_adaptive_levels(cfg) * cfg.n_layers
     return sum(l.attention + l.mlp for l in pc.layers) - static + cfg.vocab_size * cfg.d_model
 
 
@@ -142,8 +143,9 @@ def memory_flops_per_token(cfg: TLMConfig) -> int:
     """Training FLOPs per token of Titans' inner loop, summed over layers (0 for other mixers)."""
     if cfg.mixer != "titans":
         return 0
-    dh, d_m, b = cfg.d_head, cfg.mem_expand * cfg.d_head, cfg.mem_chunk
-    return 6 * cfg.n_layers * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
+    dh, b = cfg.d_head, cfg.mem_chunk
+    return sum(6 * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
+               for d_m in map(cfg.mem_width_at, range(cfg.n_layers)))
 
 
 def cms_flops_per_token(cfg: TLMConfig) -> int:

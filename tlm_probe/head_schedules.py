@@ -34,8 +34,11 @@ from tlm_probe.schedules import (
     parse_schedule,
 )
 
-COMPONENTS = ("mlp", "heads", "kv")
-"""What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l."""
+COMPONENTS = ("mlp", "heads", "kv", "mem")
+"""What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l, and Titans' memory
+width d_m,l (the hidden width of each head's memory MLP)."""
+MEM_UNIT = 8
+"""Titans' memory widths are multiples of this (of 1 when the uniform width is not)."""
 
 
 def split_components(text: str) -> dict[str, str]:
@@ -83,6 +86,16 @@ def head_counts(spec: ScheduleSpec | str, n_layers: int, n_heads: int, kv_heads:
     group = n_heads // kv_heads
     heads = _counts(spec, n_layers, n_heads, group, "query heads")
     return heads, [h // group for h in heads]
+
+
+def mem_unit(width: int) -> int:
+    return MEM_UNIT if width % MEM_UNIT == 0 else 1
+
+
+def mem_widths(spec: ScheduleSpec | str, n_layers: int, width: int) -> list[int]:
+    """Titans' per-layer memory widths d_m,l: Σ = L·width exactly, multiples of mem_unit(width)."""
+    spec = parse_schedule(spec) if isinstance(spec, str) else spec
+    return _counts(spec, n_layers, width, mem_unit(width), "memory width")
 
 
 def kv_counts(spec: ScheduleSpec | str, heads: list[int], kv_heads: int) -> list[int]:

@@ -30,9 +30,9 @@ def register(app: typer.Typer) -> None:
 
 # the TrainConfig fields `tlm compare` offers as flags (per-run fields such as seed and schedule are arms)
 COMPARE_FIELDS = (
-    "mixer", "preset", "heads_schedule", "kv_schedule", "d_model", "n_layers", "n_heads", "n_kv_heads",
-    "d_ff", "multiple_of", "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr", "warmup",
-    "eval_interval", "eval_tokens", "data", "tokenizer", "device", "threads", *MIXER_FIELDS,
+    "mixer", "preset", "heads_schedule", "kv_schedule", "mem_schedule", "d_model", "n_layers", "n_heads",
+    "n_kv_heads", "d_ff", "multiple_of", "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr",
+    "warmup", "eval_interval", "eval_tokens", "data", "tokenizer", "device", "threads", *MIXER_FIELDS,
 )
 SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run (default 300)."}}
 

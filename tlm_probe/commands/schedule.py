@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
         mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
         component: str = typer.Option("mlp", help="What --schedule tapers: mlp (MLP width d_l) | heads "
                                       "(query heads, in units of one GQA group) | kv (key/value heads, "
-                                      "each dividing its layer's query heads)."),
+                                      "each dividing its layer's query heads) | mem (--mixer titans: the "
+                                      "memory MLP's hidden width, multiples of 8)."),
         heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform (default "
                                   "d_model // 64)."),
         kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
@@ -130,9 +131,9 @@ def _from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model, prese
 def _probe_head_unit(component: str, heads: int | None, kv_heads: int | None, min_ratio: float) -> int:
     """--from-probe --component heads: the checks made before the file is written, and the unit (one GQA
     group of query heads) its counts are rounded to."""
-    if component == "kv":  # a derived count need not divide its layer's query heads
-        raise UserError("--from-probe derives --component heads (each layer's key/value heads follow its "
-                        "GQA groups) or MLP widths; give key/value counts explicitly or as a shape")
+    if component != "heads":  # a derived kv count need not divide its layer's query heads
+        raise UserError(f"--from-probe derives --component heads (each layer's key/value heads follow its "
+                        f"GQA groups) or MLP widths; give {component} values explicitly or as a shape")
     if heads is None:
         raise UserError("--from-probe --component heads needs --heads (uniform's query heads per layer)")
     if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):

@@ -14,6 +14,7 @@ from tlm_probe.schedules import ScheduleSpec, monotone_label
 COUNTS = {
     "heads": (TLMConfig.heads_at, lambda c: c.n_heads, "query heads"),
     "kv": (TLMConfig.kv_heads_at, lambda c: c.kv_heads, "key/value heads"),
+    "mem": (TLMConfig.mem_width_at, lambda c: c.mem_expand * c.d_head, "memory width"),
 }
 
 
@@ -45,21 +46,21 @@ def head_result(component: str, spec: ScheduleSpec, tapered: TLMConfig, uniform:
 def _one_layer(cfg: TLMConfig, l: int) -> TLMConfig:
     """Layer l alone (its heads, one layer), for its share of the KV-cache bytes."""
     return cfg.replace(n_layers=1, d_ff=(cfg.d_ff[l],), layer_heads=(cfg.heads_at(l),),
-                       layer_kv_heads=(cfg.kv_heads_at(l),))
+                       layer_kv_heads=(cfg.kv_heads_at(l),), layer_mem_width=())
 
 
 def print_head_table(r: dict) -> None:
     what = f"{r['preset']} ({r['mixer']})" if r["preset"] else r["mixer"]
     table = Table(title=f"{what}: {r['schedule']['name']} schedule of {r['counts']}, L={r['layers']}, "
                   f"uniform {r['uniform_value']}")
-    for col in ("layer", "depth", "heads", "kv heads", "ratio", "KV bytes/token", "block params",
+    for col in ("layer", "depth", "heads", "kv heads", r["counts"], "ratio", "KV bytes/token", "block params",
                 "uniform block params"):
         table.add_column(col, justify="right")
     L = r["layers"]
-    rows = zip(r["heads"], r["kv_heads"], r["ratios"], r["layer_kv_bytes"], r["layer_params"],
+    rows = zip(r["heads"], r["kv_heads"], r["values"], r["ratios"], r["layer_kv_bytes"], r["layer_params"],
                r["uniform_layer_params"], strict=True)
-    for l, (h, kv, ratio, kvb, p, u) in enumerate(rows):
-        table.add_row(str(l), f"{l / max(L - 1, 1):.3f}", str(h), str(kv), f"{ratio:.3f}", f"{kvb:,}",
+    for l, (h, kv, v, ratio, kvb, p, u) in enumerate(rows):
+        table.add_row(str(l), f"{l / max(L - 1, 1):.3f}", str(h), str(kv), str(v), f"{ratio:.3f}", f"{kvb:,}",
                       f"{p:,}", f"{u:,}")
     console.print(table)
     console.print(f"{r['counts']} total {r['total']:,} (uniform {r['uniform_total']:,})")

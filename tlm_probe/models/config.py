@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.head_schedules import head_counts, kv_counts
+from tlm_probe.head_schedules import head_counts, kv_counts, mem_unit, mem_widths
 from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 
 MLP_KINDS = ("swiglu", "gelu")
@@ -60,6 +60,9 @@ class TLMConfig:
     memory of the chunk's start)."""
     mem_expand: int = 2
     """titans: hidden width of each head's 2-layer memory MLP, as a multiple of the head dimension."""
+    layer_mem_width: tuple[int, ...] = ()
+    """titans, optional: per-layer hidden width d_m of each head's memory MLP (empty: mem_expand·d_head in
+    every layer)."""
     mem_persistent: int = 0
     """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
     conv_kernel: int = 4
@@ -90,6 +93,7 @@ class TLMConfig:
         object.__setattr__(self, "d_ff", tuple(int(w) for w in self.d_ff))
         object.__setattr__(self, "layer_heads", tuple(int(h) for h in self.layer_heads))
         object.__setattr__(self, "layer_kv_heads", tuple(int(h) for h in self.layer_kv_heads))
+        object.__setattr__(self, "layer_mem_width", tuple(int(w) for w in self.layer_mem_width))
         object.__setattr__(self, "cms_chunks", tuple(int(c) for c in self.cms_chunks))
         object.__setattr__(self, "cms_step_periods", tuple(int(c) for c in self.cms_step_periods))
         self.validate()
@@ -109,6 +113,10 @@ class TLMConfig:
     def kv_heads_at(self, i: int) -> int:
         """Key/value heads of layer i."""
         return self.layer_kv_heads[i] if self.layer_kv_heads else self.kv_heads
+
+    def mem_width_at(self, i: int) -> int:
+        """titans: hidden width d_m of layer i's per-head memory MLP."""
+        return self.layer_mem_width[i] if self.layer_mem_width else self.mem_expand * self.d_head
 
     @property
     def cms_levels(self) -> int:
@@ -136,12 +144,14 @@ class TLMConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def _validate_heads(self) -> None:
-        for key in ("layer_heads", "layer_kv_heads"):
+        for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
             counts = getattr(self, key)
             if counts and len(counts) != self.n_layers:
                 raise ConfigError(f"{key} has {len(counts)} entries but n_layers={self.n_layers}")
             if counts and min(counts) < 1:
-                raise ConfigError(f"{key}: every layer needs >= 1 head, got {list(counts)}")
+                raise ConfigError(f"{key}: every layer needs >= 1, got {list(counts)}")
+        if self.layer_mem_width and self.mixer != "titans":  # nothing else has a memory: never ignore it
+            raise ConfigError(f"layer_mem_width is the Titans memory's width; mixer={self.mixer} has none")
         for i in range(self.n_layers):
             if self.heads_at(i) % self.kv_heads_at(i):
                 raise ConfigError(f"layer {i}: {self.heads_at(i)} query heads are not divisible by its "
@@ -170,7 +180,8 @@ class TLMConfig:
         d["d_ff"] = list(self.d_ff)
         d["cms_chunks"] = list(self.cms_chunks)
         d["cms_step_periods"] = list(self.cms_step_periods)
-        for key in ("layer_heads", "layer_kv_heads"):  # absent when uniform: old config.json files unchanged
+        # absent when uniform: an old model's config.json is written byte for byte as before
+        for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
             if d[key]:
                 d[key] = list(d[key])
             else:
@@ -234,7 +245,8 @@ def check_types(d: dict) -> None:
 
 
 def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpec | str | None = None,
-                         kv: ScheduleSpec | str | None = None, **kwargs) -> TLMConfig:
+                         kv: ScheduleSpec | str | None = None, mem: ScheduleSpec | str | None = None,
+                         **kwargs) -> TLMConfig:
     """A config whose per-layer widths come from a schedule with mean exactly d_ff, and, when `heads` /
     `kv` are given, whose per-layer query / key-value heads come from those schedules with means exactly
     n_heads / kv_heads (head_schedules.py).
@@ -255,7 +267,22 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpe
     if heads is not None or kv is not None:
         counts, provenance = _head_counts(heads, kv, n_layers, kwargs, provenance)
         kwargs = {**kwargs, **counts}
+    if mem is not None:
+        kwargs, provenance = _mem_widths(mem, n_layers, kwargs, provenance)
     return TLMConfig(d_ff=sched.widths, schedule=provenance, **kwargs)
+
+
+def _mem_widths(mem, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:
+    """titans: layer_mem_width from a memory-width schedule with mean exactly mem_expand·d_head."""
+    keys = ("n_heads", "d_model", "mem_expand", "mixer")
+    given = {k: v for k, v in kwargs.items() if k in keys}
+    base = TLMConfig(**given, n_layers=n_layers, d_ff=(0,) * n_layers)
+    if base.mixer != "titans":
+        raise ConfigError(f"a memory-width schedule tapers the Titans memory; mixer={base.mixer} has none")
+    mem = parse_schedule(mem) if isinstance(mem, str) else mem
+    widths = mem_widths(mem, n_layers, base.mem_width_at(0))
+    provenance = {**provenance, "mem": {**mem.to_dict(), "multiple_of": mem_unit(base.mem_width_at(0))}}
+    return {**kwargs, "layer_mem_width": tuple(widths) if len(set(widths)) > 1 else ()}, provenance
 
 
 def _head_counts(heads, kv, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:

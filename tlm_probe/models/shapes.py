@@ -29,7 +29,7 @@ def _attention(cfg: TLMConfig, prefix: str, gated: bool, l: int) -> Shapes:
 
 def _titans(cfg: TLMConfig, prefix: str, l: int) -> Shapes:
     d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
-    d_m = cfg.mem_expand * dh
+    d_m = cfg.mem_width_at(l)
     out = {
         f"{prefix}.W_QKV.weight": (3 * H * dh, d),
         f"{prefix}.conv.weight": (3 * H * dh, 1, cfg.conv_kernel),

@@ -112,7 +112,8 @@ class Arm:
         parts = split_components(self.schedule)
         tc = base.replace(mixer=self.mixer, schedule=parts.get("mlp", "uniform"),
                           heads_schedule=parts.get("heads", base.heads_schedule),
-                          kv_schedule=parts.get("kv", base.kv_schedule))
+                          kv_schedule=parts.get("kv", base.kv_schedule),
+                          mem_schedule=parts.get("mem", base.mem_schedule))
         return tc if seed is None else tc.replace(seed=seed)
 
 

@@ -57,6 +57,9 @@ class TrainConfig:
     kv_schedule: str = ""
     """Key/value-heads schedule spec (`tlm schedule --component kv`): mean exactly n_kv_heads, each dividing
     its layer's query heads; empty = uniform."""
+    mem_schedule: str = ""
+    """titans: memory-width schedule spec (`tlm schedule --component mem`): per-layer hidden width of each
+    head's memory MLP, mean exactly mem_expand·d_head, multiples of 8; empty = uniform."""
     d_model: int | None = None
     """Residual width."""
     n_layers: int | None = None
@@ -149,7 +152,7 @@ class TrainConfig:
         _check_positive(self)
         # the one parse of the schedule spec (a bad spec is a UserError naming it); model_config uses it
         object.__setattr__(self, "schedule_spec", parse_schedule(self.schedule, self.multiple_of))
-        for key in ("heads_schedule", "kv_schedule"):  # a bad spec fails here, before any data is read
+        for key in ("heads_schedule", "kv_schedule", "mem_schedule"):  # a bad spec fails here, before data
             if getattr(self, key):
                 check_params(parse_schedule(getattr(self, key)))
         if self.mixer not in MIXER_KINDS:
@@ -203,6 +206,8 @@ class TrainConfig:
             out["heads"] = self.heads_schedule
         if self.kv_schedule:
             out["kv"] = self.kv_schedule
+        if self.mem_schedule:
+            out["mem"] = self.mem_schedule
         return out
 
     def _mixer_settings(self) -> dict:
