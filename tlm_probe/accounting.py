@@ -4,11 +4,12 @@ Parameters: embeddings V·d (+ T_max·d learned positions), per block a token mi
 MLP 3·d·d_l (SwiGLU) or 2·d·d_l (GELU) per level (Hope-attention's continuum memory has K levels of width
 d_l, others one; plus one step size per level that updates in context and one norm per level after the
 first), two norms (d for RMSNorm, 2d for LayerNorm), a final norm, and the unembedding V·d
-unless tied. Mixers: attention d·(H + 2·H_kv)·d_h + H·d_h·d (+ d·H·d_h for the G1 gate); Titans adds to a
-sliding-window attention its memory layer: q/k/v 3·d·H·d_h, depthwise conv 3·H·d_h·k, rates 3·d·H + 3·H,
-memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h, output H·d_h·d, persistent tokens P·d,
-and the SWA layer's pre-norm.
-Training FLOPs per token (Kaplan et al. 2020): 6·N_matmul + 6·L·T_att·H·d_h (+ Titans' inner loop), where
+unless tied. Mixers: attention d·(H_l + 2·H_kv,l)·d_h + H_l·d_h·d (+ d·H_l·d_h for the G1 gate), with layer
+l's heads H_l = cfg.heads_at(l), H_kv,l = cfg.kv_heads_at(l); Titans adds to a sliding-window attention (of
+H_l heads) its memory layer (of H = n_heads heads in every layer): q/k/v 3·d·H·d_h, depthwise conv
+3·H·d_h·k, rates 3·d·H + 3·H, memory initial weights 2·H·d_m·d_h, read-out norm d_h, gate d·H·d_h,
+output H·d_h·d, persistent tokens P·d, and the SWA layer's pre-norm.
+Training FLOPs per token (Kaplan et al. 2020): 6·N_matmul + 6·T_att·Σ_l H_l·d_h (+ Titans' inner loop), where
 N_matmul counts every weight used in a multiply per token (blocks and unembedding; not the embedding
 lookups or norms), T_att is the context the attention sees (min(T, window) + P persistent tokens for
 Titans), and Titans' memory costs 6·H·(11·d_m·d_h + 2·b·(d_m + d_h)) per token per layer: the
@@ -17,7 +18,9 @@ chunk-parallel algorithm as implemented (models/memory.py: key forward and error
 start 3·d_m·d_h, query read-out against W_0 and S_0 4·d_m·d_h, end-of-chunk weight and momentum updates
 4·d_m·d_h, the two b-wide dual-form products 2·b·(d_m + d_h)), times 3 for forward + backward; Hope's
 in-context levels add 6·(M + 1)·d·d_l per adaptive level (cms_flops_per_token).
-A schedule only moves MLP width between layers, so every count here is the same for tapered and uniform.
+KV-cache bytes per token: Σ_l 2·H_kv,l·d_h·bytes (a key and a value vector per key/value head per layer).
+Every count is linear in d_l, H_l and H_kv,l, so a schedule that keeps Σ d_l, Σ H_l and Σ H_kv,l keeps
+parameters, FLOPs and KV-cache bytes exactly.
 """
 
 from __future__ import annotations
@@ -68,26 +71,26 @@ class ParamCount:
         return self.total - self.embedding - self.positions - self.unembedding
 
 
-def attention_params(cfg: TLMConfig) -> int:
-    """Parameters of the block's token mixer (named `attention` in the tables for every mixer)."""
-    return MIXER_PARAMS[cfg.mixer](cfg)
+def attention_params(cfg: TLMConfig, layer: int = 0) -> int:
+    """Parameters of block `layer`'s token mixer (named `attention` in the tables for every mixer)."""
+    return MIXER_PARAMS[cfg.mixer](cfg, layer)
 
 
-def _softmax_attention(cfg: TLMConfig) -> int:
-    d, dh = cfg.d_model, cfg.d_head
-    return d * (cfg.n_heads + 2 * cfg.kv_heads) * dh + cfg.n_heads * dh * d
+def _softmax_attention(cfg: TLMConfig, l: int) -> int:
+    d, dh, H, KV = cfg.d_model, cfg.d_head, cfg.heads_at(l), cfg.kv_heads_at(l)
+    return d * (H + 2 * KV) * dh + H * dh * d
 
 
-def _gated_attention(cfg: TLMConfig) -> int:
-    return _softmax_attention(cfg) + cfg.d_model * cfg.n_heads * cfg.d_head
+def _gated_attention(cfg: TLMConfig, l: int) -> int:
+    return _softmax_attention(cfg, l) + cfg.d_model * cfg.heads_at(l) * cfg.d_head
 
 
-def _titans(cfg: TLMConfig) -> int:
+def _titans(cfg: TLMConfig, l: int) -> int:
     d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
-    d_m = cfg.mem_expand * dh
+    d_m = cfg.mem_width_at(l)
     memory = 3 * d * H * dh + 3 * H * dh * cfg.conv_kernel + 3 * d * H + 3 * H + 2 * H * d_m * dh
     memory += dh + d * H * dh + H * dh * d + cfg.mem_persistent * d
-    return memory + NORM_PARAMS[cfg.norm] * d + _softmax_attention(cfg)  # + the SWA's pre-norm
+    return memory + NORM_PARAMS[cfg.norm] * d + _softmax_attention(cfg, l)  # + the SWA's pre-norm
 
 
 MIXER_PARAMS = {
@@ -99,7 +102,7 @@ MIXER_PARAMS = {
 # parameters of a mixer that are not multiplied with every token's activations (biases, initial memory
 # weights, persistent tokens, the read-out norm): left out of N_matmul
 _NOT_MATMUL = {
-    "titans": lambda c: 3 * c.n_heads + 2 * c.n_heads * c.mem_expand * c.d_head**2 + c.mem_persistent
+    "titans": lambda c, l: 3 * c.n_heads + 2 * c.n_heads * c.mem_width_at(l) * c.d_head + c.mem_persistent
     * c.d_model + c.d_head + NORM_PARAMS[c.norm] * c.d_model,
 }
 
@@ -115,11 +118,11 @@ def cms_adaptive_levels(cfg: TLMConfig) -> int:
 def count_params(cfg: TLMConfig) -> ParamCount:
     d = cfg.d_model
     norm = NORM_PARAMS[cfg.norm] * d
-    attn = attention_params(cfg)
     per_width = cfg.cms_levels * MLP_MATRICES[cfg.mlp] * d
     rates = cms_adaptive_levels(cfg)
     norms = (1 + cfg.cms_levels) * norm  # ln1, ln2 (level 1's for Hope), Hope's levels 2..K
-    layers = tuple(LayerParams(l, w, attn, per_width * w + rates, norms) for l, w in enumerate(cfg.d_ff))
+    layers = tuple(LayerParams(l, w, attention_params(cfg, l), per_width * w + rates, norms)
+                   for l, w in enumerate(cfg.d_ff))
     return ParamCount(
         embedding=cfg.vocab_size * d,
         positions=cfg.max_seq_len * d if cfg.positions == "learned" else 0,
@@ -131,7 +134,8 @@ def count_params(cfg: TLMConfig) -> ParamCount:
 
 def matmul_params(cfg: TLMConfig) -> int:
     pc = count_params(cfg)
-    static = (_NOT_MATMUL.get(cfg.mixer, lambda c: 0)(cfg) + cms_adaptive_levels(cfg)) * cfg.n_layers
+    not_matmul = _NOT_MATMUL.get(cfg.mixer, lambda c, l: 0)
+    static = sum(not_matmul(cfg, l) for l in range(cfg.n_layers)) + cms_adaptive_levels(cfg) * cfg.n_layers
     return sum(l.attention + l.mlp for l in pc.layers) - static + cfg.vocab_size * cfg.d_model
 
 
@@ -139,8 +143,9 @@ def memory_flops_per_token(cfg: TLMConfig) -> int:
     """Training FLOPs per token of Titans' inner loop, summed over layers (0 for other mixers)."""
     if cfg.mixer != "titans":
         return 0
-    dh, d_m, b = cfg.d_head, cfg.mem_expand * cfg.d_head, cfg.mem_chunk
-    return 6 * cfg.n_layers * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
+    dh, b = cfg.d_head, cfg.mem_chunk
+    return sum(6 * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
+               for d_m in map(cfg.mem_width_at, range(cfg.n_layers)))
 
 
 def cms_flops_per_token(cfg: TLMConfig) -> int:
@@ -157,18 +162,31 @@ def cms_flops_per_token(cfg: TLMConfig) -> int:
 def train_flops_per_token(cfg: TLMConfig, seq_len: int | None = None) -> int:
     T = seq_len or cfg.max_seq_len
     T_att = min(T, cfg.window) + cfg.mem_persistent if cfg.mixer == "titans" else T
-    attention = 6 * cfg.n_layers * T_att * cfg.n_heads * cfg.d_head
+    attention = 6 * T_att * sum(cfg.heads_at(l) for l in range(cfg.n_layers)) * cfg.d_head
     return 6 * matmul_params(cfg) + attention + memory_flops_per_token(cfg) + cms_flops_per_token(cfg)
 
 
+KV_BYTES = 2
+"""Bytes per cached key/value element in kv_cache_bytes_per_token (bf16/fp16 inference)."""
+
+
+def kv_cache_bytes_per_token(cfg: TLMConfig, bytes_per_value: int = KV_BYTES) -> int:
+    """Bytes one token adds to a KV cache: Σ_l 2·kv_heads_at(l)·d_head·bytes (keys and values of every
+    layer's softmax attention; Titans' SWA would keep only its last `window` tokens of them)."""
+    return sum(2 * cfg.kv_heads_at(l) * cfg.d_head * bytes_per_value for l in range(cfg.n_layers))
+
+
 def comparison(tapered: TLMConfig, uniform: TLMConfig, seq_len: int | None = None) -> dict:
-    """Side-by-side totals; `parity` is True when parameters and FLOPs match exactly."""
+    """Side-by-side totals; `parity` is True when parameters, FLOPs and KV-cache bytes match exactly."""
     a, b = count_params(tapered), count_params(uniform)
     fa, fb = train_flops_per_token(tapered, seq_len), train_flops_per_token(uniform, seq_len)
+    ka, kb = kv_cache_bytes_per_token(tapered), kv_cache_bytes_per_token(uniform)
     return {
         "params": a.total,
         "uniform_params": b.total,
         "flops_per_token": fa,
         "uniform_flops_per_token": fb,
-        "parity": a.total == b.total and fa == fb,
+        "kv_bytes_per_token": ka,
+        "uniform_kv_bytes_per_token": kb,
+        "parity": a.total == b.total and fa == fb and ka == kb,
     }

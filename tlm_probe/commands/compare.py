@@ -30,9 +30,9 @@ def register(app: typer.Typer) -> None:
 
 # the TrainConfig fields `tlm compare` offers as flags (per-run fields such as seed and schedule are arms)
 COMPARE_FIELDS = (
-    "mixer", "preset", "d_model", "n_layers", "n_heads", "d_ff", "multiple_of", "seq_len", "batch_size",
-    "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "eval_tokens", "data", "tokenizer",
-    "device", "threads", *MIXER_FIELDS,
+    "mixer", "preset", "heads_schedule", "kv_schedule", "mem_schedule", "d_model", "n_layers", "n_heads",
+    "n_kv_heads", "d_ff", "multiple_of", "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr",
+    "warmup", "eval_interval", "eval_tokens", "data", "tokenizer", "device", "threads", *MIXER_FIELDS,
 )
 SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run (default 300)."}}
 
@@ -42,8 +42,9 @@ def _compare_command():
     def compare_cmd(
         out: Path = typer.Option(..., "--out", "-o", help="Comparison folder (runs/, results.csv, ...)."),
         schedules: str = typer.Option(
-            None, help=f"Comma-separated schedule specs; uniform is the baseline (default {PAPER_ARMS}; "
-            "with --shapes: uniform)."
+            None, help=f"Comma-separated schedule specs of the MLP widths, or of named components joined by "
+            "'+' (heads=cosine:1.5:0.5, mlp=cosine+kv=linear:1.5:0.5); uniform is the baseline (default "
+            f"{PAPER_ARMS}; with --shapes: uniform)."
         ),
         shapes: str = typer.Option(None, help="Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."),
         ratios: str = typer.Option("1.25:0.75,1.5:0.5,1.75:0.25", help="Sweep grid: start:end ratios."),
@@ -167,12 +168,16 @@ def print_summary(result: dict) -> None:
         )
     console.print(table)
     _print_eval(result)
-    counts = {(b["params"], b["flops_per_token"]) for b in result["budget"].values()}
+    # kv_bytes_per_token: absent from the budget of a comparison written before per-layer heads
+    budgets = result["budget"].values()
+    counts = {(b["params"], b["flops_per_token"], b.get("kv_bytes_per_token")) for b in budgets}
     if len(counts) == 1:
-        params, flops = counts.pop()
-        console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token")
+        params, flops, kv = counts.pop()
+        kv_text = "" if kv is None else f", {kv:,} KV-cache bytes per token"
+        console.print(f"every arm: {params:,} parameters, {flops:,} training FLOPs per token{kv_text}")
     else:
-        console.print("the schedules of each mixer have equal parameters and training FLOPs per token")
+        console.print("the schedules of each mixer have equal parameters, training FLOPs and KV-cache bytes "
+                      "per token")
     _print_mixer_sizes(result)
 
 

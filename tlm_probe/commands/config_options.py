@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 # field -> flag, where the flag reads better than the field name
-FLAG_NAMES = {"n_layers": "--layers", "n_heads": "--heads"}
+FLAG_NAMES = {"n_layers": "--layers", "n_heads": "--heads", "n_kv_heads": "--kv-heads"}
 
 MIXER_FIELDS = (
     "window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent", "cms_chunks", "cms_step_periods",

@@ -1,4 +1,5 @@
-"""`tlm schedule`: per-layer MLP widths of a schedule, with parameter and FLOP parity against uniform."""
+"""`tlm schedule`: per-layer MLP widths (or query heads, or key/value heads: --component) of a schedule,
+with parameter, FLOP and KV-cache parity against uniform."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from rich.table import Table
 
 from tlm_probe.accounting import comparison, count_params
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.schedule_heads import head_result, print_head_table
 from tlm_probe.errors import UserError
+from tlm_probe.head_schedules import COMPONENTS
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import preset_config
 from tlm_probe.schedule_rules import Rule
@@ -41,9 +44,19 @@ def register(app: typer.Typer) -> None:
                                    "architecture; the flags above (but --multiple-of) "
                                    "are refused beside it."),
         mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
+        component: str = typer.Option("mlp", help="What --schedule tapers: mlp (MLP width d_l) | heads "
+                                      "(query heads, in units of one GQA group) | kv (key/value heads, "
+                                      "each dividing its layer's query heads) | mem (--mixer titans: the "
+                                      "memory MLP's hidden width, multiples of 8)."),
+        heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform (default "
+                                  "d_model // 64)."),
+        kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
+                                     "(default: --heads, plain multi-head attention; allowed beside "
+                                     "--preset)."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
-        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths ∝ a "
-                                        "function of its per-layer --statistic (writes --out FILE.json)."),
+        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths (or, with "
+                                        "--component heads, query heads) ∝ a function of its per-layer "
+                                        "--statistic (writes --out FILE.json)."),
         statistic: str = typer.Option(None, help="--from-probe: the per-layer statistic (e.g. "
                                       "ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp, effective_rank)."),
         rule: str = typer.Option("x", help="--from-probe: f in widths ∝ max(0, f(x))^power: x | 1-x | abs | "
@@ -62,26 +75,41 @@ def register(app: typer.Typer) -> None:
         write a schedule file that `tlm train/compare/sweep --schedule FILE.json` accept."""
         if mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        if component not in COMPONENTS:
+            raise UserError(f"unknown component {component!r}; choose one of: {', '.join(COMPONENTS)}")
         if from_probe is not None:
             how = Rule(rule, power, min_ratio, max_ratio, monotone)
-            schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of, model,
-                                                 preset)
+            if component == "mlp":
+                schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of,
+                                                     model, preset)
+            else:
+                unit = _probe_head_unit(component, heads, kv_heads, min_ratio)
+                schedule, layers, _ = _from_probe(from_probe, statistic, how, out, heads, unit, model, preset)
         spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
         flat = ScheduleSpec(name="uniform", multiple_of=multiple_of)  # the same rounding on both sides
         arch = dict(n_layers=layers, d_ff=d_ff, d_model=d_model, vocab_size=vocab_size, mlp=mlp,
-                    max_seq_len=seq_len)
+                    max_seq_len=seq_len, n_heads=heads, n_kv_heads=kv_heads)
+        mlp_spec, taper = (spec, {}) if component == "mlp" else (flat, {component: spec})
         if preset:
+            # --kv-heads may join a preset (its attention is multi-head): the grouping a kv taper needs
+            gqa = {"n_kv_heads": arch.pop("n_kv_heads")} if kv_heads is not None else {}
             _refuse_beside_preset(preset, arch)
-            tapered, uniform = preset_config(preset, spec, mixer), preset_config(preset, flat, mixer)
+            tapered = preset_config(preset, mlp_spec, mixer, **taper, **gqa)
+            uniform = preset_config(preset, flat, mixer, **gqa)
             seq_len = tapered.max_seq_len
         else:
             base = {**ARCH_DEFAULTS, **{k: v for k, v in arch.items() if v is not None}, "mixer": mixer}
             d_ff, seq_len = base.pop("d_ff"), base["max_seq_len"]
-            base["n_heads"] = max(1, base["d_model"] // 64)
-            tapered = config_with_schedule(spec, d_ff, **base)
+            base.setdefault("n_heads", max(1, base["d_model"] // 64))
+            tapered = config_with_schedule(mlp_spec, d_ff, **base, **taper)
             uniform = config_with_schedule(flat, d_ff, **base)
+        head = {"preset": preset, "mixer": mixer, "component": component}
+        if component != "mlp":
+            result = {**head, **head_result(component, spec, tapered, uniform, seq_len)}
+            print_json(result) if json_out else print_head_table(result)
+            return
         sched = make_schedule(spec, tapered.n_layers, tapered.schedule["d_ff"])
-        result = {"preset": preset, "mixer": mixer, **_result(sched, tapered, uniform, seq_len)}
+        result = {**head, **_result(sched, tapered, uniform, seq_len)}
         if json_out:
             print_json(result)
         else:
@@ -100,6 +128,21 @@ def _from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model, prese
     return str(path), layers, d_ff
 
 
+def _probe_head_unit(component: str, heads: int | None, kv_heads: int | None, min_ratio: float) -> int:
+    """--from-probe --component heads: the checks made before the file is written, and the unit (one GQA
+    group of query heads) its counts are rounded to."""
+    if component != "heads":  # a derived kv count need not divide its layer's query heads
+        raise UserError(f"--from-probe derives --component heads (each layer's key/value heads follow its "
+                        f"GQA groups) or MLP widths; give {component} values explicitly or as a shape")
+    if heads is None:
+        raise UserError("--from-probe --component heads needs --heads (uniform's query heads per layer)")
+    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
+        raise UserError(f"--heads {heads} is not divisible by --kv-heads {kv_heads}")
+    if min_ratio <= 0:
+        raise UserError("--component heads: every layer needs >= 1 query head; --min-ratio must be > 0")
+    return heads // (kv_heads or heads)
+
+
 FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
 # the parameters each schedule reads, in the order of its spec string (name:p1:p2:...); explicit widths and
 # schedule files none
@@ -107,7 +150,7 @@ USES = {**PARAMS, "explicit": (), FILE: ()}
 # defaults of the architecture flags without --preset (the flags are None when not given)
 ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
 ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
-                  mlp="--mlp", max_seq_len="--seq-len")
+                  mlp="--mlp", max_seq_len="--seq-len", n_heads="--heads", n_kv_heads="--kv-heads")
 
 
 def _refuse_beside_preset(preset: str, arch: dict) -> None:
@@ -180,7 +223,8 @@ def _print_table(r: dict, cfg: TLMConfig) -> None:
     console.print(f"widths total {r['total']:,} (uniform {r['uniform_total']:,}); effective ratios "
                   f"{r['effective_start']:.3f} -> {r['effective_end']:.3f}")
     console.print(f"params {r['params']:,} vs uniform {r['uniform_params']:,}; train FLOPs/token "
-                  f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; "
+                  f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; KV-cache bytes/token "
+                  f"{r['kv_bytes_per_token']:,} vs {r['uniform_kv_bytes_per_token']:,}; "
                   f"parity: {'yes' if r['parity'] else 'NO'}")
     console.print(f"shape: {r['monotone']}; width moved from uniform: {r['moved']:,}")
     if r["no_mlp_layers"]:

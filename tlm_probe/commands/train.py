@@ -13,7 +13,8 @@ from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
 # the TrainConfig fields `tlm train` offers as flags (type, help and default come from the dataclass)
 TRAIN_FIELDS = (
-    "preset", "mixer", "schedule", "d_model", "n_layers", "n_heads", "d_ff", "multiple_of", "vocab_size",
+    "preset", "mixer", "schedule", "heads_schedule", "kv_schedule", "mem_schedule", "d_model", "n_layers",
+    "n_heads", "n_kv_heads", "d_ff", "multiple_of", "vocab_size",
     "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "log_interval",
     "eval_tokens", "ckpt_interval", "keep_last", "seed", "data", "tokenizer", "device", "threads", "compile",
     "peak_flops", *MIXER_FIELDS,

@@ -1,5 +1,6 @@
 """Causal self-attention with grouped-query heads, an optional per-head sigmoid output gate and an optional
-sliding window (Titans' MAL block attends to the last `window` tokens only)."""
+sliding window (Titans' MAL block attends to the last `window` tokens only). Layer l has
+cfg.heads_at(l) query heads and cfg.kv_heads_at(l) key/value heads of the fixed width cfg.d_head."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ from tlm_probe.models.layers import Rotary
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: TLMConfig, window: int = 0):
+    def __init__(self, cfg: TLMConfig, layer: int = 0, window: int = 0):
         super().__init__()
         self.window = window  # 0 = full causal attention
-        self.n_heads, self.kv_heads, self.d_head = cfg.n_heads, cfg.kv_heads, cfg.d_head
-        d_attn = cfg.n_heads * cfg.d_head
+        self.n_heads, self.kv_heads, self.d_head = cfg.heads_at(layer), cfg.kv_heads_at(layer), cfg.d_head
+        d_attn = self.n_heads * cfg.d_head
         self.W_Q = nn.Linear(cfg.d_model, d_attn, bias=False)
-        self.W_K = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.d_head, bias=False)
-        self.W_V = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.d_head, bias=False)
+        self.W_K = nn.Linear(cfg.d_model, self.kv_heads * cfg.d_head, bias=False)
+        self.W_V = nn.Linear(cfg.d_model, self.kv_heads * cfg.d_head, bias=False)
         self.W_O = nn.Linear(d_attn, cfg.d_model, bias=False)
         # G1 gate (Qiu et al. 2025): sigmoid(x W_G), elementwise per head, on the SDPA output
         self.W_G = nn.Linear(cfg.d_model, d_attn, bias=False) if cfg.mixer == "gated_attention" else None

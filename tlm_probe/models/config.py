@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.head_schedules import head_counts, kv_counts, mem_unit, mem_widths
 from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
 
 MLP_KINDS = ("swiglu", "gelu")
@@ -36,6 +37,12 @@ class TLMConfig:
     """Key/value heads for grouped-query attention (0 = n_heads)."""
     d_ff: tuple[int, ...] = (512, 512, 512, 512)
     """Per-layer MLP intermediate widths d_l (0: the block has no MLP)."""
+    layer_heads: tuple[int, ...] = ()
+    """Per-layer query heads h_l (empty: n_heads in every layer); the head dimension stays
+    d_model // n_heads, so a layer's attention width is h_l·d_head."""
+    layer_kv_heads: tuple[int, ...] = ()
+    """Per-layer key/value heads (empty: the uniform n_kv_heads in every layer); each divides its layer's
+    query heads (grouped-query attention)."""
     mlp: str = "swiglu"
     """swiglu | gelu"""
     norm: str = "rmsnorm"
@@ -53,6 +60,9 @@ class TLMConfig:
     memory of the chunk's start)."""
     mem_expand: int = 2
     """titans: hidden width of each head's 2-layer memory MLP, as a multiple of the head dimension."""
+    layer_mem_width: tuple[int, ...] = ()
+    """titans, optional: per-layer hidden width d_m of each head's memory MLP (empty: mem_expand·d_head in
+    every layer)."""
     mem_persistent: int = 0
     """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
     conv_kernel: int = 4
@@ -81,6 +91,9 @@ class TLMConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "d_ff", tuple(int(w) for w in self.d_ff))
+        object.__setattr__(self, "layer_heads", tuple(int(h) for h in self.layer_heads))
+        object.__setattr__(self, "layer_kv_heads", tuple(int(h) for h in self.layer_kv_heads))
+        object.__setattr__(self, "layer_mem_width", tuple(int(w) for w in self.layer_mem_width))
         object.__setattr__(self, "cms_chunks", tuple(int(c) for c in self.cms_chunks))
         object.__setattr__(self, "cms_step_periods", tuple(int(c) for c in self.cms_step_periods))
         self.validate()
@@ -92,6 +105,18 @@ class TLMConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    def heads_at(self, i: int) -> int:
+        """Query heads of layer i."""
+        return self.layer_heads[i] if self.layer_heads else self.n_heads
+
+    def kv_heads_at(self, i: int) -> int:
+        """Key/value heads of layer i."""
+        return self.layer_kv_heads[i] if self.layer_kv_heads else self.kv_heads
+
+    def mem_width_at(self, i: int) -> int:
+        """titans: hidden width d_m of layer i's per-head memory MLP."""
+        return self.layer_mem_width[i] if self.layer_mem_width else self.mem_expand * self.d_head
 
     @property
     def cms_levels(self) -> int:
@@ -108,6 +133,7 @@ class TLMConfig:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.kv_heads:
             raise ConfigError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.kv_heads}")
+        self._validate_heads()
         if self.positions == "rope" and self.d_head % 2:
             raise ConfigError(f"RoPE needs an even head dimension, got {self.d_head}")
         if len(self.d_ff) != self.n_layers:
@@ -116,6 +142,20 @@ class TLMConfig:
             raise ConfigError(f"every MLP width must be >= 0 (0: no MLP), got {min(self.d_ff)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def _validate_heads(self) -> None:
+        for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
+            counts = getattr(self, key)
+            if counts and len(counts) != self.n_layers:
+                raise ConfigError(f"{key} has {len(counts)} entries but n_layers={self.n_layers}")
+            if counts and min(counts) < 1:
+                raise ConfigError(f"{key}: every layer needs >= 1, got {list(counts)}")
+        if self.layer_mem_width and self.mixer != "titans":  # nothing else has a memory: never ignore it
+            raise ConfigError(f"layer_mem_width is the Titans memory's width; mixer={self.mixer} has none")
+        for i in range(self.n_layers):
+            if self.heads_at(i) % self.kv_heads_at(i):
+                raise ConfigError(f"layer {i}: {self.heads_at(i)} query heads are not divisible by its "
+                                  f"{self.kv_heads_at(i)} key/value heads")
 
     def _validate_fields(self) -> None:
         choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS}
@@ -140,6 +180,12 @@ class TLMConfig:
         d["d_ff"] = list(self.d_ff)
         d["cms_chunks"] = list(self.cms_chunks)
         d["cms_step_periods"] = list(self.cms_step_periods)
+        # absent when uniform: an old model's config.json is written byte for byte as before
+        for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
+            if d[key]:
+                d[key] = list(d[key])
+            else:
+                del d[key]
         return {"model_type": "tlm", **d}
 
     @classmethod
@@ -198,8 +244,12 @@ def check_types(d: dict) -> None:
                 raise ConfigError(f"config field {f.name} must be {what}, got {repr(d[f.name])[:60]}")
 
 
-def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMConfig:
-    """A config whose per-layer widths come from a schedule with mean exactly d_ff.
+def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpec | str | None = None,
+                         kv: ScheduleSpec | str | None = None, mem: ScheduleSpec | str | None = None,
+                         **kwargs) -> TLMConfig:
+    """A config whose per-layer widths come from a schedule with mean exactly d_ff, and, when `heads` /
+    `kv` are given, whose per-layer query / key-value heads come from those schedules with means exactly
+    n_heads / kv_heads (head_schedules.py).
 
     d_ff is the block's MLP budget as one MLP's width. Hope-attention splits it evenly over its K
     continuum-memory levels (each level of block l gets width d_l, the schedule applied to d_ff/K), so
@@ -213,4 +263,42 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, **kwargs) -> TLMCo
                               f"d_ff must be divisible by {levels}·multiple_of = {levels * spec.multiple_of}")
         d_ff //= levels
     sched = make_schedule(spec, n_layers, d_ff)
-    return TLMConfig(d_ff=sched.widths, schedule={**sched.spec.to_dict(), "d_ff": d_ff}, **kwargs)
+    provenance = {**sched.spec.to_dict(), "d_ff": d_ff}
+    if heads is not None or kv is not None:
+        counts, provenance = _head_counts(heads, kv, n_layers, kwargs, provenance)
+        kwargs = {**kwargs, **counts}
+    if mem is not None:
+        kwargs, provenance = _mem_widths(mem, n_layers, kwargs, provenance)
+    return TLMConfig(d_ff=sched.widths, schedule=provenance, **kwargs)
+
+
+def _mem_widths(mem, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:
+    """titans: layer_mem_width from a memory-width schedule with mean exactly mem_expand·d_head."""
+    keys = ("n_heads", "d_model", "mem_expand", "mixer")
+    given = {k: v for k, v in kwargs.items() if k in keys}
+    base = TLMConfig(**given, n_layers=n_layers, d_ff=(0,) * n_layers)
+    if base.mixer != "titans":
+        raise ConfigError(f"a memory-width schedule tapers the Titans memory; mixer={base.mixer} has none")
+    mem = parse_schedule(mem) if isinstance(mem, str) else mem
+    widths = mem_widths(mem, n_layers, base.mem_width_at(0))
+    provenance = {**provenance, "mem": {**mem.to_dict(), "multiple_of": mem_unit(base.mem_width_at(0))}}
+    return {**kwargs, "layer_mem_width": tuple(widths) if len(set(widths)) > 1 else ()}, provenance
+
+
+def _head_counts(heads, kv, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:
+    """layer_heads / layer_kv_heads of the heads and kv schedules (empty where they equal uniform's)."""
+    base = TLMConfig(**{k: v for k, v in kwargs.items() if k in ("n_heads", "n_kv_heads", "d_model")},
+                     n_layers=n_layers, d_ff=(0,) * n_layers)  # validates the uniform head counts first
+    H, KV = base.n_heads, base.kv_heads
+    h, k = [H] * n_layers, [KV] * n_layers
+    if heads is not None:
+        heads = parse_schedule(heads) if isinstance(heads, str) else heads
+        h, k = head_counts(heads, n_layers, H, KV)
+        provenance = {**provenance, "heads": {**heads.to_dict(), "multiple_of": H // KV}}
+    if kv is not None:
+        kv = parse_schedule(kv) if isinstance(kv, str) else kv
+        k = kv_counts(kv, h, KV)
+        provenance = {**provenance, "kv": {**kv.to_dict(), "multiple_of": 1}}
+    counts = {"layer_heads": tuple(h) if set(h) != {H} else (),
+              "layer_kv_heads": tuple(k) if set(k) != {KV} else ()}
+    return counts, provenance

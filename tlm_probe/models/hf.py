@@ -42,7 +42,8 @@ class TLMHFConfig(PretrainedConfig):
                 setattr(self, k, v)
 
     def to_tlm(self) -> TLMConfig:
-        return TLMConfig.from_dict({k: getattr(self, k) for k in _FIELDS})
+        # fields that config.json leaves out when they hold their default (uniform layer_heads) are absent
+        return TLMConfig.from_dict({k: getattr(self, k) for k in _FIELDS if hasattr(self, k)})
 
 
 class TLMForCausalLM(PreTrainedModel, GenerationMixin):

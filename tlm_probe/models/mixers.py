@@ -29,8 +29,9 @@ memory and Hope-attention's in-context CMS levels are recurrences over the whole
 generation recomputes the prefix each step."""
 
 
-def make_mixer(cfg: TLMConfig) -> nn.Module:
-    return MIXERS[cfg.mixer](cfg)
+def make_mixer(cfg: TLMConfig, layer: int) -> nn.Module:
+    """Layer `layer`'s mixer (its heads: cfg.heads_at(layer), cfg.kv_heads_at(layer))."""
+    return MIXERS[cfg.mixer](cfg, layer)
 
 
 def make_mlp(cfg: TLMConfig, layer: int) -> nn.Module:

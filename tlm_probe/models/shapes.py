@@ -20,16 +20,16 @@ def _norm(cfg: TLMConfig, prefix: str) -> Shapes:
     return {f"{prefix}.weight": d, **({f"{prefix}.bias": d} if cfg.norm == "layernorm" else {})}
 
 
-def _attention(cfg: TLMConfig, prefix: str, gated: bool) -> Shapes:
-    d, q, kv = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
+def _attention(cfg: TLMConfig, prefix: str, gated: bool, l: int) -> Shapes:
+    d, q, kv = cfg.d_model, cfg.heads_at(l) * cfg.d_head, cfg.kv_heads_at(l) * cfg.d_head
     out = {f"{prefix}.W_Q.weight": (q, d), f"{prefix}.W_K.weight": (kv, d), f"{prefix}.W_V.weight": (kv, d),
            f"{prefix}.W_O.weight": (d, q)}
     return {**out, f"{prefix}.W_G.weight": (q, d)} if gated else out
 
 
-def _titans(cfg: TLMConfig, prefix: str) -> Shapes:
+def _titans(cfg: TLMConfig, prefix: str, l: int) -> Shapes:
     d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
-    d_m = cfg.mem_expand * dh
+    d_m = cfg.mem_width_at(l)
     out = {
         f"{prefix}.W_QKV.weight": (3 * H * dh, d),
         f"{prefix}.conv.weight": (3 * H * dh, 1, cfg.conv_kernel),
@@ -40,17 +40,17 @@ def _titans(cfg: TLMConfig, prefix: str) -> Shapes:
         f"{prefix}.mem_norm.weight": (dh,),
         f"{prefix}.W_G.weight": (H * dh, d),
         f"{prefix}.W_M.weight": (d, H * dh),
-        **_attention(cfg, f"{prefix}.swa", gated=False),
+        **_attention(cfg, f"{prefix}.swa", gated=False, l=l),
         **_norm(cfg, f"{prefix}.norm_swa"),  # MAL: the SWA layer's own pre-norm over z = h + Mem(h)
     }
     return {**out, f"{prefix}.persistent": (cfg.mem_persistent, d)} if cfg.mem_persistent else out
 
 
 MIXERS = {
-    "attention": lambda cfg, p: _attention(cfg, p, gated=False),
-    "gated_attention": lambda cfg, p: _attention(cfg, p, gated=True),
+    "attention": lambda cfg, p, l: _attention(cfg, p, gated=False, l=l),
+    "gated_attention": lambda cfg, p, l: _attention(cfg, p, gated=True, l=l),
     "titans": _titans,
-    "hope_attention": lambda cfg, p: _attention(cfg, p, gated=False),
+    "hope_attention": lambda cfg, p, l: _attention(cfg, p, gated=False, l=l),
 }
 MLP_MATRICES = {"swiglu": ("W_gate", "W_in"), "gelu": ("W_in",)}  # the (d_l, d) inputs; W_out is (d, d_l)
 
@@ -69,7 +69,7 @@ def _cms_level(cfg: TLMConfig, prefix: str, width: int, chunk: int, own_norm: bo
 
 def _block(cfg: TLMConfig, l: int) -> Shapes:
     p = f"blocks.{l}"
-    out = {**_norm(cfg, f"{p}.ln1"), **MIXERS[cfg.mixer](cfg, f"{p}.attn"), **_norm(cfg, f"{p}.ln2")}
+    out = {**_norm(cfg, f"{p}.ln1"), **MIXERS[cfg.mixer](cfg, f"{p}.attn", l), **_norm(cfg, f"{p}.ln2")}
     if cfg.mixer != "hope_attention":
         return {**out, **_mlp(cfg, f"{p}.mlp", cfg.d_ff[l])}
     # Hope-attention's continuum memory: levels 0..K-2 under mlp.levels.i, the last level is mlp itself;

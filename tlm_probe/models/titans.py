@@ -15,7 +15,9 @@ persistent tokens take 0..Np−1 and real tokens follow them. This whole mixer i
 
 Taper: the schedule acts only on the block's MLP (width d_l), the feed-forward layer after the MAL pair.
 The memory's own per-head MLP (d_m = mem_expand·d_h) is the memory's state, not a feed-forward layer, and
-keeps its width in every layer.
+keeps its width in every layer. A heads schedule (cfg.layer_heads / layer_kv_heads) acts on the SWA's heads
+only; the memory layer keeps n_heads heads in every layer. A memory-width schedule (cfg.layer_mem_width)
+sets d_m per layer.
 
 Memory layer, following the paper's architectural details (section 4.4):
     q, k, v = SiLU(causal depthwise conv(x W_{Q,K,V}))    1D depthwise conv after each projection, SiLU
@@ -53,14 +55,14 @@ RATE_BIAS = (-4.0, 0.0, 0.0)
 class Titans(nn.Module):
     reads_stream = True  # residual connections inside: the block passes the stream and its ln1
 
-    def __init__(self, cfg: TLMConfig):
+    def __init__(self, cfg: TLMConfig, layer: int = 0):
         super().__init__()
         H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
         self.n_heads, self.d_head, self.chunk, self.kernel = H, dh, cfg.mem_chunk, cfg.conv_kernel
         self.W_QKV = nn.Linear(d, 3 * H * dh, bias=False)
         self.conv = nn.Conv1d(3 * H * dh, 3 * H * dh, cfg.conv_kernel, groups=3 * H * dh, bias=False)
         self.W_rates = nn.Linear(d, 3 * H)
-        d_m = cfg.mem_expand * dh
+        d_m = cfg.mem_width_at(layer)
         self.mem_W1 = nn.Parameter(torch.empty(H, d_m, dh))
         self.mem_W2 = nn.Parameter(torch.empty(H, dh, d_m))
         self.persistent = nn.Parameter(torch.empty(cfg.mem_persistent, d)) if cfg.mem_persistent else None
@@ -71,7 +73,7 @@ class Titans(nn.Module):
         self.window = cfg.window
         # the SWA gets its mask from attention_mask (persistent keys are always visible), hence window 0;
         # its RoPE table covers the persistent tokens' positions too
-        self.swa = Attention(cfg.replace(max_seq_len=cfg.max_seq_len + cfg.mem_persistent), window=0)
+        self.swa = Attention(cfg.replace(max_seq_len=cfg.max_seq_len + cfg.mem_persistent), layer, window=0)
         for name in ("q", "k", "v", "read", "out"):
             setattr(self, f"hook_mem_{name}", HookPoint())
         self.hook_swa_in = HookPoint()

@@ -29,7 +29,7 @@ class Block(nn.Module):
     def __init__(self, cfg: TLMConfig, layer: int):
         super().__init__()
         self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        self.attn = make_mixer(cfg)  # named `attn` whatever the mixer: the adapters' path (contract)
+        self.attn = make_mixer(cfg, layer)  # named `attn` whatever the mixer: the adapters' path (contract)
         self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         self.mlp = make_mlp(cfg, layer)
         self.drop = nn.Dropout(cfg.dropout)

@@ -26,7 +26,7 @@ RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names ru
 LOSS_KEYS = ("train_loss", "val_loss")
 COMPARE_TABLES = ("results", "summary", "paired")
 # the columns of a comparison's tables that hold words; every other column holds numbers
-TEXT_COLUMNS = ("arm", "mixer", "schedule", "baseline", "d_ff", "shape", "ratio")
+TEXT_COLUMNS = ("arm", "mixer", "schedule", "baseline", "d_ff", "heads", "kv_heads", "shape", "ratio")
 EVAL_REQUIRED = ("model", "task", "metric", "value")
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from tlm_probe.accounting import count_params, train_flops_per_token
+from tlm_probe.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.fileio import (
@@ -39,6 +39,7 @@ from tlm_probe.fileio import (
     record,
     remove_owned,
 )
+from tlm_probe.head_schedules import split_components
 from tlm_probe.jsonfile import read_json_object
 from tlm_probe.models.device import resolve_device
 from tlm_probe.seeds import check_seed
@@ -65,6 +66,9 @@ COMPARE_COLUMNS = [
     "tokens",
     "tokens_per_s",
     "d_ff",
+    "heads",
+    "kv_heads",
+    "kv_bytes_per_token",
 ]
 METRICS = ("val_loss", "val_ppl", "val_bpb")
 EXTRA = "extra_columns"
@@ -102,7 +106,14 @@ class Arm:
         return self.schedule if self.mixer == DEFAULT_MIXER else f"{self.mixer}-{self.schedule}"
 
     def config(self, base: TrainConfig, seed: int | None = None) -> TrainConfig:
-        tc = base.replace(mixer=self.mixer, schedule=self.schedule)
+        """The arm's run: its schedule is the MLP's ('cosine:1.5:0.5'), or names components
+        ('heads=cosine:1.5:0.5+kv=...'; head_schedules.split_components); a component it does not name
+        keeps the base's (--heads-schedule / --kv-schedule; the MLP: uniform)."""
+        parts = split_components(self.schedule)
+        tc = base.replace(mixer=self.mixer, schedule=parts.get("mlp", "uniform"),
+                          heads_schedule=parts.get("heads", base.heads_schedule),
+                          kv_schedule=parts.get("kv", base.kv_schedule),
+                          mem_schedule=parts.get("mem", base.mem_schedule))
         return tc if seed is None else tc.replace(seed=seed)
 
 
@@ -146,18 +157,24 @@ def check_budget(base: TrainConfig, arms: list, vocab_size: int) -> dict[str, di
         b = budget[arm.name] = {
             "params": count_params(cfg).total,
             "flops_per_token": train_flops_per_token(cfg, base.seq_len),
+            "kv_bytes_per_token": kv_cache_bytes_per_token(cfg),
             "d_ff": list(cfg.d_ff),
+            "heads": [cfg.heads_at(l) for l in range(cfg.n_layers)],
+            "kv_heads": [cfg.kv_heads_at(l) for l in range(cfg.n_layers)],
         }
         ref_name = first.setdefault(arm.mixer, arm.name)
         ref = budget[ref_name]
-        if (b["params"], b["flops_per_token"]) != (ref["params"], ref["flops_per_token"]):
+        if any(b[k] != ref[k] for k in BUDGET):
             raise UserError(
-                f"arm {arm.name!r} has {b['params']:,} params / {b['flops_per_token']:,} FLOPs per token, "
-                f"{ref_name!r} has {ref['params']:,} / {ref['flops_per_token']:,}: not a fair comparison"
+                f"arm {arm.name!r} has {b['params']:,} params / {b['flops_per_token']:,} FLOPs / "
+                f"{b['kv_bytes_per_token']:,} KV-cache bytes per token, {ref_name!r} has {ref['params']:,} / "
+                f"{ref['flops_per_token']:,} / {ref['kv_bytes_per_token']:,}: not a fair comparison"
             )
     return budget
 
 
+BUDGET = ("params", "flops_per_token", "kv_bytes_per_token")
+"""What every arm of one mixer must share exactly."""
 COMPARE_FILES = (SETTINGS, "results.csv", "summary.csv", "paired.csv", "compare.json", "runs")
 
 
@@ -255,7 +272,8 @@ def write_tables(
     out: Path, rows: list[dict], settings: dict, budget: dict, baseline: str | dict[str, str]
 ) -> None:
     results = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
-    results["d_ff"] = results["d_ff"].map(lambda w: " ".join(map(str, w)))
+    for key in ("d_ff", "heads", "kv_heads"):
+        results[key] = results[key].map(lambda w: w if isinstance(w, str) else " ".join(map(str, w)))
     # columns an after_run hook added (tlm compare --eval-tasks: "task:metric"), compared like val_loss
     extra = list(dict.fromkeys(k for r in rows for k in r.get(EXTRA, {})))
     for k in extra:

@@ -15,7 +15,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.jsonfile import decode_utf8
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.presets import PRESETS, preset_config
-from tlm_probe.schedules import parse_schedule
+from tlm_probe.schedules import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
 
 try:
@@ -51,12 +51,23 @@ class TrainConfig:
     """MLP width schedule spec, as in `tlm schedule` (cosine:1.5:0.5, wider-early, ...)."""
     multiple_of: int = 64
     """Round every MLP width to a multiple of this (lower it for tiny models)."""
+    heads_schedule: str = ""
+    """Query-heads schedule spec, as in `tlm schedule --component heads` (cosine:1.5:0.5, explicit counts
+    '12,12,8,...', ...): per-layer heads in units of one GQA group, mean exactly n_heads; empty = uniform."""
+    kv_schedule: str = ""
+    """Key/value-heads schedule spec (`tlm schedule --component kv`): mean exactly n_kv_heads, each dividing
+    its layer's query heads; empty = uniform."""
+    mem_schedule: str = ""
+    """titans: memory-width schedule spec (`tlm schedule --component mem`): per-layer hidden width of each
+    head's memory MLP, mean exactly mem_expand·d_head, multiples of 8; empty = uniform."""
     d_model: int | None = None
     """Residual width."""
     n_layers: int | None = None
     """Number of blocks."""
     n_heads: int | None = None
     """Attention heads."""
+    n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention; default: n_heads)."""
     d_ff: int | None = None
     """Uniform (mean) MLP width; the schedule keeps n_layers·d_ff."""
     vocab_size: int = 0
@@ -141,6 +152,9 @@ class TrainConfig:
         _check_positive(self)
         # the one parse of the schedule spec (a bad spec is a UserError naming it); model_config uses it
         object.__setattr__(self, "schedule_spec", parse_schedule(self.schedule, self.multiple_of))
+        for key in ("heads_schedule", "kv_schedule", "mem_schedule"):  # a bad spec fails here, before data
+            if getattr(self, key):
+                check_params(parse_schedule(getattr(self, key)))
         if self.mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if self.preset and self.preset not in PRESETS:
@@ -170,7 +184,8 @@ class TrainConfig:
         arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
         if d_ff is not None:
             arch["d_ff"] = d_ff
-        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, **self._mixer_settings())
+        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, **self._mixer_settings(),
+                     **self._head_settings())
         if self.max_seq_len:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
@@ -183,6 +198,17 @@ class TrainConfig:
         full = {**ARCH_DEFAULTS, **arch}
         d_ff = full.pop("d_ff")
         return config_with_schedule(spec, d_ff, **full, **extra)
+
+    def _head_settings(self) -> dict:
+        """n_kv_heads and the heads / kv schedules given, as config_with_schedule's arguments."""
+        out = {"n_kv_heads": self.n_kv_heads} if self.n_kv_heads is not None else {}
+        if self.heads_schedule:
+            out["heads"] = self.heads_schedule
+        if self.kv_schedule:
+            out["kv"] = self.kv_schedule
+        if self.mem_schedule:
+            out["mem"] = self.mem_schedule
+        return out
 
     def _mixer_settings(self) -> dict:
         """The mixer fields given (None / empty: the model config's default), as TLMConfig fields."""
