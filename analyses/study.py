@@ -4,6 +4,7 @@
     python -m analyses.study schedules     # tlm sweep: cosine, linear, sigmoid x 3 ratios vs uniform
     python -m analyses.study mixers        # the four token mixers, uniform vs cosine 1.5->0.5
     python -m analyses.study allocation    # every published allocation + a probe-derived one
+    python -m analyses.study components    # taper MLP width vs query heads vs KV heads vs MLP + heads
     python -m analyses.study eval          # tlm eval of every finished run: built-in tasks + OOD perplexity
     python -m analyses.study mechanism     # alignment vs depth: trained models, MiniLM, SmolLM2 (GGUF)
     python -m analyses.study collect       # tables and figures -> analyses/results/<part>/
@@ -43,7 +44,7 @@ MOTIVATING = "uniform,wider-early,wider-middle,wider-late"
 SWEEP = ["--shapes", "cosine,linear,sigmoid", "--ratios", "1.25:0.75,1.5:0.5,1.75:0.25"]
 MIXERS = ["--mixers", "attention,gated_attention,titans,hope_attention",
           "--schedules", "uniform,cosine:1.5:0.5"]
-TRAINED = ("motivating", "schedules", "mixers", "allocation")
+TRAINED = ("motivating", "schedules", "mixers", "allocation", "components")
 EVAL = ["--tasks", "pydoc-mc,pydoc-lastword", "--limit", "200", "--ppl-data", "builtin:stdlib",
         "--ppl-tokens", "16384", "--threads", "1"]
 PROBE = ["--data", "builtin:pydoc", "--split", "val", "--max-tokens", "16384", "--threads", "1",
@@ -99,6 +100,13 @@ def allocation(opts) -> None:
     from analyses import allocation as alloc
 
     alloc.run(opts, training_flags(opts), tlm)
+
+
+def components(opts) -> None:
+    """Which component to taper (analyses/components.py): 5 arms x 3 seeds at the allocation scale."""
+    from analyses import components as comp
+
+    comp.run(opts, training_flags(opts), tlm)
 
 
 def finished_runs(opts, parts=TRAINED):
@@ -201,8 +209,7 @@ def _collect_mechanism(opts, summ) -> list[str]:
 
 
 PARTS = {"motivating": motivating, "schedules": schedules, "mixers": mixers, "allocation": allocation,
-         "eval": evaluate,
-         "mechanism": mechanism, "collect": collect}
+         "components": components, "eval": evaluate, "mechanism": mechanism, "collect": collect}
 
 
 def main() -> None:
