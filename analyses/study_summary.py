@@ -61,7 +61,7 @@ def _training_row(arm: str, s: pd.Series, paired: pd.DataFrame) -> list[str]:
 def eval_table(eval_root: Path, folder: Path) -> str:
     """Per arm of the comparison in `folder`: mean of each task metric over seeds, and its paired difference
     to the uniform arm of the same mixer (compare's own paired_table, as for the validation loss)."""
-    from tlm_probe.train.compare import paired_table, summary_table
+    from tlm_probe.train.compare_tables import paired_table, summary_table
 
     rows = []
     for res in sorted((eval_root / folder.name).glob("*/results.csv")):

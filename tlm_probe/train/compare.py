@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from tlm_probe.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
@@ -45,6 +44,7 @@ from tlm_probe.models.device import resolve_device
 from tlm_probe.seeds import check_seed
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
+from tlm_probe.train.compare_tables import METRICS, paired_table, summary_table
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import check_device, check_resume, writer_lock
 
@@ -70,7 +70,6 @@ COMPARE_COLUMNS = [
     "kv_heads",
     "kv_bytes_per_token",
 ]
-METRICS = ("val_loss", "val_ppl", "val_bpb")
 EXTRA = "extra_columns"
 """Row key holding the {column: value} an after_run hook returned for that run."""
 
@@ -210,62 +209,6 @@ def _saved_settings(path: Path) -> dict | None:
         defaults = {k: v for k, v in TrainConfig(steps=1).to_dict().items() if k not in PER_RUN_OR_MACHINE}
         old["base"] = {**{k: defaults[k] for k in defaults.keys() - old["base"].keys()}, **old["base"]}
     return old
-
-
-def paired_table(
-    results: pd.DataFrame, baseline: str | dict[str, str], metrics: tuple[str, ...] = METRICS
-) -> pd.DataFrame:
-    """Each arm minus its mixer's baseline arm (one name for all, or mixer -> name), paired by seed, with
-    scipy's paired t-test on each metric."""
-    rows = []
-    for arm, mixer in dict.fromkeys(zip(results["arm"], results["mixer"], strict=True)):
-        ref = baseline if isinstance(baseline, str) else baseline.get(mixer)
-        if arm == ref or ref is None or not (results["arm"] == ref).any():
-            continue
-        base = results[results["arm"] == ref].set_index("seed")
-        mine = results[results["arm"] == arm].set_index("seed")
-        seeds = sorted(set(mine.index) & set(base.index))
-        schedule = mine["schedule"].iloc[0] if "schedule" in mine else arm
-        row = {"arm": arm, "mixer": mixer, "schedule": schedule, "baseline": ref, "n_pairs": len(seeds)}
-        for m in metrics:
-            row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
-    """Paired difference a - b: mean, std, scipy's paired t-test, the 95% t-interval of the mean
-    difference and the standardised effect size d_z = mean/std (Cohen's d for paired samples)."""
-    diff = a - b
-    ok = len(diff) >= 2 and not np.isnan(diff).any() and np.ptp(diff) > 0
-    test = stats.ttest_rel(a, b) if ok else None
-    std = float(np.std(diff, ddof=1)) if len(diff) >= 2 else math.nan
-    low, high = test.confidence_interval(0.95) if test is not None else (math.nan, math.nan)
-    return {
-        f"{metric}_diff_mean": float(np.mean(diff)) if len(diff) else math.nan,
-        f"{metric}_diff_std": std,
-        f"{metric}_diff_ci_low": float(low),
-        f"{metric}_diff_ci_high": float(high),
-        f"{metric}_dz": float(np.mean(diff) / std) if ok else math.nan,
-        f"{metric}_t": float(test.statistic) if test is not None else math.nan,
-        f"{metric}_p": float(test.pvalue) if test is not None else math.nan,
-    }
-
-
-def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
-    g = results.groupby("arm", sort=False)
-    out = g.agg(
-        mixer=("mixer", "first"),
-        schedule=("schedule", "first"),
-        n_seeds=("seed", "nunique"),
-        params=("params", "first"),
-        flops_per_token=("flops_per_token", "first"),
-        tokens_per_s_mean=("tokens_per_s", "mean"),
-    )
-    for m in metrics:
-        out[f"{m}_mean"] = g[m].mean()
-        out[f"{m}_std"] = g[m].std(ddof=1)
-    return out.reset_index()
 
 
 def write_tables(

@@ -1,0 +1,68 @@
+"""The tables of a comparison: each arm's summary over seeds and its paired test against the baseline arm
+(the same seed's run of the mixer's uniform arm), from the results table tlm compare writes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+METRICS = ("val_loss", "val_ppl", "val_bpb")
+
+
+def paired_table(
+    results: pd.DataFrame, baseline: str | dict[str, str], metrics: tuple[str, ...] = METRICS
+) -> pd.DataFrame:
+    """Each arm minus its mixer's baseline arm (one name for all, or mixer -> name), paired by seed, with
+    scipy's paired t-test on each metric."""
+    rows = []
+    for arm, mixer in dict.fromkeys(zip(results["arm"], results["mixer"], strict=True)):
+        ref = baseline if isinstance(baseline, str) else baseline.get(mixer)
+        if arm == ref or ref is None or not (results["arm"] == ref).any():
+            continue
+        base = results[results["arm"] == ref].set_index("seed")
+        mine = results[results["arm"] == arm].set_index("seed")
+        seeds = sorted(set(mine.index) & set(base.index))
+        schedule = mine["schedule"].iloc[0] if "schedule" in mine else arm
+        row = {"arm": arm, "mixer": mixer, "schedule": schedule, "baseline": ref, "n_pairs": len(seeds)}
+        for m in metrics:
+            row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
+    """Paired difference a - b: mean, std, scipy's paired t-test, the 95% t-interval of the mean
+    difference and the standardised effect size d_z = mean/std (Cohen's d for paired samples)."""
+    diff = a - b
+    ok = len(diff) >= 2 and not np.isnan(diff).any() and np.ptp(diff) > 0
+    test = stats.ttest_rel(a, b) if ok else None
+    std = float(np.std(diff, ddof=1)) if len(diff) >= 2 else math.nan
+    low, high = test.confidence_interval(0.95) if test is not None else (math.nan, math.nan)
+    return {
+        f"{metric}_diff_mean": float(np.mean(diff)) if len(diff) else math.nan,
+        f"{metric}_diff_std": std,
+        f"{metric}_diff_ci_low": float(low),
+        f"{metric}_diff_ci_high": float(high),
+        f"{metric}_dz": float(np.mean(diff) / std) if ok else math.nan,
+        f"{metric}_t": float(test.statistic) if test is not None else math.nan,
+        f"{metric}_p": float(test.pvalue) if test is not None else math.nan,
+    }
+
+
+def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
+    g = results.groupby("arm", sort=False)
+    out = g.agg(
+        mixer=("mixer", "first"),
+        schedule=("schedule", "first"),
+        n_seeds=("seed", "nunique"),
+        params=("params", "first"),
+        flops_per_token=("flops_per_token", "first"),
+        tokens_per_s_mean=("tokens_per_s", "mean"),
+    )
+    for m in metrics:
+        out[f"{m}_mean"] = g[m].mean()
+        out[f"{m}_std"] = g[m].std(ddof=1)
+    return out.reset_index()
