@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
+from tlm_probe.plotting.arms import arm_colours
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
@@ -160,8 +161,10 @@ def _advantage(paths, req: FigureRequest) -> Figure:
     if curves.empty:
         raise UserError(f"{paths[0]} has no arm with {metric} logged at the baseline's steps yet")
     title = req.title or f"each arm's {metric} minus the baseline's over training (below 0: ahead)"
+    # colours from every arm, baseline included, so an arm keeps the colour it has in the loss curves
+    arms = load_comparison(paths[0]).curves["arm"].astype(str)
     return plot_curves(curves, metrics=list(dict.fromkeys(curves["metric"])), size=req.size, dpi=req.dpi,
-                       title=title)
+                       title=title, colours=arm_colours(arms))
 
 
 BUILDERS: dict[str, Callable[[Sequence[str | Path], FigureRequest], Figure]] = {
