@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
+from tlm_probe.progress import Ticker, tick
 from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS, ProbeResult
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
@@ -229,18 +229,16 @@ class _Stream:
         self.n_tokens, self.n_seqs = 0, 0
 
     def run(self, seqs, progress: bool) -> None:
-        bar = _progress(progress)
         if _order_free(self.opts, self.sink.accumulators if self.sink is not None else [], self.keep):
             seqs = bucket_by_length(seqs, self.opts.batch_size)
+        bar = Ticker("probing", self.opts.max_tokens, "tokens", enabled=progress)
         with bar, torch.inference_mode():
-            task = bar.add_task("probing", total=self.opts.max_tokens) if progress else None
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
                 if self.backend is not None:
                     self._forward(ids, mask)
                 self._keep(ids, mask)
                 self.n_tokens += int(mask.sum())
-                if progress:
-                    bar.update(task, advance=int(mask.sum()))
+                bar.advance(int(mask.sum()))
 
     def _forward(self, ids, mask) -> None:
         index = TokenIndex(mask, self.opts.exclude_bos)
@@ -334,29 +332,7 @@ def _agreement(rows: list[dict], plan: StatPlan, n_layers: int) -> tuple[list[di
 def _tracker(progress: bool):
     if not progress:
         return lambda it, description: it
-    from rich.progress import track
-
-    return lambda it, description: track(it, description=description, transient=True)
-
-
-def _progress(enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    return Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        "tokens",
-        TimeRemainingColumn(),
-        transient=True,
-    )
-
-
-class _NoBar(nullcontext):
-    def add_task(self, *a, **k):
-        return None
+    return lambda it, description: tick(it, description)
 
 
 def _table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:

@@ -58,6 +58,7 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.commands.probe import _threads
         from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.fileio import folder_lock
+        from tlm_probe.progress import where
 
         opts = EvalOptions(
             tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
@@ -69,13 +70,16 @@ def register(app: typer.Typer) -> None:
         check_output(out, [model, *opts.ppl_data, *opts.tasks])
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
-        status = contextlib.nullcontext() if json_out else console.status(f"evaluating {model}")
+        # a spinner on a terminal; in a log or a notebook (where rich draws nothing or wants ipywidgets)
+        # plain lines per phase instead
+        lines = not json_out and where() != "terminal"
+        status = contextlib.nullcontext() if json_out or lines else console.status(f"evaluating {model}")
         # the lock from the first load to the last file: a second eval of this --out stops at once
         with folder_lock(out), _threads(threads), status, stays_offline(model, opts):
             scorer = load_scorer(model, opts, unsafe_pickle, trust_remote_code)
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tasks-") as staging:
-                res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging))
+                res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging), progress=lines)
                 write_eval(out, res, Path(staging))
         if json_out:
             rows = res.table.to_dict("records")
