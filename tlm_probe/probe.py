@@ -14,11 +14,13 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -159,8 +161,9 @@ def run_probe(
     backend = backend_cls(sink) if accs else None
     keep = imp_opts.max_sequences if plan.importance else 0
     seqs = sq.limit_tokens(sq.token_sequences(pm, opts.data, opts.seq_len, opts.split), opts.max_tokens)
+    digest = hashlib.sha256()
     stream = _Stream(pm, sink, backend, opts, keep, rank, world)
-    stream.run(sq.shard(seqs, rank, world), progress and rank == 0)
+    stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)
     for acc in accs:
         acc.all_reduce_()
     n_tokens = all_reduce_int(stream.n_tokens)
@@ -176,7 +179,7 @@ def run_probe(
     rows += agreement
     table = _table(pm, [r for r in rows if r["statistic"] in plan.asked])
     matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
-    prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
+    prov = build_provenance(pm, opts, n_tokens, world, time.time() - started, digest.hexdigest())
     prov["ci_methods"] = imp.CI_METHODS
     if refused_here:
         prov["refused"] = refused_here
@@ -193,6 +196,16 @@ def run_probe(
         )
         prov["importance"] = {**info, "agreement_target": target}
     return ProbeResult(table, matrices, prov)
+
+
+def _hashed(seqs, digest):
+    """The sequences, unchanged, each fed to `digest` as it passes: int64 little-endian ids, then its length
+    (so [1, 2][3] and [1][2, 3] differ). Every rank sees the whole stream before sharding: one hash."""
+    for seq in seqs:
+        ids = np.asarray(seq.cpu() if isinstance(seq, torch.Tensor) else seq, dtype="<i8")
+        digest.update(ids.tobytes())
+        digest.update(len(ids).to_bytes(8, "little"))
+        yield seq
 
 
 def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan) -> tuple[StatPlan, dict[str, str]]:

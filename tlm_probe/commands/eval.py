@@ -4,6 +4,7 @@ perplexity; tidy results.csv/.parquet + provenance.json (+ the built-in task con
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -104,6 +105,10 @@ def check_output(out: Path, inputs=()) -> None:
         raise UserError(f"--out {out} cannot be written ({parent} is not writable)")
 
 
+RELATIVE_NOTE = ("# data_files below is relative to this file's folder (so the eval folder can be moved);\n"
+                 "# the harness resolves it from its working directory: run lm_eval from this folder.\n")
+
+
 def write_eval(out: Path, res, staging: Path) -> None:
     """results + provenance (all-or-nothing, results.write_results), then the built-in task files (named in
     the folder's manifest first, each written atomically)."""
@@ -119,8 +124,9 @@ def write_eval(out: Path, res, staging: Path) -> None:
     tasks.mkdir(exist_ok=True)
     for p in written:
         text = p.read_text()
-        if p.suffix == ".yaml":  # point the config at its data file's new home
-            text = text.replace(str(staging / p.stem), str((tasks / p.stem).resolve()))
+        if p.suffix == ".yaml":  # the data file by its name, next to the config: the folder can move
+            text = text.replace(json.dumps(str(staging / f"{p.stem}.jsonl")), json.dumps(f"{p.stem}.jsonl"))
+            text = RELATIVE_NOTE + text
         atomic_write_text(tasks / p.name, text)
 
 

@@ -209,6 +209,7 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
     import transformers
 
     from tlm_probe import __version__
+    from tlm_probe.code_version import code_commit
     from tlm_probe.content_hash import content_hash
 
     pm = scorer.pm
@@ -223,8 +224,10 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
         "tasks": tasks,
         "perplexity": ppl,
         "options": asdict(opts),
+        "threads": torch.get_num_threads(),  # the run's, after --threads set them
         "versions": {
             "tlm_probe": __version__,
+            "tlm_probe_commit": code_commit(),
             "lm_eval": version("lm_eval"),
             "torch": torch.__version__,
             "transformers": transformers.__version__,

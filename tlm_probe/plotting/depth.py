@@ -30,6 +30,7 @@ from tlm_probe.plotting.style import (
     figure_style,
     legend_label,
     new_figure,
+    split_suffix,
     stat_label,
     title_with_provenance,
 )
@@ -112,7 +113,7 @@ def _decorate(ax, rows, groups, statistic, x, flags, title) -> None:
     if x == "depth":
         ax.set_xlim(-0.03, 1.03)
     labels, tokens = titled_entries(rows, groups)
-    ax.set_title(title or title_with_provenance(f"{statistic} vs {x}", labels, tokens))
+    ax.set_title(title or title_with_provenance(f"{statistic} vs {x}{split_suffix(rows)}", labels, tokens))
     band = "band: ± 1 std over seeds, else CI" if seeded else "band: CI"
     legend_title = f"model ({band}; marker area ∝ MLP width d_l)" if tapered else f"model ({band})"
     ax.legend(title=legend_title, loc="best", fontsize="small", title_fontsize="small")

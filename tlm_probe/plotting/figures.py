@@ -24,6 +24,7 @@ from tlm_probe.plotting.inputs import (
     load_run,
     merge_probes,
     schedule_table,
+    split_note,
 )
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE
@@ -86,6 +87,7 @@ def _depth(paths, req: FigureRequest) -> Figure:
     results, _, _ = _probe_tables(paths)
     stat = _one(req.statistics, "align_mlp_mid", "depth")
     _note_lacking(req, results, results["model"], stat)
+    req.notes += split_note(results)
     return plot_depth(results, stat, x=req.x, size=req.size, dpi=req.dpi, title=req.title)
 
 
@@ -106,6 +108,7 @@ def _importance(paths, req: FigureRequest) -> Figure:
         raise UserError("no importance proxies in these results; name them with --statistic")
     for stat in stats:
         _note_lacking(req, results, results["model"], stat)
+    req.notes += split_note(results)
     return plot_importance(results, stats, size=req.size, dpi=req.dpi, title=req.title)
 
 

@@ -38,6 +38,7 @@ from tlm_probe.plotting.style import (
     figure_style,
     legend_label,
     new_figure,
+    split_suffix,
     stat_label,
     title_with_provenance,
 )
@@ -106,7 +107,8 @@ def plot_importance(
         fig.legend([handles[h] for h in order], order, title="model", loc="outside lower center",
                    ncols=min(len(handles), 4), fontsize="small", title_fontsize="small")
         labels, tokens = titled_entries(results, groups)
-        fig.suptitle(title or title_with_provenance("layer importance by proxy", labels, tokens),
+        what = f"layer importance by proxy{split_suffix(results)}"
+        fig.suptitle(title or title_with_provenance(what, labels, tokens),
                      fontsize="medium")
     return fig
 

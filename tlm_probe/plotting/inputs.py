@@ -96,7 +96,8 @@ def load_probe(path: str | Path) -> ProbeResult:
 def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """One result table (and matrix table) over several inputs. A model name that occurs in more than one
     input is named after its folder in every input that has it ('uniform-s0 (demoA/probe/uniform-s0)'),
-    so two probes of one model stay two lines that say where they came from."""
+    so two probes of one model stay two lines that say where they came from. A `split` column holds the
+    data split each input's provenance names."""
     holders: dict[str, list[int]] = {}
     for k, pr in enumerate(probes):
         for m in pr.table["model"].astype(str).unique():
@@ -106,7 +107,10 @@ def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFr
     for k, pr in enumerate(probes):
         rename = {m: names[m][holders[m].index(k)] if m in names else m
                   for m in pr.table["model"].astype(str).unique()}
-        results.append(pr.table.assign(model=pr.table["model"].astype(str).map(rename)))
+        table = pr.table.assign(model=pr.table["model"].astype(str).map(rename))
+        if "split" not in table:  # the data split each probe ran on, for titles and the mixed-split note
+            table = table.assign(split=str((pr.provenance.get("data") or {}).get("split") or "unknown"))
+        results.append(table)
         if pr.matrices is not None and not pr.matrices.empty:
             mat = pr.matrices.assign(model=pr.matrices["model"].astype(str))
             matrices.append(mat.assign(model=mat["model"].map(lambda m, r=rename: r.get(m, m))))
@@ -236,3 +240,16 @@ def advantage_curves(path: str | Path, metric: str = "val_loss") -> pd.DataFrame
     paired = losses[losses["arm"] != baseline].merge(base, on=["seed", "step"])  # same seed, same step
     paired = paired.assign(value=paired["value"] - paired["base"], metric=f"{metric} − {baseline}")
     return curve_summary(paired[["arm", "seed", "step", "tokens", "metric", "value"]])
+
+
+def split_note(results: pd.DataFrame) -> list[str]:
+    """A warning when the probes ran on different data splits (a train-split probe beside val-split ones
+    measures other tokens): empty when they agree."""
+    if "split" not in results:
+        return []
+    by_split = results.groupby(results["split"].astype(str))["model"].agg(lambda m: list(dict.fromkeys(m)))
+    if len(by_split) < 2:
+        return []
+    parts = "; ".join(f"{split}: {', '.join(map(str, models))}" for split, models in by_split.items())
+    return [f"warning: these probes ran on different data splits ({parts}); their values are not "
+            "measurements on the same tokens"]

@@ -23,6 +23,7 @@ from tlm_probe.plotting.inputs import (
     load_probe,
     load_run,
     merge_probes,
+    split_note,
 )
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
 from tlm_probe.report.summary import comparison_summary, eval_headline
@@ -115,7 +116,7 @@ def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = 
                 _name("depth", k, s),
                 f"{s} against normalised depth, one line per model",
                 lambda s=s: plot_depth(results, s, size=size, dpi=dpi, colours=colours),
-                notes=lacking_notes(results, results["model"], s),
+                notes=lacking_notes(results, results["model"], s) + split_note(results),
             )
             for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])
         ],
@@ -133,7 +134,8 @@ def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = 
                         "importance",
                         f"importance proxies per layer: {', '.join(importance)}",
                         lambda: plot_importance(results, importance, size=size, dpi=dpi, colours=colours),
-                        notes=[n for p in importance for n in lacking_notes(results, results["model"], p)],
+                        notes=[n for p in importance for n in lacking_notes(results, results["model"], p)]
+                        + split_note(results),
                     )
                 ],
             )
@@ -195,8 +197,11 @@ def probe_overview(results: pd.DataFrame) -> pd.DataFrame:
     """One row per probed model: its layers and the tokens its statistics averaged over."""
     per_layer = results[results["layer"] >= 0]
     g = per_layer.groupby("model", sort=False)
-    return pd.DataFrame({"layers": g["layer"].nunique(), "statistics": g["statistic"].nunique(),
-                         "n_tokens": g["n_tokens"].max()}).reset_index()
+    out = pd.DataFrame({"layers": g["layer"].nunique(), "statistics": g["statistic"].nunique(),
+                        "n_tokens": g["n_tokens"].max()})
+    if "split" in per_layer:
+        out["data split"] = g["split"].first()
+    return out.reset_index()
 
 
 PROVENANCE_CHARS = 4000
