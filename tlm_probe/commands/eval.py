@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.common import DEVICE_HELP, command, console, device_option, print_json, renamed
 from tlm_probe.errors import UserError
 
 EVAL_MARKERS = ("provenance.json", "results.csv", "results.parquet", "tasks")
@@ -28,7 +28,9 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(
             ..., help="Checkpoint folder (ours or Hugging Face), a .gguf file or a hub name."
         ),
-        out: Path = typer.Option(..., help="Result folder: results.csv/.parquet, provenance.json, tasks/."),
+        out: Path = typer.Option(
+            ..., "--out", "-o", help="Result folder: results.csv/.parquet, provenance.json, tasks/."
+        ),
         tasks: str = typer.Option(
             "", help="Comma-separated: pydoc-mc, pydoc-lastword (built in, offline), a task YAML, or any "
             "lm-evaluation-harness task name (its dataset must be available)."
@@ -36,14 +38,16 @@ def register(app: typer.Typer) -> None:
         ppl_data: list[str] = typer.Option(
             [], "--ppl-data", help="Perplexity on this source (repeatable; any source `tlm train` reads)."
         ),
-        ppl_split: str = typer.Option("val", help="Split of each --ppl-data source: val | train | all."),
+        split: str = typer.Option("val", help="Split of each --ppl-data source: val | train | all."),
         ppl_context: int = typer.Option(0, help="Perplexity window length (0: the model's context)."),
         ppl_stride: int = typer.Option(0, help="Stride between perplexity windows (0: = context, disjoint)."),
-        ppl_tokens: int = typer.Option(65_536, help="Scored tokens per --ppl-data source (0: all)."),
+        max_tokens: int = typer.Option(65_536, help="Scored tokens per --ppl-data source (0: all)."),
+        ppl_split: str = typer.Option(None, "--ppl-split", hidden=True, help="Old name of --split."),
+        ppl_tokens: int = typer.Option(None, "--ppl-tokens", hidden=True, help="Old name of --max-tokens."),
         limit: int = typer.Option(None, help="Documents per task (default: all)."),
         task_source: str = typer.Option("builtin:pydoc", help="Corpus the built-in tasks are made from."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),
-        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
         dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
         seed: int = typer.Option(0, help="Seed of the built-in tasks' draws and of the harness."),
         threads: int = typer.Option(0, help="CPU threads for PyTorch (0: PyTorch's default)."),
@@ -61,11 +65,13 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.fileio import folder_lock
         from tlm_probe.progress import where
 
+        split = renamed(split, ppl_split, "val", "--split", "--ppl-split")
+        max_tokens = renamed(max_tokens, ppl_tokens, 65_536, "--max-tokens", "--ppl-tokens")
         opts = EvalOptions(
             tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
-            ppl_split=ppl_split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=ppl_tokens,
-            limit=limit, task_source=task_source, batch_size=batch_size, device=device, dtype=dtype,
-            seed=seed, trust_task_code=trust_task_code,
+            ppl_split=split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=max_tokens,
+            limit=limit, task_source=task_source, batch_size=batch_size, device=device_option(device),
+            dtype=dtype, seed=seed, trust_task_code=trust_task_code,
         )
         check_options(opts)
         check_output(out, [model, *opts.ppl_data, *opts.tasks])

@@ -12,7 +12,15 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
+from tlm_probe.commands.common import (
+    DEVICE_HELP,
+    command,
+    console,
+    device_option,
+    err_console,
+    interrupt_code,
+    print_json,
+)
 from tlm_probe.errors import UserError
 
 SUMMARY_STATS = (
@@ -48,7 +56,9 @@ def register(app: typer.Typer) -> None:
             help="builtin:pydoc | builtin:stdlib | text file/folder/glob | "
             "file.jsonl[:field] | hf:NAME[:split] | token ids (.npy, .pt, .tok, folder).",
         ),
-        out: Path = typer.Option(..., help="Result folder: results.csv/.parquet, provenance.json."),
+        out: Path = typer.Option(
+            ..., "--out", "-o", help="Result folder: results.csv/.parquet, provenance.json."
+        ),
         backend: str = typer.Option("native", help="native | transformer-lens | nnsight"),
         stats: str = typer.Option(
             "alignment", help="Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."
@@ -61,7 +71,7 @@ def register(app: typer.Typer) -> None:
         ),
         max_tokens: int = typer.Option(65_536, help="Stop after this many tokens (0: all the data)."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),
-        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
         dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
         split: str = typer.Option("all", help="train | val | all (for sources with a split)."),
         trust_remote_code: bool = typer.Option(
@@ -108,6 +118,7 @@ def register(app: typer.Typer) -> None:
         if max_tokens < 0:
             raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
         check_not_weights(data)
+        device = device_option(device)
         opts = ProbeOptions(
             data=data,
             stats=stats,

@@ -68,9 +68,9 @@ def check_options(opts: EvalOptions) -> None:
     if opts.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.ppl_tokens < 0:  # 0 means all; below 0 would silently score one window
-        raise UserError(f"--ppl-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
+        raise UserError(f"--max-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
     if opts.ppl_split not in ("train", "val", "all"):
-        raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
+        raise UserError(f"--split must be train, val or all, got {opts.ppl_split!r}")
     check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
