@@ -211,6 +211,8 @@ def _print_summary(table, prov: dict, out: Path) -> None:
         console.print(f"probed {len(steps)} checkpoints, steps {', '.join(map(str, steps))}; "
                       f"the table shows step {steps[-1]}", markup=False, highlight=False)
         table = table[table["step"] == steps[-1]]
+    per_model = table[table["layer"] < 0]  # Spearman agreement: one value per model, not a layer's
+    table = table[table["layer"] >= 0]
     wide = table.pivot_table(index=["layer", "d_ff"], columns="statistic", values="value").reset_index()
     cols = (
         [c for c in SUMMARY_STATS if c in wide.columns]
@@ -226,10 +228,23 @@ def _print_summary(table, prov: dict, out: Path) -> None:
     for _, row in wide.iterrows():
         t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
     console.print(t)
+    if not per_model.empty:
+        console.print(_per_model_table(per_model))
     if prov.get("no_mlp_layers"):
         console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, prov['no_mlp_layers']))}; "
                       "no MLP rows for them, block-level rows kept", markup=False, highlight=False)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
+
+
+def _per_model_table(rows) -> Table:
+    """The per-model rows (layer -1 in results.csv) as their own table, with their CI."""
+    t = Table(title="per model (one value each; in results.csv as layer -1)")
+    for c in ("statistic", "value", "95% CI"):
+        t.add_column(c, justify="left" if c == "statistic" else "right")
+    for _, r in rows.iterrows():
+        ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-"
+        t.add_row(str(r["statistic"]), f"{r['value']:+.4f}", ci)
+    return t
 
 
 def _cell(row, col: str) -> str:
