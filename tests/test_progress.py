@@ -174,3 +174,30 @@ def test_an_error_in_the_loop_leaves_one_line(capsys):
     with pytest.raises(ValueError), Ticker("probing", 100, "tokens", mode="log"):
         raise ValueError("bad input in the first batch")
     assert capsys.readouterr().err == ""
+
+
+def test_training_in_a_notebook_draws_an_html_line_not_an_ipywidgets_warning(tmp_path, monkeypatch):
+    import warnings
+
+    import IPython.display as display
+
+    from tlm_probe.train import training
+    from tlm_probe.train.config import TrainConfig
+
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, obj):
+            updates.append(obj.data)
+
+    monkeypatch.setattr(display, "display", lambda obj, display_id=False: shown.append(obj.data) or Handle())
+    monkeypatch.setattr(training._stderr, "is_jupyter", True)
+    monkeypatch.setattr(progress, "NOTEBOOK_EVERY_S", 0.0)  # redraw at every step: the test sees each one
+    tc = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
+                     steps=6, eval_interval=1000, eval_tokens=64, threads=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # rich's 'install "ipywidgets"' is a UserWarning
+        training.run_training(tc, tmp_path / "run")
+    assert len(shown) == 1 and shown[0].startswith('<progress value="0" max="6">')
+    assert updates[-1].startswith('<progress value="6" max="6">') and "tok/s" in updates[-1]
+    assert "loss " in updates[-1]

@@ -58,6 +58,7 @@ class Ticker:
         self.description, self.total, self.unit, self.announce = description, total, unit, announce
         self.mode = (mode or where()) if enabled else "off"
         self.done = 0.0
+        self.note = ""  # extra words for the status (a training loop's loss and rate)
         self.t0 = self.t_line = time.perf_counter()
         self.done_line: float | None = None
         self.every = max(math.ceil(total / LINES), 1) if total else math.inf
@@ -115,8 +116,8 @@ class Ticker:
 
     def _status(self, now: float) -> str:
         took = now - self.t0
-        text = f"{self.description}: {self._count()}"
-        if took > 0 and self.done:
+        text = f"{self.description}: {self._count()}" + (f", {self.note}" if self.note else "")
+        if took > 0 and self.done and not self.note:
             text += f", {self.done / took:,.0f} {self.unit}/s".replace(" /s", "/s")
             if self.total:
                 text += f", eta {(self.total - self.done) * took / self.done:.0f}s"
@@ -138,6 +139,36 @@ class Ticker:
     def _line(text: str) -> None:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()  # a pipe is block-buffered: the line is for now, not for the loop's end
+
+
+class NotebookProgress:
+    """rich.progress.Progress's add_task / update (fields such as loss=, tps=) drawn as a Ticker's notebook
+    line: the training loop keeps one progress API and a notebook gets a bar without ipywidgets."""
+
+    def __init__(self, enabled: bool = True, unit: str = "steps"):
+        self.enabled, self.unit = enabled, unit
+        self.ticker: Ticker | None = None
+        self.fields: dict = {}
+
+    def __enter__(self) -> NotebookProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.ticker is not None:
+            self.ticker.__exit__(*exc)
+
+    def add_task(self, description: str, total: float | None = None, completed: float = 0, **fields) -> int:
+        self.ticker = Ticker(description, total, self.unit, enabled=self.enabled, mode="notebook").__enter__()
+        self.fields = dict(fields)
+        self.ticker.done = completed
+        return 0
+
+    def update(self, task: int, completed: float | None = None, **fields) -> None:
+        self.fields.update(fields)
+        shown = {k: v for k, v in self.fields.items() if v != "-"}
+        self.ticker.note = ", ".join(f"{v} tok/s" if k == "tps" else f"{k} {v}" for k, v in shown.items())
+        if completed is not None:
+            self.ticker.advance(completed - self.ticker.done)
 
 
 def tick(iterable: Iterable, description: str, *, enabled: bool = True, unit: str = "batches") -> Iterator:
