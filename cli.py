@@ -55,6 +55,10 @@ def _tlm(
                                  help="Print the versions of tlm_probe, torch and transformers, and exit."),
 ) -> None:
     """Probe how language models use their depth; train tapered models against fair uniform baselines."""
+    from tlm_probe.progress import quiet_third_party_bars, where
+
+    if where() == "log":  # other libraries' tqdm bars are carriage-return spam in a log
+        quiet_third_party_bars()
 
 
 def main() -> None:

@@ -137,7 +137,7 @@ def test_generate_non_finite_temperature(byte_ck, t):
 def test_eval_negative_ppl_tokens(byte_ck, work, tmp_path):
     out = tmp_path / "ev"
     _fails(["eval", byte_ck, "--ppl-data", work / "corpus.txt", "--ppl-tokens", "-5", "--out", out], out,
-           needle="--ppl-tokens must be >= 0")
+           needle="--max-tokens must be >= 0")
 
 
 def test_eval_ids_outside_a_byte_models_vocabulary(byte_ck, tmp_path):

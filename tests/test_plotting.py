@@ -110,12 +110,16 @@ def test_importance_bars_side_by_side(real_probe_dirs):
                                        "ablation_dnll_mlp_zero"]
     fig = plot_importance(df, stats, size=(600, 300), dpi=50)
     panels = [ax for ax in fig.axes if ax.get_visible()]
-    assert [ax.get_title() for ax in panels] == stats
-    for ax, stat in zip(panels, stats, strict=True):
+    # models of different depth: one row of panels per depth, deepest first, each on its own layer axis
+    assert [ax.get_title() for ax in panels] == [f"{s} · {n} layers" for n in (6, 4) for s in stats]
+    for ax, stat in zip(panels, stats * 2, strict=True):
+        present = ["cosine-6"] if ax in panels[:4] else ["uniform-4", "cosine-4"]
         heights = [p.get_height() for p in ax.patches]
-        expected = np.concatenate([_rows(df, m, stat).value for m in REAL_MODELS])
-        assert len(heights) == 4 + 4 + 6
+        expected = np.concatenate([_rows(df, m, stat).value for m in present])
         np.testing.assert_allclose(heights, expected)
+        # the bars of the models in this panel share each layer's slot, centred on the layer's tick
+        centres = np.array([p.get_x() + p.get_width() / 2 for p in ax.patches]).reshape(len(present), -1)
+        np.testing.assert_allclose(centres.mean(axis=0), np.arange(centres.shape[1]), atol=1e-12)
     assert "nats" in panels[2].get_ylabel()
     assert [t.get_text() for t in fig.legends[0].get_texts()] == list(REAL_MODELS)
     with pytest.raises(UserError, match="one value per model"):
@@ -181,7 +185,7 @@ def test_tables_carrying_dataframes_in_attrs_plot(real_probe_dirs):
     df = _real(real_probe_dirs)
     df.attrs["matrices"] = matrix_table()
     fig = plot_importance(df, ["block_influence", "mlp_influence"], size=SMALL, dpi=50)
-    assert len(fig.axes[0].patches) == 14 and "matrices" in df.attrs
+    assert sum(len(ax.patches) for ax in fig.axes) == 2 * 14 and "matrices" in df.attrs
 
 
 def test_bad_outputs_and_style_does_not_leak(tmp_path):

@@ -37,7 +37,7 @@ def test_curves_and_depth_from_a_real_demo(real_demo_dir, tmp_path):
     r = runner.invoke(app, ["plot", *map(str, probes), "--statistic", "mlp_influence", "--x", "layer",
                             "--size", "600x400", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    assert png_size(out) == (600, 400) and "cosine:1.5:0.5-s1" in json.loads(r.stdout)["title"]
+    assert png_size(out) == (600, 400) and "cosine:1.5:0.5, 2 seeds" in json.loads(r.stdout)["title"]
     r = runner.invoke(app, ["plot", str(real_demo_dir), "--out", str(out)])  # a comparison is not a probe
     assert r.exit_code == 1 and "needs probe results" in r.stderr
 

@@ -14,12 +14,13 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -31,6 +32,7 @@ from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
+from tlm_probe.progress import Ticker, tick
 from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS, ProbeResult
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
@@ -159,8 +161,9 @@ def run_probe(
     backend = backend_cls(sink) if accs else None
     keep = imp_opts.max_sequences if plan.importance else 0
     seqs = sq.limit_tokens(sq.token_sequences(pm, opts.data, opts.seq_len, opts.split), opts.max_tokens)
+    digest = hashlib.sha256()
     stream = _Stream(pm, sink, backend, opts, keep, rank, world)
-    stream.run(sq.shard(seqs, rank, world), progress and rank == 0)
+    stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)
     for acc in accs:
         acc.all_reduce_()
     n_tokens = all_reduce_int(stream.n_tokens)
@@ -176,7 +179,7 @@ def run_probe(
     rows += agreement
     table = _table(pm, [r for r in rows if r["statistic"] in plan.asked])
     matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
-    prov = build_provenance(pm, opts, n_tokens, world, time.time() - started)
+    prov = build_provenance(pm, opts, n_tokens, world, time.time() - started, digest.hexdigest())
     prov["ci_methods"] = imp.CI_METHODS
     if refused_here:
         prov["refused"] = refused_here
@@ -193,6 +196,16 @@ def run_probe(
         )
         prov["importance"] = {**info, "agreement_target": target}
     return ProbeResult(table, matrices, prov)
+
+
+def _hashed(seqs, digest):
+    """The sequences, unchanged, each fed to `digest` as it passes: int64 little-endian ids, then its length
+    (so [1, 2][3] and [1][2, 3] differ). Every rank sees the whole stream before sharding: one hash."""
+    for seq in seqs:
+        ids = np.asarray(seq.cpu() if isinstance(seq, torch.Tensor) else seq, dtype="<i8")
+        digest.update(ids.tobytes())
+        digest.update(len(ids).to_bytes(8, "little"))
+        yield seq
 
 
 def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan) -> tuple[StatPlan, dict[str, str]]:
@@ -229,18 +242,16 @@ class _Stream:
         self.n_tokens, self.n_seqs = 0, 0
 
     def run(self, seqs, progress: bool) -> None:
-        bar = _progress(progress)
         if _order_free(self.opts, self.sink.accumulators if self.sink is not None else [], self.keep):
             seqs = bucket_by_length(seqs, self.opts.batch_size)
+        bar = Ticker("probing", self.opts.max_tokens, "tokens", enabled=progress)
         with bar, torch.inference_mode():
-            task = bar.add_task("probing", total=self.opts.max_tokens) if progress else None
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
                 if self.backend is not None:
                     self._forward(ids, mask)
                 self._keep(ids, mask)
                 self.n_tokens += int(mask.sum())
-                if progress:
-                    bar.update(task, advance=int(mask.sum()))
+                bar.advance(int(mask.sum()))
 
     def _forward(self, ids, mask) -> None:
         index = TokenIndex(mask, self.opts.exclude_bos)
@@ -334,29 +345,7 @@ def _agreement(rows: list[dict], plan: StatPlan, n_layers: int) -> tuple[list[di
 def _tracker(progress: bool):
     if not progress:
         return lambda it, description: it
-    from rich.progress import track
-
-    return lambda it, description: track(it, description=description, transient=True)
-
-
-def _progress(enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    return Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        "tokens",
-        TimeRemainingColumn(),
-        transient=True,
-    )
-
-
-class _NoBar(nullcontext):
-    def add_task(self, *a, **k):
-        return None
+    return lambda it, description: tick(it, description)
 
 
 def _table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:

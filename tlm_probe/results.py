@@ -45,15 +45,21 @@ def _versions() -> dict:
     import transformers
 
     import tlm_probe
+    from tlm_probe.code_version import code_commit
 
     return {
         "tlm_probe": getattr(tlm_probe, "__version__", "0.1.0"),
+        "tlm_probe_commit": code_commit(),  # None when run from an installed package (the version says)
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
 
 
-def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float) -> dict:
+def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
+                     data_sha256: str | None = None) -> dict:
+    """`data_sha256`: of the token ids probed (probe.py says how they are serialised)."""
+    import torch
+
     return {
         "model": pm.name,
         "model_path": str(pm.path.resolve()) if pm.path else pm.name,
@@ -72,7 +78,9 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float) -> dic
             "source": str(opts.data) if isinstance(opts.data, (str, Path)) else type(opts.data).__name__,
             "split": opts.split,
             "n_tokens": n_tokens,
+            "sha256": data_sha256,
         },
+        "threads": torch.get_num_threads(),  # the run's, after --threads set them
         "options": {k: v for k, v in asdict(opts).items() if k not in ("data",)},
         "world_size": world,
         "versions": _versions(),

@@ -98,3 +98,24 @@ def _one_line_usage():
 
 def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+DEVICE_HELP = "auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"
+
+
+def device_option(device: str) -> str:
+    """The --device of every command: 'auto' resolved here (the loaders take a real device), any other
+    name checked; a device this machine lacks is one error line."""
+    from tlm_probe.models.device import resolve_device
+
+    resolved = resolve_device(device)
+    return str(resolved) if device == "auto" else device
+
+
+def renamed(value, old_value, default, new: str, old: str):
+    """An option under its new name, or its old name kept as a hidden alias; both, differing: an error."""
+    if old_value is None:
+        return value
+    if value != default and value != old_value:
+        raise UserError(f"{old} is the old name of {new}: give one of them")
+    return old_value

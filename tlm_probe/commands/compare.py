@@ -151,7 +151,8 @@ def print_summary(result: dict) -> None:
     base = result["baseline"]
     title = base if isinstance(base, str) else ", ".join(base.values())
     table = Table(title=f"validation after training (baseline {title})")
-    for col in ("arm", "seeds", "params", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "p (paired t)"):
+    for col in ("arm", "seeds", "params", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "95% CI",
+                "p (paired t)"):
         table.add_column(col, justify="right")
     paired = {p["arm"]: p for p in result["paired"]}
     for s in result["summary"]:
@@ -164,9 +165,14 @@ def print_summary(result: dict) -> None:
             _pm(s, "val_ppl"),
             _pm(s, "val_bpb"),
             _num(p.get("val_loss_diff_mean"), "+.4f"),
+            _ci(p),
             _num(p.get("val_loss_p"), ".3g"),
         )
     console.print(table)
+    if any((p.get("n_pairs") or 0) < 2 for p in result["paired"]):
+        from tlm_probe.report.summary import NOT_EVIDENCE
+
+        console.print(f"warning: {NOT_EVIDENCE}", highlight=False, markup=False)
     _print_eval(result)
     # kv_bytes_per_token: absent from the budget of a comparison written before per-layer heads
     budgets = result["budget"].values()
@@ -211,6 +217,13 @@ def _print_eval(result: dict) -> None:
                  for n in names]
         table.add_row(s["arm"], *cells)
     console.print(table)
+
+
+def _ci(p: dict) -> str:
+    lo, hi = p.get("val_loss_diff_ci_low"), p.get("val_loss_diff_ci_high")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return "-"
+    return f"[{lo:+.4f}, {hi:+.4f}]"
 
 
 def _num(x, fmt: str) -> str:

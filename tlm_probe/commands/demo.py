@@ -64,10 +64,12 @@ def register(app: typer.Typer) -> None:
                 f"bpb {row['val_bpb_mean']:.3f}  ({row['params']:,} params)",
                 highlight=False,
             )
+        from tlm_probe.report.summary import NOT_EVIDENCE, paired_sentence
+
         for p in doc["paired"]:
-            console.print(
-                f"{p['arm']} - {p['baseline']}: Δ val loss {p['val_loss_diff_mean']:+.4f}", highlight=False
-            )
+            console.print(paired_sentence(p), highlight=False, markup=False)
+        if any((p.get("n_pairs") or 0) < 2 for p in doc["paired"]):
+            console.print(f"warning: {NOT_EVIDENCE}", highlight=False, markup=False)
         figure = doc.get("figures_alignment") or "(not drawn)"
         console.print(
             f"wrote {out} in {doc['wall_seconds']:.0f} s; alignment vs depth: {figure}", highlight=False

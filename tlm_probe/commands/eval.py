@@ -4,6 +4,7 @@ perplexity; tidy results.csv/.parquet + provenance.json (+ the built-in task con
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.common import DEVICE_HELP, command, console, device_option, print_json, renamed
 from tlm_probe.errors import UserError
 
 EVAL_MARKERS = ("provenance.json", "results.csv", "results.parquet", "tasks")
@@ -27,7 +28,9 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(
             ..., help="Checkpoint folder (ours or Hugging Face), a .gguf file or a hub name."
         ),
-        out: Path = typer.Option(..., help="Result folder: results.csv/.parquet, provenance.json, tasks/."),
+        out: Path = typer.Option(
+            ..., "--out", "-o", help="Result folder: results.csv/.parquet, provenance.json, tasks/."
+        ),
         tasks: str = typer.Option(
             "", help="Comma-separated: pydoc-mc, pydoc-lastword (built in, offline), a task YAML, or any "
             "lm-evaluation-harness task name (its dataset must be available)."
@@ -35,14 +38,16 @@ def register(app: typer.Typer) -> None:
         ppl_data: list[str] = typer.Option(
             [], "--ppl-data", help="Perplexity on this source (repeatable; any source `tlm train` reads)."
         ),
-        ppl_split: str = typer.Option("val", help="Split of each --ppl-data source: val | train | all."),
+        split: str = typer.Option("val", help="Split of each --ppl-data source: val | train | all."),
         ppl_context: int = typer.Option(0, help="Perplexity window length (0: the model's context)."),
         ppl_stride: int = typer.Option(0, help="Stride between perplexity windows (0: = context, disjoint)."),
-        ppl_tokens: int = typer.Option(65_536, help="Scored tokens per --ppl-data source (0: all)."),
+        max_tokens: int = typer.Option(65_536, help="Scored tokens per --ppl-data source (0: all)."),
+        ppl_split: str = typer.Option(None, "--ppl-split", hidden=True, help="Old name of --split."),
+        ppl_tokens: int = typer.Option(None, "--ppl-tokens", hidden=True, help="Old name of --max-tokens."),
         limit: int = typer.Option(None, help="Documents per task (default: all)."),
         task_source: str = typer.Option("builtin:pydoc", help="Corpus the built-in tasks are made from."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),
-        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
         dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
         seed: int = typer.Option(0, help="Seed of the built-in tasks' draws and of the harness."),
         threads: int = typer.Option(0, help="CPU threads for PyTorch (0: PyTorch's default)."),
@@ -58,24 +63,30 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.commands.probe import _threads
         from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.fileio import folder_lock
+        from tlm_probe.progress import where
 
+        split = renamed(split, ppl_split, "val", "--split", "--ppl-split")
+        max_tokens = renamed(max_tokens, ppl_tokens, 65_536, "--max-tokens", "--ppl-tokens")
         opts = EvalOptions(
             tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
-            ppl_split=ppl_split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=ppl_tokens,
-            limit=limit, task_source=task_source, batch_size=batch_size, device=device, dtype=dtype,
-            seed=seed, trust_task_code=trust_task_code,
+            ppl_split=split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=max_tokens,
+            limit=limit, task_source=task_source, batch_size=batch_size, device=device_option(device),
+            dtype=dtype, seed=seed, trust_task_code=trust_task_code,
         )
         check_options(opts)
         check_output(out, [model, *opts.ppl_data, *opts.tasks])
         if threads < 0:
             raise UserError(f"--threads must be >= 0, got {threads}")
-        status = contextlib.nullcontext() if json_out else console.status(f"evaluating {model}")
+        # a spinner on a terminal; in a log or a notebook (where rich draws nothing or wants ipywidgets)
+        # plain lines per phase instead
+        lines = not json_out and where() != "terminal"
+        status = contextlib.nullcontext() if json_out or lines else console.status(f"evaluating {model}")
         # the lock from the first load to the last file: a second eval of this --out stops at once
         with folder_lock(out), _threads(threads), status, stays_offline(model, opts):
             scorer = load_scorer(model, opts, unsafe_pickle, trust_remote_code)
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tasks-") as staging:
-                res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging))
+                res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging), progress=lines)
                 write_eval(out, res, Path(staging))
         if json_out:
             rows = res.table.to_dict("records")
@@ -100,6 +111,10 @@ def check_output(out: Path, inputs=()) -> None:
         raise UserError(f"--out {out} cannot be written ({parent} is not writable)")
 
 
+RELATIVE_NOTE = ("# data_files below is relative to this file's folder (so the eval folder can be moved);\n"
+                 "# the harness resolves it from its working directory: run lm_eval from this folder.\n")
+
+
 def write_eval(out: Path, res, staging: Path) -> None:
     """results + provenance (all-or-nothing, results.write_results), then the built-in task files (named in
     the folder's manifest first, each written atomically)."""
@@ -115,8 +130,9 @@ def write_eval(out: Path, res, staging: Path) -> None:
     tasks.mkdir(exist_ok=True)
     for p in written:
         text = p.read_text()
-        if p.suffix == ".yaml":  # point the config at its data file's new home
-            text = text.replace(str(staging / p.stem), str((tasks / p.stem).resolve()))
+        if p.suffix == ".yaml":  # the data file by its name, next to the config: the folder can move
+            text = text.replace(json.dumps(str(staging / f"{p.stem}.jsonl")), json.dumps(f"{p.stem}.jsonl"))
+            text = RELATIVE_NOTE + text
         atomic_write_text(tasks / p.name, text)
 
 

@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from tlm_probe.commands.common import command, console, print_json, say
+from tlm_probe.commands.common import DEVICE_HELP, command, console, device_option, print_json, say
 from tlm_probe.errors import UserError
 
 
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         top_p: float = typer.Option(1.0, help="Nucleus sampling threshold (with --temperature > 0)."),
         seed: int = typer.Option(0, help="Seed of the sampler."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Recompute every step (no KV cache)."),
-        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
         dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
         threads: int = typer.Option(0, help="CPU threads for PyTorch (0: PyTorch's default)."),
         json_out: bool = typer.Option(False, "--json", help="Print prompt, completion and ids as JSON."),
@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
 
         if not math.isfinite(temperature):  # nan passes every comparison; inf divides logits to 0 or nan
             raise UserError(f"--temperature must be a finite number >= 0, got {temperature}")
-        opts = GenerateOptions(max_new_tokens, temperature, top_p, seed, not no_cache, device, dtype)
+        opts = GenerateOptions(max_new_tokens, temperature, top_p, seed, not no_cache, device_option(device),
+                               dtype)
         opts.check()
         started = time.perf_counter()
         with _threads(threads):

@@ -12,7 +12,15 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
+from tlm_probe.commands.common import (
+    DEVICE_HELP,
+    command,
+    console,
+    device_option,
+    err_console,
+    interrupt_code,
+    print_json,
+)
 from tlm_probe.errors import UserError
 
 SUMMARY_STATS = (
@@ -48,7 +56,9 @@ def register(app: typer.Typer) -> None:
             help="builtin:pydoc | builtin:stdlib | text file/folder/glob | "
             "file.jsonl[:field] | hf:NAME[:split] | token ids (.npy, .pt, .tok, folder).",
         ),
-        out: Path = typer.Option(..., help="Result folder: results.csv/.parquet, provenance.json."),
+        out: Path = typer.Option(
+            ..., "--out", "-o", help="Result folder: results.csv/.parquet, provenance.json."
+        ),
         backend: str = typer.Option("native", help="native | transformer-lens | nnsight"),
         stats: str = typer.Option(
             "alignment", help="Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."
@@ -61,7 +71,7 @@ def register(app: typer.Typer) -> None:
         ),
         max_tokens: int = typer.Option(65_536, help="Stop after this many tokens (0: all the data)."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),
-        device: str = typer.Option("cpu", help="cpu | cuda | cuda:N | mps"),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
         dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
         split: str = typer.Option("all", help="train | val | all (for sources with a split)."),
         trust_remote_code: bool = typer.Option(
@@ -120,6 +130,7 @@ def register(app: typer.Typer) -> None:
         if max_tokens < 0:
             raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
         check_not_weights(data)
+        device = device_option(device)
         opts = ProbeOptions(
             data=data,
             stats=stats,
@@ -212,6 +223,8 @@ def _print_summary(table, prov: dict, out: Path) -> None:
         console.print(f"probed {len(steps)} checkpoints, steps {', '.join(map(str, steps))}; "
                       f"the table shows step {steps[-1]}", markup=False, highlight=False)
         table = table[table["step"] == steps[-1]]
+    per_model = table[table["layer"] < 0]  # Spearman agreement: one value per model, not a layer's
+    table = table[table["layer"] >= 0]
     wide = table.pivot_table(index=["layer", "d_ff"], columns="statistic", values="value").reset_index()
     cols = (
         [c for c in SUMMARY_STATS if c in wide.columns]
@@ -227,10 +240,23 @@ def _print_summary(table, prov: dict, out: Path) -> None:
     for _, row in wide.iterrows():
         t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
     console.print(t)
+    if not per_model.empty:
+        console.print(_per_model_table(per_model))
     if prov.get("no_mlp_layers"):
         console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, prov['no_mlp_layers']))}; "
                       "no MLP rows for them, block-level rows kept", markup=False, highlight=False)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
+
+
+def _per_model_table(rows) -> Table:
+    """The per-model rows (layer -1 in results.csv) as their own table, with their CI."""
+    t = Table(title="per model (one value each; in results.csv as layer -1)")
+    for c in ("statistic", "value", "95% CI"):
+        t.add_column(c, justify="left" if c == "statistic" else "right")
+    for _, r in rows.iterrows():
+        ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-"
+        t.add_row(str(r["statistic"]), f"{r['value']:+.4f}", ci)
+    return t
 
 
 def _cell(row, col: str) -> str:

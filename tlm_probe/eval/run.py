@@ -68,9 +68,9 @@ def check_options(opts: EvalOptions) -> None:
     if opts.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.ppl_tokens < 0:  # 0 means all; below 0 would silently score one window
-        raise UserError(f"--ppl-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
+        raise UserError(f"--max-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
     if opts.ppl_split not in ("train", "val", "all"):
-        raise UserError(f"--ppl-split must be train, val or all, got {opts.ppl_split!r}")
+        raise UserError(f"--split must be train, val or all, got {opts.ppl_split!r}")
     check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
@@ -98,25 +98,31 @@ def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust
     return Scorer(pm, codec, batch_size=opts.batch_size)
 
 
-def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None) -> EvalResult:
-    """Evaluate; built-in task files are written into task_dir (a temporary folder when None)."""
+def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None,
+             progress: bool = False) -> EvalResult:
+    """Evaluate; built-in task files are written into task_dir (a temporary folder when None).
+    `progress`: plain lines (a log) or a notebook line per phase (tlm_probe.progress)."""
     check_options(opts)
     with stays_offline(model, opts):
-        return _run_eval(model, opts, scorer, task_dir)
+        return _run_eval(model, opts, scorer, task_dir, progress)
 
 
-def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None) -> EvalResult:
+def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None, progress: bool) -> EvalResult:
+    from tlm_probe.progress import Ticker
+
     started = time.perf_counter()
     scorer = scorer or load_scorer(model, opts)
     rows, prov_tasks, samples = [], [], {}
     if opts.tasks:
-        with tempfile.TemporaryDirectory(prefix="tlm-eval-tasks-") as tmp:
+        with (tempfile.TemporaryDirectory(prefix="tlm-eval-tasks-") as tmp,
+              Ticker(f"eval: tasks {', '.join(opts.tasks)}", None, enabled=progress, announce=True)):
             folder = task_dir or Path(tmp)
             r, prov_tasks, samples = _harness(scorer, opts, folder)
             rows += r
     ppl = []
     for source in opts.ppl_data:
-        res = _ppl(scorer, source, opts)
+        with Ticker(f"eval: perplexity of {source}", None, "windows", enabled=progress) as bar:
+            res = _ppl(scorer, source, opts, bar.advance)
         rows += res.rows(scorer.pm.name)
         ppl.append({k: v for k, v in asdict(res).items() if k != "nll_sum"})
     table = pd.DataFrame(rows, columns=EVAL_COLUMNS)
@@ -186,13 +192,13 @@ def _config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _ppl(scorer, source: str, opts: EvalOptions):
+def _ppl(scorer, source: str, opts: EvalOptions, progress=None):
     from tlm_probe.eval.perplexity import perplexity, source_ids
 
     ids = source_ids(source, opts.ppl_split, scorer.codec)
     return perplexity(
         scorer, ids, source=source, split=opts.ppl_split, context=opts.ppl_context,
-        stride=opts.ppl_stride, max_tokens=opts.ppl_tokens or None,
+        stride=opts.ppl_stride, max_tokens=opts.ppl_tokens or None, progress=progress,
     )
 
 
@@ -203,6 +209,7 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
     import transformers
 
     from tlm_probe import __version__
+    from tlm_probe.code_version import code_commit
     from tlm_probe.content_hash import content_hash
 
     pm = scorer.pm
@@ -217,8 +224,10 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
         "tasks": tasks,
         "perplexity": ppl,
         "options": asdict(opts),
+        "threads": torch.get_num_threads(),  # the run's, after --threads set them
         "versions": {
             "tlm_probe": __version__,
+            "tlm_probe_commit": code_commit(),
             "lm_eval": version("lm_eval"),
             "torch": torch.__version__,
             "transformers": transformers.__version__,

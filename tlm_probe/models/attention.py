@@ -29,6 +29,9 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()  # (B, T, H, d_head)
         self.hook_z = HookPoint()  # (B, T, H, d_head), after the gate
+        # (B, H, T, T_keys) softmax weights, as TransformerLens's attn.hook_pattern: formed only while a
+        # hook is attached (SDPA never forms them); read-only, the output does not go through it
+        self.hook_pattern = HookPoint()
         if self.W_G is not None:
             self.hook_gate = HookPoint()  # (B, T, H, d_head)
 
@@ -54,6 +57,8 @@ class Attention(nn.Module):
             k, v = cache.update(k, v, layer)  # (B, H_kv, T_past + T, dh)
         drop = self.dropout if self.training else 0.0
         gqa = self.kv_heads != self.n_heads
+        if self.hook_pattern._forward_hooks:  # someone reads the pattern: form it, beside SDPA
+            self.hook_pattern(self._pattern(q, k, mask))
         if mask is None:
             z = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True, enable_gqa=gqa)
         else:
@@ -63,6 +68,19 @@ class Attention(nn.Module):
             z = z * self.hook_gate(torch.sigmoid(self._heads(self.W_G(x), self.n_heads)))
         z = self.hook_z(z)
         return self.W_O(z.reshape(B, T, -1))
+
+
+    def _pattern(self, q, k, mask) -> torch.Tensor:
+        """The softmax weights SDPA applies, for hook_pattern only: the output still comes from SDPA, so
+        caching everything changes no number (and editing the pattern in a hook changes nothing; patch
+        hook_q, hook_k, hook_v or hook_z instead)."""
+        if self.kv_heads != self.n_heads:  # grouped-query: each kv head serves n_heads / kv_heads queries
+            k = k.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
+        T, S = q.shape[-2], k.shape[-2]
+        if mask is None:  # causal; with no cache T == S
+            mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+        scores = (q @ k.transpose(-2, -1)) * self.d_head**-0.5  # (B, H, T, S)
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
 def window_mask(positions: torch.Tensor, mask: torch.Tensor | None, window: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """The tapered language model: a pre-norm decoder whose block l has an MLP of width d_l.
 
-Every block exposes the contract's hook names (TransformerLens conventions), so `run_with_cache`,
-`run_with_hooks` and `nnsight.NNsight(model)` work on it directly:
+Every block exposes the contract's hook names (TransformerLens conventions), so `run_with_cache` (an
+ActivationCache, as HookedTransformer returns), `run_with_hooks` and `nnsight.NNsight(model)` work on it:
     resid_pre -> attn_out -> resid_mid = resid_pre + attn_out -> mlp_out -> resid_post = resid_mid + mlp_out
 The token mixer (models/mixers.py: attention, gated attention, Titans, Hope-attention) always sits at
 `blocks.{l}.attn` and its output is `hook_attn_out`; Hope-attention's MLP is its continuum memory.
@@ -124,6 +124,16 @@ class TaperedLM(HookedRootModule):
             targets = input_ids if labels is None else labels
             return next_token_nll(logits, targets, attention_mask=attention_mask)
         return logits
+
+
+    def run_with_cache(self, *args, return_cache_object: bool = True, **kwargs):
+        """TransformerLens's run_with_cache, with HookedTransformer's return type: the cache is an
+        ActivationCache (cache["resid_post", 0], cache.accumulated_resid(), ...) unless
+        return_cache_object=False, which gives the plain name -> tensor dict."""
+        from transformer_lens import ActivationCache
+
+        out, cache = super().run_with_cache(*args, **kwargs)
+        return out, (ActivationCache(cache, self) if return_cache_object else cache)
 
 
 def _initialisable(w: torch.Tensor) -> bool:

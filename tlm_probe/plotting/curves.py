@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from tlm_probe.errors import UserError
+from tlm_probe.plotting.arms import arm_colours, colour_for
 from tlm_probe.plotting.checks import CURVE_COLUMNS, require_columns
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
@@ -17,7 +18,6 @@ from tlm_probe.plotting.style import (
     figure_style,
     legend_label,
     new_figure,
-    palette,
     stat_label,
 )
 
@@ -31,16 +31,19 @@ def plot_curves(
     size: Sequence[int] = DEFAULT_SIZE,
     dpi: int = DEFAULT_DPI,
     title: str | None = None,
+    colours: Mapping[str, tuple] | None = None,
 ) -> Figure:
     """One panel per metric; per arm a line of the seed mean and a band of ± one seed standard deviation.
 
-    `curves` is the summary table `arm, metric, tokens, mean, std, n_seeds` (see plotting.inputs)."""
+    `curves` is the summary table `arm, metric, tokens, mean, std, n_seeds` (see plotting.inputs);
+    `colours` maps arm -> colour (default: plotting.arms.arm_colours, the same arm colours as every
+    other figure of these arms)."""
     curves = require_columns(curves, CURVE_COLUMNS, "curve")
     metrics = [m for m in metrics if (curves["metric"] == m).any()]
     if not metrics:
         raise UserError("no training or validation losses to plot (metrics.jsonl has no loss lines)")
     arms = list(dict.fromkeys(curves["arm"].astype(str)))
-    colours = dict(zip(arms, palette(len(arms)), strict=True))
+    colours = dict(colours) if colours is not None else arm_colours(arms)
     with figure_style():
         fig = new_figure(size, dpi)
         axes = fig.subplots(1, len(metrics), squeeze=False).ravel()
@@ -59,10 +62,11 @@ def _panel(ax, rows: pd.DataFrame, metric: str, arms: list[str], colours: dict) 
             continue
         xs, mean, std = (one[c].to_numpy(float) for c in ("tokens", "mean", "std"))
         style = {"marker": "o", "markersize": 4} if metric.startswith("val") else {}
-        ax.plot(xs, mean, color=colours[arm], label=legend_label(arm), linewidth=1.6, **style)
+        colour = colour_for(arm, colours)
+        ax.plot(xs, mean, color=colour, label=legend_label(arm), linewidth=1.6, **style)
         if np.isfinite(std).any() and (one["n_seeds"] > 1).any():
             std = np.nan_to_num(std)
-            ax.fill_between(xs, mean - std, mean + std, color=colours[arm], alpha=0.2, linewidth=0)
+            ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.2, linewidth=0)
     ax.set_xlabel("tokens seen")
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_ylabel(stat_label(metric))

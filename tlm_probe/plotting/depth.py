@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
+from tlm_probe.plotting.arms import (
+    arm_colours,
+    colour_for,
+    entries,
+    entry_label,
+    seed_summary,
+    titled_entries,
+)
 from tlm_probe.plotting.checks import (
     DRAWN_COLUMNS,
     models_in_order,
@@ -22,7 +30,7 @@ from tlm_probe.plotting.style import (
     figure_style,
     legend_label,
     new_figure,
-    palette,
+    split_suffix,
     stat_label,
     title_with_provenance,
 )
@@ -39,48 +47,73 @@ def plot_depth(
     size: Sequence[int] = DEFAULT_SIZE,
     dpi: int = DEFAULT_DPI,
     title: str | None = None,
+    colours: Mapping[str, tuple] | None = None,
 ) -> Figure:
     """`statistic` against depth (or layer) for every model in a tidy result table.
 
-    Lines carry the model name as label; the band is [ci_low, ci_high]. Models whose MLP width changes
-    with depth draw markers whose area is proportional to the layer's width d_l, so a taper is visible.
+    One colour per arm (`colours`: arm -> colour; default: plotting.arms.arm_colours of these models).
+    A model alone is a line with its [ci_low, ci_high] band; two or more seeds of one arm (`<arm>-s<k>`)
+    are thin lines, one per seed, under a bold line of their mean and a band of ± 1 std over the seeds.
+    Models whose MLP width changes with depth draw markers whose area is proportional to the layer's
+    width d_l, so a taper is visible. On the default x axis (l / (L − 1)) models of any depth overlay.
     """
     results = require_columns(results, DRAWN_COLUMNS, "result")
     if x not in X_AXES:
         raise UserError(f"x axis must be one of {', '.join(X_AXES)}, got {x!r}")
     rows = per_layer(select_statistic(results, statistic), statistic)
     models = models_in_order(rows)
+    colours = dict(colours) if colours is not None else arm_colours(models)
+    groups = entries(models)
     with figure_style():
         fig = new_figure(size, dpi)
         ax = fig.add_subplot()
         tapered = False
-        for model, colour in zip(models, palette(len(models)), strict=True):
-            one = rows[rows["model"].astype(str) == model].sort_values(x)
-            tapered |= _draw_model(ax, one, x, model, colour)
-        _decorate(ax, rows, models, statistic, x, tapered, title)
+        for entry, members in groups.items():
+            colour = colour_for(members[0], colours)
+            if len(members) > 1:
+                _draw_seeds(ax, rows, members, x, colour)
+            summary = seed_summary(rows, members, x)
+            tapered |= _draw_line(ax, summary, x, entry_label(entry, members), colour)
+        seeded = any(len(m) > 1 for m in groups.values())
+        _decorate(ax, rows, groups, statistic, x, (tapered, seeded), title)
     return fig
 
 
-def _draw_model(ax, one: pd.DataFrame, x: str, model: str, colour) -> bool:
-    xs = one[x].to_numpy(float)
-    ax.plot(xs, one["value"].to_numpy(float), color=colour, label=legend_label(model), linewidth=1.8)
-    lo, hi = one["ci_low"].to_numpy(float), one["ci_high"].to_numpy(float)
+def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, colour) -> None:
+    """One thin line per seed, unlabelled: the spread the mean line summarises."""
+    for m in members:
+        one = rows[rows["model"].astype(str) == m].sort_values(x)
+        ax.plot(one[x].to_numpy(float), one["value"].to_numpy(float), color=colour, linewidth=0.7,
+                alpha=0.45, label="_nolegend_", gid=f"seed:{m}")
+
+
+def _draw_line(ax, one: pd.DataFrame, x: str, label: str, colour) -> bool:
+    xs, ys = one[x].to_numpy(float), one["value"].to_numpy(float)
+    grouped = bool((one["n"] > 1).any())
+    ax.plot(xs, ys, color=colour, label=legend_label(label), linewidth=2.2 if grouped else 1.8)
+    if grouped:
+        std = one["std"].to_numpy(float)
+        lo, hi = ys - std, ys + std
+    else:
+        lo, hi = one["ci_low"].to_numpy(float), one["ci_high"].to_numpy(float)
     if np.isfinite(lo).any() and np.isfinite(hi).any():
         ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0, label="_nolegend_")
     widths = one["d_ff"].to_numpy(float)
     tapered = bool(np.isfinite(widths).all() and np.ptp(widths) > 0)
     areas = MARKER_AREA * widths / widths.mean() if tapered else np.full(len(xs), MARKER_AREA / 2)
-    ax.scatter(xs, one["value"].to_numpy(float), s=areas, color=colour, zorder=3, label="_nolegend_",
-               edgecolors="white", linewidths=0.6)
+    ax.scatter(xs, ys, s=areas, color=colour, zorder=3, label="_nolegend_", edgecolors="white",
+               linewidths=0.6)
     return tapered
 
 
-def _decorate(ax, rows, models, statistic, x, tapered, title) -> None:
+def _decorate(ax, rows, groups, statistic, x, flags, title) -> None:
+    tapered, seeded = flags
     ax.set_xlabel(X_AXES[x])
     ax.set_ylabel(f"{statistic}: {stat_label(statistic)}")
     if x == "depth":
         ax.set_xlim(-0.03, 1.03)
-    tokens = [rows.loc[rows["model"].astype(str) == m, "n_tokens"].max() for m in models]
-    ax.set_title(title or title_with_provenance(f"{statistic} vs {x}", models, tokens))
-    legend_title = "model (marker area ∝ MLP width d_l)" if tapered else "model (band: CI)"
+    labels, tokens = titled_entries(rows, groups)
+    ax.set_title(title or title_with_provenance(f"{statistic} vs {x}{split_suffix(rows)}", labels, tokens))
+    band = "band: ± 1 std over seeds, else CI" if seeded else "band: CI"
+    legend_title = f"model ({band}; marker area ∝ MLP width d_l)" if tapered else f"model ({band})"
     ax.legend(title=legend_title, loc="best", fontsize="small", title_fontsize="small")

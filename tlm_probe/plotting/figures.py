@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
+from tlm_probe.plotting.arms import arm_colours
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
@@ -23,6 +24,7 @@ from tlm_probe.plotting.inputs import (
     load_run,
     merge_probes,
     schedule_table,
+    split_note,
 )
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE
@@ -85,6 +87,7 @@ def _depth(paths, req: FigureRequest) -> Figure:
     results, _, _ = _probe_tables(paths)
     stat = _one(req.statistics, "align_mlp_mid", "depth")
     _note_lacking(req, results, results["model"], stat)
+    req.notes += split_note(results)
     return plot_depth(results, stat, x=req.x, size=req.size, dpi=req.dpi, title=req.title)
 
 
@@ -105,6 +108,7 @@ def _importance(paths, req: FigureRequest) -> Figure:
         raise UserError("no importance proxies in these results; name them with --statistic")
     for stat in stats:
         _note_lacking(req, results, results["model"], stat)
+    req.notes += split_note(results)
     return plot_importance(results, stats, size=req.size, dpi=req.dpi, title=req.title)
 
 
@@ -160,8 +164,10 @@ def _advantage(paths, req: FigureRequest) -> Figure:
     if curves.empty:
         raise UserError(f"{paths[0]} has no arm with {metric} logged at the baseline's steps yet")
     title = req.title or f"each arm's {metric} minus the baseline's over training (below 0: ahead)"
+    # colours from every arm, baseline included, so an arm keeps the colour it has in the loss curves
+    arms = load_comparison(paths[0]).curves["arm"].astype(str)
     return plot_curves(curves, metrics=list(dict.fromkeys(curves["metric"])), size=req.size, dpi=req.dpi,
-                       title=title)
+                       title=title, colours=arm_colours(arms))
 
 
 BUILDERS: dict[str, Callable[[Sequence[str | Path], FigureRequest], Figure]] = {

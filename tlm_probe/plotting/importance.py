@@ -1,19 +1,30 @@
 """Layer importance: one bar panel per proxy, side by side, so rankings from different proxies compare.
 
-Each proxy keeps its own y axis and units (a KL in nats and a cosine distance share no scale); the panels
-share the layer axis, and bars of several models sit next to each other within a layer.
+Each proxy keeps its own y axis and units (a KL in nats and a cosine distance share no scale); bars of
+several models sit next to each other within a layer, and models of different depth sit in different rows
+of panels (one layer axis per depth).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from tlm_probe.errors import UserError
+from tlm_probe.plotting.arms import (
+    arm_colours,
+    colour_for,
+    entries,
+    entry_label,
+    n_layers,
+    seed_summary,
+    titled_entries,
+)
 from tlm_probe.plotting.checks import (
     DRAWN_COLUMNS,
     models_in_order,
@@ -27,7 +38,7 @@ from tlm_probe.plotting.style import (
     figure_style,
     legend_label,
     new_figure,
-    palette,
+    split_suffix,
     stat_label,
     title_with_provenance,
 )
@@ -59,46 +70,91 @@ def plot_importance(
     size: Sequence[int] = DEFAULT_SIZE,
     dpi: int = DEFAULT_DPI,
     title: str | None = None,
+    colours: Mapping[str, tuple] | None = None,
 ) -> Figure:
-    """Bars of each statistic in `statistics` per layer; one panel per statistic, one colour per model.
+    """Bars of each statistic in `statistics` per layer; one panel per statistic, one colour per arm.
 
-    Error bars show [ci_low, ci_high] where the table has them."""
+    Models of different depth get one row of panels per depth (a 30-layer and a 4-layer model on one
+    layer axis would squeeze one of them to slivers); within a panel the bars are laid out by the entries
+    present in it, centred on their layer's tick. Two or more seeds of one arm are one bar of their mean
+    with a dot per seed; a lone model's bar carries its [ci_low, ci_high] error bar."""
     results = require_columns(results, DRAWN_COLUMNS, "result")
     if not statistics:
         raise UserError("name at least one importance statistic to draw")
     frames = [per_layer(select_statistic(results, s), s) for s in statistics]
-    models = models_in_order(pd.concat(frames))
-    colours = dict(zip(models, palette(len(models)), strict=True))
+    everything = pd.concat(frames)
+    models = models_in_order(everything)
+    colours = dict(colours) if colours is not None else arm_colours(models)
+    depths = _depth_groups(everything, models)
     cols = min(len(frames), 3)
+    per_depth = math.ceil(len(frames) / cols)
     with figure_style():
         fig = new_figure(size, dpi)
-        axes = fig.subplots(math.ceil(len(frames) / cols), cols, squeeze=False).ravel()
-        for ax, stat, rows in zip(axes, statistics, frames, strict=False):
-            _panel(ax, rows, stat, models, colours)
-        for ax in axes[len(frames):]:
-            ax.set_visible(False)
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, title="model", loc="outside lower center", ncols=min(len(models), 4),
-                   fontsize="small", title_fontsize="small")
-        tokens = [results.loc[results["model"].astype(str) == m, "n_tokens"].max() for m in models]
-        fig.suptitle(title or title_with_provenance("layer importance by proxy", models, tokens))
+        axes = fig.subplots(per_depth * len(depths), cols, squeeze=False)
+        handles: dict[str, Patch] = {}
+        for g, (layers, members) in enumerate(depths.items()):
+            row_axes = axes[g * per_depth:(g + 1) * per_depth].ravel()
+            label = f" · {layers} layers" if len(depths) > 1 else ""
+            for ax, stat, rows in zip(row_axes, statistics, frames, strict=False):
+                one = rows[rows["model"].astype(str).isin(members)]
+                handles.update(_panel(ax, one, f"{stat}{label}", stat, colours))
+            for ax in row_axes[len(frames):]:
+                ax.set_visible(False)
+        groups = entries(models)
+        # legend in the order the inputs came, whichever depth row drew an entry first
+        rank = {legend_label(entry_label(e, m)): k for k, (e, m) in enumerate(groups.items())}
+        order = sorted(handles, key=lambda h: rank.get(h, len(rank)))
+        fig.legend([handles[h] for h in order], order, title="model", loc="outside lower center",
+                   ncols=min(len(handles), 4), fontsize="small", title_fontsize="small")
+        labels, tokens = titled_entries(results, groups)
+        what = f"layer importance by proxy{split_suffix(results)}"
+        fig.suptitle(title or title_with_provenance(what, labels, tokens),
+                     fontsize="medium")
     return fig
 
 
-def _panel(ax, rows: pd.DataFrame, statistic: str, models: list[str], colours: dict) -> None:
-    width = BAR_SPAN / len(models)
-    for k, model in enumerate(models):
-        one = rows[rows["model"].astype(str) == model].sort_values("layer")
-        if one.empty:
-            continue
-        xs = one["layer"].to_numpy(float) + (k - (len(models) - 1) / 2) * width
+def _depth_groups(rows: pd.DataFrame, models: list[str]) -> dict[int, list[str]]:
+    """number of layers -> the models with that many, deepest first."""
+    layers = n_layers(rows)
+    groups: dict[int, list[str]] = {}
+    for m in models:
+        groups.setdefault(layers[m], []).append(m)
+    return dict(sorted(groups.items(), reverse=True))
+
+
+def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: dict) -> dict[str, Patch]:
+    """The bars of the entries present in `rows`; returns label -> legend patch of each one drawn."""
+    groups = entries(models_in_order(rows))
+    width = BAR_SPAN / max(len(groups), 1)
+    handles = {}
+    for k, (entry, members) in enumerate(groups.items()):
+        one = seed_summary(rows, members, "layer")
+        colour = colour_for(members[0], colours)
+        offset = (k - (len(groups) - 1) / 2) * width
+        xs = one["layer"].to_numpy(float) + offset
         values = one["value"].to_numpy(float)
-        ax.bar(xs, values, width=width, color=colours[model], label=legend_label(model),
-               yerr=_errors(one, values), error_kw={"elinewidth": 0.8, "capsize": 1.5})
-    ax.set_title(statistic, fontsize="small")
+        ax.bar(xs, values, width=width, color=colour, yerr=_errors(one, values),
+               error_kw={"elinewidth": 0.8, "capsize": 1.5}, gid=f"bars:{entry}")
+        if len(members) > 1:
+            _seed_dots(ax, rows, members, offset)
+        label = legend_label(entry_label(entry, members))
+        handles[label] = Patch(facecolor=colour, label=label)
+    n = int(rows["layer"].max()) + 1 if len(rows) else 1
+    ax.set_xticks(range(0, n, max(1, math.ceil(n / 12))))
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_title(title, fontsize="small")
     ax.set_xlabel("layer index l")
     ax.set_ylabel(stat_label(statistic), fontsize="small")
     ax.axhline(0, color="0.3", linewidth=0.8)
+    return handles
+
+
+def _seed_dots(ax, rows: pd.DataFrame, members: list[str], offset: float) -> None:
+    """Each seed's value as a small dot on its arm's bar: the spread behind the mean."""
+    for m in members:
+        one = rows[rows["model"].astype(str) == m].sort_values("layer")
+        ax.scatter(one["layer"].to_numpy(float) + offset, one["value"].to_numpy(float), s=6, color="0.15",
+                   zorder=3, linewidths=0, gid=f"seed:{m}")
 
 
 def _errors(one: pd.DataFrame, values: np.ndarray) -> np.ndarray | None:

@@ -10,7 +10,6 @@ Three kinds of input (contracts in /work/shared/DESIGN.md and the interfaces not
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +18,10 @@ import pandas as pd
 
 from tlm_probe.errors import UserError
 from tlm_probe.jsonfile import read_json_object
+from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.results import ProbeResult, read_metrics, read_results
 from tlm_probe.schedules import make_schedule, parse_schedule
 
-RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
 LOSS_KEYS = ("train_loss", "val_loss")
 COMPARE_TABLES = ("results", "summary", "paired")
 # the columns of a comparison's tables that hold words; every other column holds numbers
@@ -95,19 +94,39 @@ def load_probe(path: str | Path) -> ProbeResult:
 
 
 def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """One result table (and matrix table) over several inputs; a model name seen in an earlier input
-    gets ' [k]' appended, so two probes of the same model stay two lines."""
-    seen: set[str] = set()
+    """One result table (and matrix table) over several inputs. A model name that occurs in more than one
+    input is named after its folder in every input that has it ('uniform-s0 (demoA/probe/uniform-s0)'),
+    so two probes of one model stay two lines that say where they came from. A `split` column holds the
+    data split each input's provenance names."""
+    holders: dict[str, list[int]] = {}
+    for k, pr in enumerate(probes):
+        for m in pr.table["model"].astype(str).unique():
+            holders.setdefault(m, []).append(k)
+    names = {m: _folder_names(m, [probes[k].path for k in ks]) for m, ks in holders.items() if len(ks) > 1}
     results, matrices = [], []
-    for k, pr in enumerate(probes, start=1):
-        rename = {m: (f"{m} [{k}]" if m in seen else m) for m in pr.table["model"].astype(str).unique()}
-        seen.update(rename.values())
-        results.append(pr.table.assign(model=pr.table["model"].astype(str).map(rename)))
+    for k, pr in enumerate(probes):
+        rename = {m: names[m][holders[m].index(k)] if m in names else m
+                  for m in pr.table["model"].astype(str).unique()}
+        table = pr.table.assign(model=pr.table["model"].astype(str).map(rename))
+        if "split" not in table:  # the data split each probe ran on, for titles and the mixed-split note
+            table = table.assign(split=str((pr.provenance.get("data") or {}).get("split") or "unknown"))
+        results.append(table)
         if pr.matrices is not None and not pr.matrices.empty:
             mat = pr.matrices.assign(model=pr.matrices["model"].astype(str))
             matrices.append(mat.assign(model=mat["model"].map(lambda m, r=rename: r.get(m, m))))
     return pd.concat(results, ignore_index=True), (pd.concat(matrices, ignore_index=True) if matrices
                                                    else None)
+
+
+def _folder_names(model: str, paths: list) -> list[str]:
+    """'<model> (<tail>)' for each path, with the shortest path tails that tell all of them apart;
+    '<model> [k]' when no tail does (the same folder given twice)."""
+    parts = [Path(p).resolve().parts if p is not None else () for p in paths]
+    for n in range(1, max(map(len, parts)) + 1):
+        tails = ["/".join(ps[-n:]) for ps in parts]
+        if len(set(tails)) == len(tails) and model not in tails:
+            return [f"{model} ({t})" for t in tails]
+    return [f"{model} [{k}]" for k in range(1, len(paths) + 1)]
 
 
 def loss_table(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
@@ -221,3 +240,16 @@ def advantage_curves(path: str | Path, metric: str = "val_loss") -> pd.DataFrame
     paired = losses[losses["arm"] != baseline].merge(base, on=["seed", "step"])  # same seed, same step
     paired = paired.assign(value=paired["value"] - paired["base"], metric=f"{metric} − {baseline}")
     return curve_summary(paired[["arm", "seed", "step", "tokens", "metric", "value"]])
+
+
+def split_note(results: pd.DataFrame) -> list[str]:
+    """A warning when the probes ran on different data splits (a train-split probe beside val-split ones
+    measures other tokens): empty when they agree."""
+    if "split" not in results:
+        return []
+    by_split = results.groupby(results["split"].astype(str))["model"].agg(lambda m: list(dict.fromkeys(m)))
+    if len(by_split) < 2:
+        return []
+    parts = "; ".join(f"{split}: {', '.join(map(str, models))}" for split, models in by_split.items())
+    return [f"warning: these probes ran on different data splits ({parts}); their values are not "
+            "measurements on the same tokens"]

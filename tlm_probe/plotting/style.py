@@ -142,6 +142,16 @@ def _metadata(fmt: str) -> dict | None:
     return {"png": {"Software": "tlm_probe"}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
 
 
+def split_suffix(rows) -> str:
+    """', data split val' (or ', MIXED data splits all, val') from a table's `split` column, if any."""
+    if "split" not in getattr(rows, "columns", ()):
+        return ""
+    splits = sorted(set(rows["split"].dropna().astype(str)))
+    if not splits:
+        return ""
+    return f", data split {splits[0]}" if len(splits) == 1 else f", MIXED data splits {', '.join(splits)}"
+
+
 def title_with_provenance(what: str, models: Sequence[str], tokens: Sequence[float]) -> str:
     """'<what> — model (N tokens); ...': every figure says which model and how much data made it."""
     parts = []

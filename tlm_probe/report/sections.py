@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.plotting.arms import arm_colours
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
@@ -22,6 +23,7 @@ from tlm_probe.plotting.inputs import (
     load_probe,
     load_run,
     merge_probes,
+    split_note,
 )
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
 from tlm_probe.report.summary import comparison_summary, eval_headline
@@ -51,8 +53,12 @@ def build_document(paths: Sequence[str | Path], *, title: str, size: tuple[int, 
     # probe folders inside a comparison (tlm demo) join the probes given directly
     probe_paths = [p for p, k in kinds if k == "probe"] + [q for _, _, c in trained for q in c.probes]
     probes = [load_probe(p) for p in dict.fromkeys(probe_paths)]
-    sections: list[Section] = probe_sections(probes, size, dpi) if probes else []
-    sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
+    # one colour per arm across every figure of the page, whichever subset of arms a figure holds
+    merged = merge_probes(probes)[0]["model"].astype(str) if probes else []
+    colours = arm_colours([*merged,
+                           *(a for _, _, c in trained for a in c.curves.get("arm", pd.Series()).astype(str))])
+    sections: list[Section] = probe_sections(probes, size, dpi, colours) if probes else []
+    sections += [training_section(comp, k, n, size, dpi, colours) for n, k, comp in trained]
     summary = comparison_summary([c for _, k, c in trained if k == "compare"])
     summary += headline_figure(sections)
     evals = [load_eval(p) for p, k in kinds if k == "eval"]
@@ -98,7 +104,7 @@ def _name(prefix: str, k: int, stat: str) -> str:
     return f"{prefix}-{k:02d}-{SAFE.sub('_', stat)[:40]}"
 
 
-def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
+def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = None) -> list[Section]:
     results, matrices = merge_probes(probes)
     stats = _ordered_stats(results)
     overview = Section("Probe results", [Table("probed models (provenance: at the end)",
@@ -109,8 +115,8 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
             FigureBlock(
                 _name("depth", k, s),
                 f"{s} against normalised depth, one line per model",
-                lambda s=s: plot_depth(results, s, size=size, dpi=dpi),
-                notes=lacking_notes(results, results["model"], s),
+                lambda s=s: plot_depth(results, s, size=size, dpi=dpi, colours=colours),
+                notes=lacking_notes(results, results["model"], s) + split_note(results),
             )
             for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])
         ],
@@ -127,8 +133,9 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
                     FigureBlock(
                         "importance",
                         f"importance proxies per layer: {', '.join(importance)}",
-                        lambda: plot_importance(results, importance, size=size, dpi=dpi),
-                        notes=[n for p in importance for n in lacking_notes(results, results["model"], p)],
+                        lambda: plot_importance(results, importance, size=size, dpi=dpi, colours=colours),
+                        notes=[n for p in importance for n in lacking_notes(results, results["model"], p)]
+                        + split_note(results),
                     )
                 ],
             )
@@ -190,8 +197,11 @@ def probe_overview(results: pd.DataFrame) -> pd.DataFrame:
     """One row per probed model: its layers and the tokens its statistics averaged over."""
     per_layer = results[results["layer"] >= 0]
     g = per_layer.groupby("model", sort=False)
-    return pd.DataFrame({"layers": g["layer"].nunique(), "statistics": g["statistic"].nunique(),
-                         "n_tokens": g["n_tokens"].max()}).reset_index()
+    out = pd.DataFrame({"layers": g["layer"].nunique(), "statistics": g["statistic"].nunique(),
+                        "n_tokens": g["n_tokens"].max()})
+    if "split" in per_layer:
+        out["data split"] = g["split"].first()
+    return out.reset_index()
 
 
 PROVENANCE_CHARS = 4000
@@ -224,7 +234,7 @@ def eval_section(table: pd.DataFrame) -> Section:
     )
 
 
-def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
+def training_section(comp: Comparison, kind: str, n: int, size, dpi, colours: dict | None = None) -> Section:
     label = {"compare": "Comparison", "run": "Training run"}[kind]
     section = Section(f"{label}: {comp.path.name}", [Text(f"folder: {comp.path}")])
     captions = {
@@ -239,7 +249,7 @@ def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
             FigureBlock(
                 _name("curves", n, comp.path.name),
                 caption,
-                lambda: plot_curves(comp.curves, size=size, dpi=dpi),
+                lambda: plot_curves(comp.curves, size=size, dpi=dpi, colours=colours),
             )
         )
     return section

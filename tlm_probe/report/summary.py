@@ -68,3 +68,25 @@ def eval_headline(table: pd.DataFrame) -> Table:
     wide = table[table["metric"] == first].pivot_table(index=["task", "metric"], columns="model",
                                                        values="value", sort=False)
     return Table("evaluation: the first metric of each task, one column per model", wide.reset_index())
+
+
+NOT_EVIDENCE = ("one seed pair has no CI and no p: it is not evidence of a difference; train more seeds "
+                "(--seeds 0,1,2)")
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
+
+
+def paired_sentence(row: dict, metric: str = "val_loss") -> str:
+    """One console line per paired row: 'cosine - uniform: Δ val loss -0.0264 (95% CI [-0.041, -0.012],
+    p = 0.016, 3 seed pairs)'; a row of one pair says it is not evidence instead of a bare number."""
+    what = metric.replace("_", " ")
+    head = f"{row['arm']} - {row.get('baseline', '')}: Δ {what} {row[f'{metric}_diff_mean']:+.4f}"
+    n = row.get("n_pairs")
+    lo, hi, p = (row.get(f"{metric}_diff_ci_low"), row.get(f"{metric}_diff_ci_high"), row.get(f"{metric}_p"))
+    if not (_finite(lo) and _finite(hi) and _finite(p)):
+        return f"{head} ({n} seed pair{'s' if n != 1 else ''}: no CI or p, not evidence of a difference)"
+    adjusted = next((row[f"{metric}{s}"] for s in ADJUSTED_P if _finite(row.get(f"{metric}{s}"))), None)
+    p_text = f"p = {p:.2g}" + (f", adjusted {adjusted:.2g}" if adjusted is not None else "")
+    return f"{head} (95% CI [{lo:+.4f}, {hi:+.4f}], {p_text}, {n} seed pairs)"

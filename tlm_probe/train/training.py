@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import DiskFull, remove_owned
+from tlm_probe.progress import NotebookProgress
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
@@ -96,7 +97,10 @@ def run_training(
         enabled = tc.progress and dist.is_main()
         plain = not (_stderr.is_terminal or _stderr.is_jupyter)
         lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens)
-        with progress_bar(trainer.total, description, enabled and not plain) as bar:
+        # in a notebook rich's bar wants ipywidgets (a warning per run without them): an HTML line instead
+        bar = (NotebookProgress(enabled) if _stderr.is_jupyter
+               else progress_bar(trainer.total, description, enabled and not plain))
+        with bar:
             task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
             last = {"loss": float("nan")}
 

@@ -132,6 +132,8 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
                 batch_size=base.batch_size,
                 full=True,
             )
+            # the ids came as an array: say what they are (the trainer's validation split of the demo data)
+            res.provenance["data"].update(source=str(base.data), split="val")
             folders[name] = str(write_results(out / "probe" / name, res.table, res.matrices, res.provenance))
             tables.append(res.table)
     figure = out / "alignment_vs_depth.png"
