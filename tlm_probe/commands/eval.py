@@ -112,7 +112,7 @@ def check_output(out: Path, inputs=()) -> None:
 
 
 RELATIVE_NOTE = ("# data_files below is relative to this file's folder (so the eval folder can be moved);\n"
-                 "# the harness resolves it from its working directory: run lm_eval from this folder.\n")
+                 "# tlm eval --tasks THIS_FILE finds it here; lm_eval looks in its working directory.\n")
 
 
 def write_eval(out: Path, res, staging: Path) -> None:

@@ -132,10 +132,12 @@ def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None, prog
 
 def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[dict], dict]:
     from tlm_probe.eval.harness import run_tasks, tidy_rows
+    from tlm_probe.eval.task_paths import localise
 
     builtin = [t for t in opts.tasks if t in BUILDERS]
     written = [write_task(t, folder, opts.task_source, opts.seed) for t in builtin]
-    paths = [Path(t) for t in opts.tasks if t not in BUILDERS and Path(t).exists()]
+    paths = localise([Path(t) for t in opts.tasks if t not in BUILDERS and Path(t).exists()], folder,
+                     _tolerant_loader())
     names = [n for t in opts.tasks for n in _task_names(t)]
     out = run_tasks(
         scorer,
