@@ -101,7 +101,9 @@ def phases(folder: Path, workdir: Path, rounds: int) -> dict:
     for r in range(rounds):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         cmd = [sys.executable, "-c", PHASES, str(folder), str(data), str(workdir / f"out{r}")]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+        if done.returncode:
+            raise RuntimeError(f"phase process failed: {done.stderr.strip().splitlines()[-3:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     out = {}
     for key in runs[0]:

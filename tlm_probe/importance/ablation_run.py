@@ -17,15 +17,19 @@ import torch.nn.functional as F
 from tlm_probe.importance.ablation import Ablation, Calibration, ablating, repeat_batch
 from tlm_probe.importance.restart import Restart
 from tlm_probe.importance.streaming import TokenMean
-from tlm_probe.models.tlm import next_token_nll
 
 Reference = Callable[[torch.Tensor, dict], torch.Tensor]
 Metric = Callable[[torch.Tensor, torch.Tensor, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def token_nll(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """(B, T, V), (B, T) -> (B, T-1) NLL of token t+1 given the prefix up to t."""
-    return next_token_nll(logits, input_ids, reduction="none")
+    """(B, T, V), (B, T) -> (B, T-1) NLL of token t+1 given the prefix up to t: models.tlm.next_token_nll
+    with reduction="none" (tests/test_probe_fixed_costs.py holds them equal), written here because
+    importing models/tlm.py imports transformer_lens, seconds of start-up every probe of a Hugging Face
+    model paid for one cross-entropy."""
+    targets = input_ids[:, 1:]
+    flat = logits[:, : targets.shape[1]].flatten(0, 1).float()
+    return F.cross_entropy(flat, targets.flatten(), reduction="none").view_as(targets)
 
 
 NLL_CHUNK = 1 << 22
