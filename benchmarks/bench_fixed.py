@@ -41,9 +41,10 @@ from tlm_probe.capture import load_probe_model
 from tlm_probe.capture import sequences as sq
 pm = load_probe_model(sys.argv[1])
 t2 = time.perf_counter()
-seqs = list(sq.token_sequences(pm, sys.argv[2], 256))
+seq = int(sys.argv[4])
+seqs = list(sq.token_sequences(pm, sys.argv[2], seq))
 t3 = time.perf_counter()
-res = run_probe(pm, ProbeOptions(data=sys.argv[2], seq_len=256, max_tokens=None))
+res = run_probe(pm, ProbeOptions(data=sys.argv[2], seq_len=seq, max_tokens=None))
 t4 = time.perf_counter()
 write_results(sys.argv[3], res.table, res.matrices, res.provenance)
 t5 = time.perf_counter()
@@ -93,14 +94,14 @@ def per_call(folder: Path, workdir: Path, counts, rounds: int) -> dict:
     return out
 
 
-def phases(folder: Path, workdir: Path, rounds: int) -> dict:
+def phases(folder: Path, workdir: Path, rounds: int, vocab: int = 512) -> dict:
     """Each phase of a fresh `tlm probe`-like process, in one-batch forwards (median over processes)."""
     data = workdir / "phases.npy"
-    np.save(data, np.random.default_rng(0).integers(0, 500, (2 * BATCH, SEQ)).astype(np.uint32))
+    np.save(data, np.random.default_rng(0).integers(0, vocab, (2 * BATCH, SEQ)).astype(np.uint32))
     runs = []
     for r in range(rounds):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        cmd = [sys.executable, "-c", PHASES, str(folder), str(data), str(workdir / f"out{r}")]
+        cmd = [sys.executable, "-c", PHASES, str(folder), str(data), str(workdir / f"out{r}"), str(SEQ)]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
         if done.returncode:
             raise RuntimeError(f"phase process failed: {done.stderr.strip().splitlines()[-3:]}")
