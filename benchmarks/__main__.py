@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import bench_costs, bench_probe, bench_train, section
+from benchmarks import bench_costs, bench_fixed, bench_probe, bench_train, section
 
-SECTIONS = {"probe": bench_probe, "costs": bench_costs, "train": bench_train}
+SECTIONS = {"probe": bench_probe, "costs": bench_costs, "fixed": bench_fixed, "train": bench_train}
 
 
 def main() -> None:

@@ -8,6 +8,9 @@ how much the pass costs beyond the forwards and backwards its statistics intrins
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py --quick    # a smoke run
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_importance.py --restart --d-model 64 --vocab 1000
 
+--interleaved: measured / counted as the median of interleaved rotated rounds (probe with the statistics,
+the same probe without its importance pass, one plain forward), for a machine shared with other jobs.
+--option KEY=VALUE: an importance option for every arm (e.g. lens_positions=64).
 --restart: the ablation pass restarted from the cached clean stream (importance/restart.py) against the
 full re-run of every ablation, interleaved rotated rounds on the same model; prints full / restarted.
 """
@@ -65,6 +68,39 @@ def importance_seconds(pm, ids_file, stats: str, args) -> tuple[float, dict]:
     t = time.perf_counter()
     probe(pm, ids_file, stats="stable_rank_mlp_out", **kw)  # the same stream, no pass
     return total - (time.perf_counter() - t), res.provenance["importance"]["passes"]
+
+
+def interleaved_ratio(pm, ids_file, stats: str, batches, args) -> dict:
+    """measured / counted per round, arms interleaved and rotated (benchmarks/timing.py): the probe with
+    `stats`, the same probe without its importance pass, and one plain forward over the same batches."""
+    from benchmarks.timing import interleaved, spread
+    from tlm_probe.probe import probe
+
+    kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
+              importance={"grad_sequences": args.grad_sequences, **_pairs(args.option)})  # fmt: skip
+    passes, lens = {}, {}
+
+    def with_stats():
+        prov = probe(pm, ids_file, stats=stats, **kw).provenance["importance"]
+        passes.update(prov["passes"])
+        lens.update(prov.get("logit_lens", {}))
+
+    def forward():
+        with torch.inference_mode():
+            for ids, mask in batches:
+                pm.forward(ids, mask)
+
+    t = interleaved({"stats": with_stats, "stream": lambda: probe(pm, ids_file, stats="stable_rank_mlp_out",
+                                                                   **kw), "forward": forward}, args.rounds)
+    c = count(passes)
+    per_round = [(a - b) / (c * f) for a, b, f in zip(t["stats"], t["stream"], t["forward"], strict=True)]
+    return {"ratio": spread(per_round), "pass_count": round(c, 3), "passes": passes, "logit_lens": lens}
+
+
+def _pairs(options: list[str]) -> dict:
+    from tlm_probe.importance.options import parse_pairs
+
+    return parse_pairs(options or [])
 
 
 def count(passes: dict) -> float:
@@ -126,6 +162,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--restart", action="store_true", help="only the restart vs full re-run ablation arm")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--option", action="append", help="importance option KEY=VALUE (e.g. lens_positions=64)")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="measured / counted as the median of interleaved rotated rounds (a shared machine)")
     malloc.add_option(ap)
     args = ap.parse_args()
     malloc.apply(args)
@@ -155,7 +194,14 @@ def main() -> None:
         fwd = one_forward(pm, batches, repeats=3)
         report = {"model": f"llama {args.layers}x{args.d_model}, vocab {args.vocab}", "tokens": n,
                   "one_forward_s": round(fwd, 4), "stats": {}}  # fmt: skip
-        for stats in args.stats.split(","):
+        for stats in args.stats.split(",") if args.interleaved else ():
+            res = interleaved_ratio(pm, str(Path(tmp) / "ids.npy"), stats, batches, args)
+            r = res["ratio"]
+            report["stats"][stats] = res
+            spread = f"[min {r['min']:.3f}, max {r['max']:.3f}; {r['rounds']} rounds]"
+            head = f"{stats:28s} measured / counted {r['median']:.3f}x"
+            print(f"{head} {spread}   passes {res['pass_count']:.2f}")
+        for stats in args.stats.split(",") if not args.interleaved else ():
             seconds, passes = importance_seconds(pm, str(Path(tmp) / "ids.npy"), stats, args)
             c = count(passes)
             report["stats"][stats] = {"measured_s": round(seconds, 3), "pass_count": round(c, 3),

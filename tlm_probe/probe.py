@@ -151,7 +151,8 @@ def run_probe(
             model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
         )
     )
-    natural = sq.row_length(opts.data, opts.split)  # a 2-D token array: its rows are the sequences
+    source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
+    natural = sq.row_length(source, opts.split)  # a 2-D token array: its rows are the sequences
     default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
     opts = replace(opts, seq_len=opts.seq_len or default)
     sq.check_seq_len(pm, opts.seq_len)
@@ -160,7 +161,8 @@ def run_probe(
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
     backend = backend_cls(sink) if accs else None
     keep = imp_opts.max_sequences if plan.importance else 0
-    seqs = sq.limit_tokens(sq.token_sequences(pm, opts.data, opts.seq_len, opts.split), opts.max_tokens)
+    where = str(opts.data)[:80]
+    seqs = sq.limit_tokens(sq.token_sequences(pm, source, opts.seq_len, opts.split, where), opts.max_tokens)
     digest = hashlib.sha256()
     stream = _Stream(pm, sink, backend, opts, keep, rank, world)
     stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)

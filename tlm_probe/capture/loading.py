@@ -24,8 +24,9 @@ from tlm_probe.capture.adapters import (
 )
 from tlm_probe.capture.widths import MEANING, check_declared, declared_widths, layer_mlp, neuron_refusal
 from tlm_probe.errors import UserError
+from tlm_probe.models.config_file import read_config_json
 from tlm_probe.models.device import check_device
-from tlm_probe.models.io import PICKLE_WEIGHTS, load_tlm, read_config_json
+from tlm_probe.models.verify import PICKLE_WEIGHTS
 from tlm_probe.tokenizer import META as TOKENIZER_META
 
 DTYPES = {
@@ -252,6 +253,8 @@ def load_probe_model(
         # a folder called "model" says nothing: name it after its parent
         name = folder.resolve().parent.name if folder.name in GENERIC_NAMES else folder.name
         if raw.get("model_type") == "tlm":
+            from tlm_probe.models.io import load_tlm  # imports transformer_lens: only for our checkpoints
+
             model = load_tlm(folder, device=device, allow_pickle=allow_pickle).to(DTYPES[dtype])
             return wrap_model(model, _load_tokenizer(folder), name, folder)
         check_supported(raw.get("model_type"))  # fail early and clearly on an unsupported family

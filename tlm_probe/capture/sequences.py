@@ -53,10 +53,13 @@ def check_seq_len(pm: ProbeModel, seq_len: int) -> None:
         raise UserError(f"--seq-len {seq_len} exceeds the model's maximum of {limit} positions")
 
 
-def token_sequences(pm: ProbeModel, data, seq_len: int, split: str = "all") -> Iterator[list[int]]:
-    """Sequences (lists of ids, length <= seq_len) from a source string, a token array, or texts."""
+def token_sequences(
+    pm: ProbeModel, data, seq_len: int, split: str = "all", where: str | None = None
+) -> Iterator[list[int]]:
+    """Sequences (lists of ids, length <= seq_len) from a source string, a token array, or texts.
+    where: the source's name in error messages (default: the data itself, cut to 80 characters)."""
     if is_token_source(data):
-        return _id_chunks(_load_ids(data, split), seq_len, pm.vocab_size, str(data)[:80])
+        return _id_chunks(_load_ids(data, split), seq_len, pm.vocab_size, where or str(data)[:80])
     if pm.tokenizer is None:
         raise UserError(
             f"{pm.name} has no tokenizer: give token ids (.npy, .pt, .tok shards) instead of text "
@@ -69,6 +72,12 @@ def token_sequences(pm: ProbeModel, data, seq_len: int, split: str = "all") -> I
     else:
         docs = data
     return _text_chunks(pm, docs, seq_len)
+
+
+def read_source(data, split: str = "all"):
+    """A token file or folder read into its array once (its row length and its sequences both need it:
+    read twice, a large token file cost two full reads per probe); any other source as given."""
+    return _load_ids(data, split) if is_token_source(data) else data
 
 
 def _load_ids(data, split: str) -> np.ndarray:

@@ -245,6 +245,9 @@ def _print_summary(table, prov: dict, out: Path) -> None:
     if prov.get("no_mlp_layers"):
         console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, prov['no_mlp_layers']))}; "
                       "no MLP rows for them, block-level rows kept", markup=False, highlight=False)
+    lens = prov.get("importance", {}).get("logit_lens")
+    if lens:
+        console.print(lens_cost_line(lens), markup=False, highlight=False)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
 
 
@@ -257,6 +260,16 @@ def _per_model_table(rows) -> Table:
         ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-"
         t.add_row(str(r["statistic"]), f"{r['value']:+.4f}", ci)
     return t
+
+
+def lens_cost_line(lens: dict) -> str:
+    """The logit lens's own cost, from provenance["importance"]["logit_lens"] (importance/logit_lens.py)."""
+    return (
+        f"logit lens: {lens['seconds']:.2f} s ({100 * lens['time_share']:.0f}% of the importance pass), "
+        f"{lens['peak_bytes'] / 2**20:.1f} MiB ({100 * lens['memory_share']:.0f}% of first-pass memory); "
+        f"positions decoded: {lens['positions']}"
+        + ("" if lens["positions"] != "all" else " (importance option lens_positions=K samples K)")
+    )
 
 
 def _cell(row, col: str) -> str:

@@ -17,20 +17,49 @@ import torch.nn.functional as F
 from tlm_probe.importance.ablation import Ablation, Calibration, ablating, repeat_batch
 from tlm_probe.importance.restart import Restart
 from tlm_probe.importance.streaming import TokenMean
-from tlm_probe.models.tlm import next_token_nll
 
 Reference = Callable[[torch.Tensor, dict], torch.Tensor]
 Metric = Callable[[torch.Tensor, torch.Tensor, dict, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def token_nll(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """(B, T, V), (B, T) -> (B, T-1) NLL of token t+1 given the prefix up to t."""
-    return next_token_nll(logits, input_ids, reduction="none")
+    """(B, T, V), (B, T) -> (B, T-1) NLL of token t+1 given the prefix up to t: models.tlm.next_token_nll
+    with reduction="none" (tests/test_probe_fixed_costs.py holds them equal), written here because
+    importing models/tlm.py imports transformer_lens, seconds of start-up every probe of a Hugging Face
+    model paid for one cross-entropy."""
+    targets = input_ids[:, 1:]
+    flat = logits[:, : targets.shape[1]].flatten(0, 1).float()
+    return F.cross_entropy(flat, targets.flatten(), reduction="none").view_as(targets)
+
+
+NLL_CHUNK = 1 << 22
+"""Logits per chunk of lse_nll (16 MiB in float32): a block the elementwise passes reread from cache."""
+
+
+@torch.no_grad()
+def lse_nll(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """token_nll without autograd: (B, T, V), (B, T) -> (B, T-1) float32 lse(z) - z[next], one sequence and
+    a chunk of positions at a time. cross_entropy writes and rereads a (B, T, V) log-softmax, which at a
+    32k vocabulary cost more than half the head's matmul per ablated forward, work the pass count does not
+    hold (issue 24); here each chunk is a max, an exp and a sum over a block still in cache."""
+    B, T, V = logits.shape
+    step = max(1, NLL_CHUNK // V)
+    out = torch.empty(B, T - 1, dtype=torch.float32, device=logits.device)
+    buf = None
+    for b in range(B):
+        for i in range(0, T - 1, step):
+            z = logits[b, i : min(i + step, T - 1)].float()  # (n, V)
+            if buf is None or buf.shape != z.shape:
+                buf = torch.empty_like(z)
+            m = z.amax(-1)
+            lse = m + torch.sub(z, m[:, None], out=buf).exp_().sum(-1).log()
+            out[b, i : i + len(z)] = lse - z.gather(-1, input_ids[b, i + 1 : i + 1 + len(z), None])[:, 0]
+    return out
 
 
 def lm_dnll(clean_nll, ablated, batch, mask):
     """Per-token NLL increase; counted where both the predicting and the predicted token are valid."""
-    return token_nll(ablated, batch["input_ids"]) - clean_nll, mask[:, :-1] & mask[:, 1:]
+    return lse_nll(ablated, batch["input_ids"]) - clean_nll, mask[:, :-1] & mask[:, 1:]
 
 
 def hidden_shift(clean, ablated, batch, mask):
@@ -40,7 +69,7 @@ def hidden_shift(clean, ablated, batch, mask):
 
 # metric -> (what of the clean output every ablation is compared with, computed once per batch; the metric)
 METRICS: dict[str, tuple[Reference, Metric]] = {
-    "dnll": (lambda clean, batch: token_nll(clean, batch["input_ids"]), lm_dnll),
+    "dnll": (lambda clean, batch: lse_nll(clean, batch["input_ids"]), lm_dnll),
     "shift": (lambda clean, batch: clean, hidden_shift),
 }
 

@@ -31,8 +31,9 @@ class FirstPass:
         head = pm.lm_head()
         norm = pm.final_norm() or torch.nn.Identity()
         lens = "lens" in need and pm.is_causal and head is not None
-        self.lens = LogitLens(L, norm, head) if lens else None
+        self.lens = LogitLens(L, norm, head, opts.lens_positions, opts.seed) if lens else None
         self.label_counts = torch.zeros(pm.vocab_size, dtype=torch.float64)
+        self.captured_bytes = 0  # the largest batch's captured streams + logits (the lens's memory share)
 
     @property
     def needs_output(self) -> bool:
@@ -60,6 +61,8 @@ class FirstPass:
     def update(self, store: dict, out: torch.Tensor | None, batch: dict, mask: torch.Tensor) -> None:
         """store: the capture of this forward; out: logits (when the lens asked); mask: tokens to count."""
         if self.needs_resid:
+            held = [t for t in store["resid"] if t is not None] + ([out] if out is not None else [])
+            self.captured_bytes = max(self.captured_bytes, sum(t.numel() * t.element_size() for t in held))
             self._resid(store, out, batch, mask)
         for acc, post in zip(self.neurons, store["post"], strict=False):
             acc.update(post.reshape(*mask.shape, -1)[mask])
@@ -79,9 +82,18 @@ class FirstPass:
             groups = batch.get("seq_index")
             self.sample.update(list(store["resid"]), mask, labels, groups)  # r = 0..L, like the matrices
         if self.lens is not None:
-            final = self.lens.final(out)
+            final = self.lens.final(out, mask)
             for l in range(self.pm.n_layers):
                 self.lens.update(l, store["resid"][l + 1], final, batch["input_ids"], mask)
+
+    def lens_cost(self, seconds: float) -> dict:
+        """The lens's positions and cost: its time over the whole importance pass's `seconds`, its largest
+        working set over the first pass's (captured streams and logits of a batch + the lens's buffers)."""
+        info = self.lens.provenance()
+        peak = info["peak_bytes"]
+        info["time_share"] = round(info["seconds"] / seconds, 4) if seconds > 0 else float("nan")
+        info["memory_share"] = round(peak / (peak + self.captured_bytes), 4) if peak else 0.0
+        return info
 
     def all_reduce_(self) -> None:
         """Merge ranks: every streamed part is a sum (the token sample is refused under torchrun)."""

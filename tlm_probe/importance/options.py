@@ -35,6 +35,9 @@ class ImportanceOptions:
     ranks) and keeps only their token ids: its memory and time do not grow with --max-tokens."""
     exclude_bos: bool = False
     """Leave position 0 out of every token mean and sample."""
+    lens_positions: int = 0
+    """Positions per sequence the logit lens decodes (a seeded sample, the same in every sequence, listed
+    in provenance; 0: all). At a large vocabulary the lens's (B, T, V) logits are most of its cost."""
     ablations: tuple[str, ...] = DEFAULT_ABLATIONS
     """Which interventions to run (subset of DEFAULT_ABLATIONS)."""
     probe_labels: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, compare=False)
@@ -49,6 +52,7 @@ class ImportanceOptions:
             "ablation_rows": 1,
             "pool_size": 1,
             "max_sequences": 1,
+            "lens_positions": 0,
         }
         for key, low in minimum.items():
             if getattr(self, key) < low:

@@ -15,6 +15,7 @@ participation ratio, linear probes) and weight statistics (stable rank). Returns
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -61,10 +62,8 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
             mask_ref["mask"] = token_mask(batch, opts.exclude_bos)
             out = forward(batch)
             acc.update(store, out, batch, mask_ref["mask"])
-    if acc.lens is not None:
-        counter.extra(
-            "clean", pm.n_layers * head_share(pm) * sum(len(b["input_ids"]) for b in batches) / counter.rows
-        )
+    if acc.lens is not None:  # the decoded share of the rows: all of them, or the position sample's
+        counter.extra("clean", pm.n_layers * head_share(pm) * acc.lens.decoded_rows / counter.rows)
     acc.all_reduce_()
     calib.all_reduce_(targets, pm.d_model)
     return acc, calib
@@ -147,6 +146,7 @@ def run_importance(
     Returns (per-layer rows, layer x layer rows, info): info holds sample sizes, seeds, the passes run and
     the statistics that could not be computed on this input (name -> one-line reason).
     """
+    started = time.perf_counter()
     opts = opts or ImportanceOptions()
     kinds = tuple(
         a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats)
@@ -164,6 +164,8 @@ def run_importance(
         grads = _gradient_pass(pm, batches, opts, "grad_per_sequence" in need, track, counter)
     rows, matrices, info = finish_tables(pm, opts, set(stats), first, effects, grads)
     info["passes"] = counter.summary()
+    if first is not None and first.lens is not None:
+        info["logit_lens"] = first.lens_cost(time.perf_counter() - started)
     if effects is not None:  # how the ablated forwards ran: restarted, or in full and why
         info["ablation_restart"] = effects.restart.reason or "from the cached clean stream"
     return rows, matrices, info

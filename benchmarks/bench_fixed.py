@@ -1,0 +1,137 @@
+"""The probe's fixed costs: what a call pays besides its forwards, and where a fresh `tlm probe` process
+spends its time (start-up imports, model load, tokenisation, the stream, writing the result folder).
+
+    python -m benchmarks.bench_fixed [--quick] [--rounds N]
+
+1. probe() per call on n = 1, 2, 3, 8 batches against n plain forwards (the model with its head, same
+   batches), interleaved rotated rounds: the fixed cost per call is what makes the small-n ratios exceed
+   the n = 8 one (issue 24's target: gone by the third batch);
+2. a fresh process running the steps of `tlm probe` (cli -> probe -> write), each phase in multiples of
+   one batch's plain forward in the same process (medians over --rounds processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks import models, section
+from benchmarks.timing import interleaved, line, ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH, SEQ = 8, 256
+
+PHASES = """
+import json, sys, time
+t0 = time.perf_counter()
+import cli  # noqa: F401  (what `tlm` imports before any command runs)
+from tlm_probe.probe import ProbeOptions, run_probe
+from tlm_probe.results import write_results
+t1 = time.perf_counter()
+import torch
+torch.set_num_threads(1)
+from tlm_probe.capture import load_probe_model
+from tlm_probe.capture import sequences as sq
+pm = load_probe_model(sys.argv[1])
+t2 = time.perf_counter()
+seq = int(sys.argv[4])
+seqs = list(sq.token_sequences(pm, sys.argv[2], seq))
+t3 = time.perf_counter()
+res = run_probe(pm, ProbeOptions(data=sys.argv[2], seq_len=seq, max_tokens=None))
+t4 = time.perf_counter()
+write_results(sys.argv[3], res.table, res.matrices, res.provenance)
+t5 = time.perf_counter()
+ids = torch.tensor(seqs[:8])
+mask = torch.ones_like(ids)
+with torch.inference_mode():
+    pm.forward(ids, mask)
+    t = time.perf_counter()
+    pm.forward(ids, mask)
+    fwd = time.perf_counter() - t
+print(json.dumps({"imports": t1 - t0, "model load": t2 - t1, "tokenisation (alone)": t3 - t2,
+                  "run_probe": t4 - t3, "write results": t5 - t4, "one batch forward": fwd,
+                  "batches": (len(seqs) + 7) // 8}))
+"""
+
+
+def _batches(pm, n: int):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, pm.vocab_size, (n * BATCH, SEQ), generator=g)
+    return [(ids[i : i + BATCH], torch.ones(BATCH, SEQ, dtype=torch.long)) for i in range(0, len(ids), BATCH)]
+
+
+def per_call(folder: Path, workdir: Path, counts, rounds: int) -> dict:
+    """probe() on n batches / n plain forwards (with head), for each n."""
+    from tlm_probe.capture import load_probe_model
+    from tlm_probe.probe import probe
+
+    pm = load_probe_model(folder)
+    out = {}
+    for n in counts:
+        batches = _batches(pm, n)
+        path = workdir / f"ids{n}.npy"
+        np.save(path, torch.cat([b[0] for b in batches]).numpy().astype(np.uint32))
+
+        def forward(batches=batches):
+            with torch.inference_mode():
+                for ids, mask in batches:
+                    pm.forward(ids, mask)
+
+        def probed(path=path):
+            probe(pm, str(path), seq_len=SEQ, max_tokens=None)
+
+        fns = {"probe": probed, "forward": forward}
+        out[f"probe() / plain forwards, {n} batch{'es' if n > 1 else ''} of {BATCH}x{SEQ}"] = ratio(
+            interleaved(fns, rounds), "probe", "forward"
+        )
+    return out
+
+
+def phases(folder: Path, workdir: Path, rounds: int, vocab: int = 512) -> dict:
+    """Each phase of a fresh `tlm probe`-like process, in one-batch forwards (median over processes)."""
+    data = workdir / "phases.npy"
+    np.save(data, np.random.default_rng(0).integers(0, vocab, (2 * BATCH, SEQ)).astype(np.uint32))
+    runs = []
+    for r in range(rounds):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        cmd = [sys.executable, "-c", PHASES, str(folder), str(data), str(workdir / f"out{r}"), str(SEQ)]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+        if done.returncode:
+            raise RuntimeError(f"phase process failed: {done.stderr.strip().splitlines()[-3:]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    out = {}
+    for key in runs[0]:
+        if key in ("one batch forward", "batches"):
+            continue
+        values = [r[key] / r["one batch forward"] for r in runs]
+        out[f"fresh process, {key} / one batch forward ({runs[0]['batches']} batches)"] = {
+            "median": statistics.median(values), "min": min(values), "max": max(values), "rounds": len(values)
+        }
+    return out
+
+
+def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
+    rounds = rounds or (3 if quick else 7)
+    stories = models.stories(workdir / "stories")
+    out = per_call(stories, workdir, (1, 2, 3) if quick else (1, 2, 3, 8), rounds)
+    out.update(phases(stories, workdir, max(2, rounds // 2)))
+    return out
+
+
+def report(results: dict) -> list[str]:
+    return [line(k, v) for k, v in results.items()]
+
+
+def main() -> None:
+    section.main(sys.modules[__name__])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The probe and importance benchmarks on an accelerator, prepared for a GPU machine (one script, minutes):
+
+    python -m benchmarks.gpu_probe --device cuda            # the figures on a GPU (what it is written for)
+    python -m benchmarks.gpu_probe --device cpu --quick     # the same checks on CPU (how CI runs it)
+
+--device auto takes CUDA when there is one and says so when it falls back to the CPU; --device cuda without
+a CUDA device is a one-line error (exit 1). It prints, as ratios of interleaved rotated rounds (medians,
+min, max; every arm synchronised with the device before its clock stops):
+1. agreement: the probe (default statistics + the logit lens) on the device against the same probe on CPU,
+   max |difference| of every value, within the float32 bound printed next to it (skipped on CPU);
+2. probe / plain forward (default statistics, the model with its head), on the device;
+3. the importance set's measured time / its counted forwards (provenance's pass count), on the device;
+4. the logit lens's time and memory share, all positions and a 64-position sample;
+5. peak device memory of the importance run (CUDA only).
+Writes the figures to --out (JSON). Nothing here is a GPU claim until it has been run on one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.bench_importance import count, llama_folder
+from benchmarks.timing import interleaved, spread
+
+SIZES = {False: dict(layers=8, d_model=512, vocab=32000, seq=256, batch=8, seqs=16),
+         True: dict(layers=2, d_model=64, vocab=1000, seq=64, batch=4, seqs=4)}  # fmt: skip
+IMPORTANCE = "importance"
+AGREE_TOL = 1e-4  # float32 kernels on two devices: sums over <= 32k tokens of per-token values of order 1-10
+
+
+def pick_device(asked: str) -> str:
+    if asked == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if asked == "cuda":
+        print("error: --device cuda but torch sees no CUDA device; run with --device cpu", file=sys.stderr)
+        raise SystemExit(1)
+    print("no CUDA device: running on the CPU; these are CPU figures, not GPU ones", file=sys.stderr)
+    return "cpu"
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _synced(fn, device: str):
+    def run():
+        fn()
+        _sync(device)
+
+    return run
+
+
+def _probe(pm, ids_file: str, size: dict, device: str, stats: str, **importance):
+    from tlm_probe.probe import probe
+
+    return probe(pm, ids_file, stats=stats, seq_len=size["seq"], batch_size=size["batch"], max_tokens=None,
+                 device=device, full=True, importance={"grad_sequences": 4, **importance})  # fmt: skip
+
+
+def agreement(folder: Path, ids_file: str, size: dict, device: str) -> dict:
+    if device == "cpu":
+        return {"skipped": "device is the CPU: nothing to compare with"}
+    from tlm_probe.capture import load_probe_model
+
+    stats = "alignment,logit_lens_kl,logit_lens_ce"
+    on_dev = _probe(load_probe_model(folder, device), ids_file, size, device, stats).table
+    on_cpu = _probe(load_probe_model(folder, "cpu"), ids_file, size, "cpu", stats).table
+    key = ["layer", "statistic"]
+    both = on_dev.merge(on_cpu, on=key, suffixes=("_dev", "_cpu"))
+    diff = float((both["value_dev"] - both["value_cpu"]).abs().max())
+    return {"max_abs_diff": diff, "bound": AGREE_TOL, "ok": diff <= AGREE_TOL, "rows": len(both)}
+
+
+def overheads(pm, ids_file: str, batches, size: dict, device: str, rounds: int) -> dict:
+    """probe / forward (default statistics) and importance measured / counted, interleaved rounds."""
+    passes: dict = {}
+
+    def forward():
+        with torch.inference_mode():
+            for ids, mask in batches:
+                pm.forward(ids, mask)
+
+    def importance():
+        passes.update(_probe(pm, ids_file, size, device, IMPORTANCE).provenance["importance"]["passes"])
+
+    def probe_of(stats: str):
+        return lambda: _probe(pm, ids_file, size, device, stats)
+
+    fns = {"forward": forward, "probe": probe_of("alignment"), "importance": importance,
+           "stream": probe_of("stable_rank_mlp_out")}  # the stream of the importance run, no pass
+    t = interleaved({k: _synced(f, device) for k, f in fns.items()}, rounds)  # fmt: skip
+    c = count(passes)
+    rounds_of = zip(t["importance"], t["stream"], t["forward"], strict=True)
+    per_round = [(i - s) / (c * f) for i, s, f in rounds_of]
+    return {
+        "probe / plain forward (alignment, with head)": spread(
+            [p / f for p, f in zip(t["probe"], t["forward"], strict=True)]
+        ),
+        "importance measured / counted": spread(per_round),
+        "importance pass count (forwards)": c,
+    }
+
+
+def lens_costs(pm, ids_file: str, size: dict, device: str) -> dict:
+    out = {}
+    for k in (0, 64):
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        prov = _probe(pm, ids_file, size, device, IMPORTANCE, lens_positions=k).provenance["importance"]
+        lens = prov.get("logit_lens", {})
+        out[f"lens_positions={k}"] = {key: lens.get(key) for key in ("seconds", "time_share", "memory_share")}
+        if device.startswith("cuda"):
+            out[f"lens_positions={k}"]["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_probe", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    ap.add_argument("--quick", action="store_true", help="a 2x64 model, few rounds: a smoke run")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=Path("gpu_probe.json"))
+    args = ap.parse_args(argv)
+    device = pick_device(args.device)
+    size, rounds = SIZES[args.quick], args.rounds or (2 if args.quick else 5)
+    started = time.time()
+    from tlm_probe.capture import load_probe_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = llama_folder(Path(tmp) / "llama", size["layers"], size["d_model"], size["vocab"])
+        ids = np.random.default_rng(0).integers(0, size["vocab"], (size["seqs"], size["seq"]))
+        np.save(Path(tmp) / "ids.npy", ids.astype(np.uint32))
+        ids_file = str(Path(tmp) / "ids.npy")
+        pm = load_probe_model(folder, device)
+        t = torch.from_numpy(ids).to(device)
+        batches = [(t[i : i + size["batch"]], torch.ones_like(t[i : i + size["batch"]]))
+                   for i in range(0, len(t), size["batch"])]  # fmt: skip
+        res = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+               "model": f"llama {size['layers']}x{size['d_model']}, vocab {size['vocab']}",
+               "agreement": agreement(folder, ids_file, size, device),
+               "overheads": overheads(pm, ids_file, batches, size, device, rounds),
+               "logit_lens": lens_costs(pm, ids_file, size, device)}  # fmt: skip
+    res["seconds"] = round(time.time() - started, 1)
+    print(json.dumps(res, indent=2))
+    args.out.write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+if __name__ == "__main__":
+    main()
