@@ -50,6 +50,11 @@ class ByteTokenizer:
         return int(np.asarray(ids).size)
 
     def save(self, folder: Path) -> None:
+        """tlm_tokenizer.json, plus tokenizer.json / tokenizer_config.json with the same ids, so
+        AutoTokenizer (and nnsight.LanguageModel) load the run folder (models/hf_tokenizer.py)."""
+        from tlm_probe.models.hf_tokenizer import byte_fast_tokenizer
+
+        byte_fast_tokenizer().save_pretrained(str(folder))
         (folder / META).write_text(json.dumps({"kind": "byte"}) + "\n")
 
 

@@ -30,7 +30,7 @@ class Attention(nn.Module):
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()  # (B, T, H, d_head)
         self.hook_z = HookPoint()  # (B, T, H, d_head), after the gate
         # (B, H, T, T_keys) softmax weights, as TransformerLens's attn.hook_pattern: formed only while a
-        # hook is attached (SDPA never forms them); read-only, the output does not go through it
+        # hook is attached (SDPA never forms them); an edited pattern drives the output
         self.hook_pattern = HookPoint()
         if self.W_G is not None:
             self.hook_gate = HookPoint()  # (B, T, H, d_head)
@@ -57,23 +57,31 @@ class Attention(nn.Module):
             k, v = cache.update(k, v, layer)  # (B, H_kv, T_past + T, dh)
         drop = self.dropout if self.training else 0.0
         gqa = self.kv_heads != self.n_heads
-        if self.hook_pattern._forward_hooks:  # someone reads the pattern: form it, beside SDPA
-            self.hook_pattern(self._pattern(q, k, mask))
         if mask is None:
             z = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True, enable_gqa=gqa)
         else:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, enable_gqa=gqa)
+        if self.hook_pattern._forward_hooks:  # someone reads or patches the pattern: form it, beside SDPA
+            z = self._through_pattern_hook(q, k, v, mask, drop, z)
         z = z.transpose(1, 2)  # (B, T, H, dh)
         if self.W_G is not None:
             z = z * self.hook_gate(torch.sigmoid(self._heads(self.W_G(x), self.n_heads)))
         z = self.hook_z(z)
         return self.W_O(z.reshape(B, T, -1))
 
+    def _through_pattern_hook(self, q, k, v, mask, drop: float, z: torch.Tensor) -> torch.Tensor:
+        """SDPA's z while the hooks only read the pattern (so caching everything changes no number); once a
+        hook edits it (in place or by returning a new tensor), z = pattern @ V, as in TransformerLens."""
+        pattern = self._pattern(q, k, mask)
+        before = pattern.clone()
+        pattern = self.hook_pattern(pattern)
+        if torch.equal(pattern, before):
+            return z
+        v = v.repeat_interleave(self.n_heads // self.kv_heads, dim=1)  # (B, H, S, dh), as for k
+        return F.dropout(pattern, drop) @ v
 
     def _pattern(self, q, k, mask) -> torch.Tensor:
-        """The softmax weights SDPA applies, for hook_pattern only: the output still comes from SDPA, so
-        caching everything changes no number (and editing the pattern in a hook changes nothing; patch
-        hook_q, hook_k, hook_v or hook_z instead)."""
+        """The softmax weights SDPA applies (B, H, T, S)."""
         if self.kv_heads != self.n_heads:  # grouped-query: each kv head serves n_heads / kv_heads queries
             k = k.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
         T, S = q.shape[-2], k.shape[-2]

@@ -118,6 +118,16 @@ class TLMConfig:
         """titans: hidden width d_m of layer i's per-head memory MLP."""
         return self.layer_mem_width[i] if self.layer_mem_width else self.mem_expand * self.d_head
 
+    # TransformerLens's ActivationCache reads these two off model.cfg (decompose_resid, apply_ln_to_stack);
+    # properties, not fields, so config.json is unchanged
+    @property
+    def attn_only(self) -> bool:
+        return False  # every block has an MLP hook (a d_l = 0 block's mlp_out is exactly 0)
+
+    @property
+    def normalization_type(self) -> str:
+        return {"rmsnorm": "RMS", "layernorm": "LN"}[self.norm]
+
     @property
     def cms_levels(self) -> int:
         """MLP levels per block: the continuum memory's chain for hope_attention, else one MLP."""

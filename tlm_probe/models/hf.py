@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationMixin,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.hf_tokenizer import TLMByteTokenizer
 from tlm_probe.models.layers import Rotary
 
 _FIELDS = tuple(TLMConfig.__dataclass_fields__)
@@ -118,6 +126,8 @@ def register() -> None:
         AutoModelForCausalLM.register(TLMHFConfig, TLMForCausalLM)
     except ValueError:  # already registered
         pass
+    # byte-tokenizer runs without tokenizer files (models/hf_tokenizer.py)
+    AutoTokenizer.register(TLMHFConfig, fast_tokenizer_class=TLMByteTokenizer, exist_ok=True)
 
 
 # idempotent; needed when this module is imported before tlm_probe's hook could run (tlm_probe/__init__.py)

@@ -71,7 +71,9 @@ class TaperedLM(HookedRootModule):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_embed = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
-        self.hook_embed = HookPoint()
+        self.hook_embed = HookPoint()  # token embeddings W_E[ids], as TransformerLens's
+        if self.pos_embed is not None:
+            self.hook_pos_embed = HookPoint()  # learned position embeddings W_pos[positions]
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
         self.ln_final = FinalNorm(cfg)
@@ -112,10 +114,10 @@ class TaperedLM(HookedRootModule):
             positions, mask = _cached_positions_and_mask(input_ids, attention_mask, past)
         else:
             positions, mask = _positions_and_mask(input_ids, attention_mask)
-        x = self.embed(input_ids)
+        x = self.hook_embed(self.embed(input_ids))
         if self.pos_embed is not None:
-            x = x + self.pos_embed(positions)
-        x = self.drop(self.hook_embed(x))  # (B, T, d_model)
+            x = x + self.hook_pos_embed(self.pos_embed(positions))
+        x = self.drop(x)  # (B, T, d_model)
         valid = None if attention_mask is None else attention_mask.bool()
         for block in self.blocks:
             x = block(x, positions, mask, valid, past_key_values)
@@ -133,7 +135,9 @@ class TaperedLM(HookedRootModule):
         from transformer_lens import ActivationCache
 
         out, cache = super().run_with_cache(*args, **kwargs)
-        return out, (ActivationCache(cache, self) if return_cache_object else cache)
+        if not return_cache_object:
+            return out, cache
+        return out, ActivationCache(cache, self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
 
 
 def _initialisable(w: torch.Tensor) -> bool:

@@ -1,0 +1,53 @@
+"""The byte tokenizer (tokenizer.py's ByteTokenizer: UTF-8 bytes as ids 0..255, NUL = id 0 ends a document)
+as a Hugging Face fast tokenizer, so `AutoTokenizer.from_pretrained(RUN)` and `nnsight.LanguageModel(RUN)`
+load a byte-tokenizer run with the same ids.
+
+A BPE with no merges over 256 entries: ASCII bytes are their own characters, every byte >= 128 reaches its id
+through byte fallback (`<0xC3>` ...), so any text encodes to exactly its UTF-8 bytes and decodes back. NUL is
+the eos token, and being already in the vocabulary it keeps id 0. New byte runs carry it as tokenizer.json;
+earlier runs (only tlm_tokenizer.json) get it from `TLMByteTokenizer`, which hf.py registers with
+AutoTokenizer for model_type "tlm", so they load without any file being written into them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerFast
+
+META = "tlm_tokenizer.json"
+"""tokenizer.META (which kind of tokenizer a run was trained with); spelled here because models/ sits below
+tokenizer.py and cannot import it."""
+EOS = "\x00"
+
+
+def _byte_backend():
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {(chr(b) if b < 128 else f"<0x{b:02X}>"): b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    return tok
+
+
+def byte_fast_tokenizer() -> PreTrainedTokenizerFast:
+    """A fresh fast tokenizer whose ids are ByteTokenizer's (save_pretrained writes its files)."""
+    return PreTrainedTokenizerFast(tokenizer_object=_byte_backend(), eos_token=EOS)
+
+
+class TLMByteTokenizer(PreTrainedTokenizerFast):
+    """AutoTokenizer's class for a "tlm" folder that has no tokenizer_config.json: the byte tokenizer when
+    tlm_tokenizer.json says so, otherwise the error AutoTokenizer gives for a folder without a tokenizer."""
+
+    @classmethod
+    def from_pretrained(cls, path, *args, **kwargs):
+        meta = Path(path) / META
+        try:
+            kind = json.loads(meta.read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        if kind != "byte":
+            raise OSError(f"{path} has no tokenizer files (tokenizer.json, tokenizer_config.json) and no "
+                          f"byte tokenizer recorded in {META}")
+        return cls(tokenizer_object=_byte_backend(), eos_token=EOS)
