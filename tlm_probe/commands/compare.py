@@ -11,6 +11,7 @@ from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
 from tlm_probe.train.config import TrainConfig
@@ -53,7 +54,7 @@ def _compare_command():
             None, help="Comma-separated token mixers: a mixer x schedule grid of arms (overrides --mixer)."
         ),
         config: Config = None,
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
+        overwrite: bool = overwrite_option("compare"),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
         eval_tasks: str = typer.Option(
             "", help="After each run, `tlm eval` these tasks (e.g. pydoc-mc,pydoc-lastword) into RUN/eval/; "

@@ -21,6 +21,7 @@ from tlm_probe.commands.common import (
     interrupt_code,
     print_json,
 )
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
 
 SUMMARY_STATS = (
@@ -85,9 +86,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(
             False, "--json", help="Print the result rows as JSON instead of a table."
         ),
-        overwrite: bool = typer.Option(
-            False, "--overwrite", help="Write into a non-empty --out that tlm did not write (its files stay)."
-        ),
+        overwrite: bool = overwrite_option("probe"),
         adapter: Path = typer.Option(
             None,
             "--adapter",

@@ -8,6 +8,7 @@ import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
         fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
         stop_at: int = typer.Option(None, help="Checkpoint and stop after this step (resume later)."),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
+        overwrite: bool = overwrite_option("train"),
         json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
         *,
         config_flags: dict,
