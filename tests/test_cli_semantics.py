@@ -59,3 +59,64 @@ def test_data_prepare_behaves_as_its_overwrite_help_says(tmp_path):
     assert again.exit_code == 1 and "pass --overwrite" in again.output
     assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
     assert (out / "mine.txt").read_text() == "keep" and (out / "meta.json").is_file()
+
+
+# ---- the Python API takes the CLI's names -----------------------------------------------------------
+def _pickle_checkpoint(folder):
+    """A tlm checkpoint whose weights are only a pickle (pytorch_model.bin): what --unsafe-pickle is for."""
+    import torch
+
+    from tlm_probe.models.config import TLMConfig
+    from tlm_probe.models.io import save_tlm
+    from tlm_probe.models.tlm import TaperedLM
+
+    torch.manual_seed(0)
+    model = TaperedLM(TLMConfig(d_ff=(48, 16), vocab_size=64, d_model=16, n_layers=2, n_heads=2,
+                                max_seq_len=32))
+    save_tlm(model, folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    return model
+
+
+def test_probe_api_has_the_cli_names_unsafe_pickle_and_threads():
+    import inspect
+
+    from tlm_probe.probe import probe
+
+    params = inspect.signature(probe).parameters
+    cli_names = {p.name for p in _commands()["probe"].params}
+    for name in ("unsafe_pickle", "threads"):
+        assert name in params and name in cli_names  # one name in the API and on the command line
+    assert "allow_pickle" not in params
+
+
+def test_probe_threads_and_unsafe_pickle_work_and_the_old_keyword_warns(tmp_path):
+    import numpy as np
+    import pytest
+    import torch
+
+    from tlm_probe.errors import UserError
+    from tlm_probe.models.io import load_tlm
+    from tlm_probe.probe import probe
+
+    model = _pickle_checkpoint(tmp_path / "ck")
+    ids = np.random.default_rng(0).integers(0, 64, size=(2, 16))
+    before = 2 if torch.get_num_threads() == 1 else torch.get_num_threads()
+    torch.set_num_threads(before)
+    with pytest.raises(UserError, match="refusing to unpickle|pickle"):
+        probe(tmp_path / "ck", ids)  # refused without the flag, as `tlm probe` without --unsafe-pickle
+    df = probe(tmp_path / "ck", ids, unsafe_pickle=True, threads=1)
+    assert df.attrs["provenance"]["threads"] == 1  # set for the run (recorded inside it) ...
+    assert torch.get_num_threads() == before  # ... and restored after, as `tlm probe --threads 1`
+    with pytest.raises(UserError, match="threads must be an integer >= 0"):
+        probe(tmp_path / "ck", ids, unsafe_pickle=True, threads=-1)
+    with pytest.warns(DeprecationWarning, match="use unsafe_pickle="):
+        old = probe(tmp_path / "ck", ids, allow_pickle=True, threads=1)
+    assert old["value"].tolist() == df["value"].tolist()  # the same run (one thread, same order of sums)
+    with pytest.raises(TypeError, match="old name of unsafe_pickle"):
+        probe(tmp_path / "ck", ids, allow_pickle=True, unsafe_pickle=True)
+    with pytest.warns(DeprecationWarning):
+        loaded = load_tlm(tmp_path / "ck", allow_pickle=True)
+    for name, t in model.state_dict().items():  # the pickle read back is the model that was saved
+        assert torch.equal(loaded.state_dict()[name], t), name

@@ -23,6 +23,7 @@ from tlm_probe.commands.common import (
 )
 from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
+from tlm_probe.threads import torch_threads
 
 SUMMARY_STATS = (
     "align_mlp_mid",
@@ -149,7 +150,7 @@ def register(app: typer.Typer) -> None:
         steps = _steps(model, checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
-            kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, allow_pickle=unsafe_pickle)
+            kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
             if steps:
                 from tlm_probe.probe_checkpoints import probe_checkpoints
 
@@ -277,15 +278,4 @@ def _cell(row, col: str) -> str:
     return f"{row[col]:+.4f}"
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    """Set torch's intra-op threads for the run only (0: leave them)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+_threads = torch_threads  # eval and generate set their --threads the same way
