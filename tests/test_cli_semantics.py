@@ -6,6 +6,7 @@ is for."""
 from __future__ import annotations
 
 import typer
+from typer.testing import CliRunner
 
 from cli import app
 
@@ -46,7 +47,6 @@ def test_data_prepare_behaves_as_its_overwrite_help_says(tmp_path):
     """The behaviour behind one row of RERUN_NEEDS_IT (data prepare: True), run for real: a second
     prepare into the same folder is refused without --overwrite and goes through with it, and a file
     tlm did not write in that folder survives."""
-    from typer.testing import CliRunner
 
     text = "\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13} twice" for i in range(200))
     (tmp_path / "c.txt").write_text(text)
@@ -120,3 +120,63 @@ def test_probe_threads_and_unsafe_pickle_work_and_the_old_keyword_warns(tmp_path
         loaded = load_tlm(tmp_path / "ck", allow_pickle=True)
     for name, t in model.state_dict().items():  # the pickle read back is the model that was saved
         assert torch.equal(loaded.state_dict()[name], t), name
+
+
+# ---- one style of help ------------------------------------------------------------------------------
+def _helps():
+    for name, cmd in _commands().items():
+        for p in cmd.params:
+            yield name, p
+
+
+def test_defaults_are_shown_one_way_by_typer_not_in_the_help_words():
+    import re
+
+    words = re.compile(r"\(default\b|; default\b")
+    stated = [(n, p.opts[0], p.help) for n, p in _helps() if words.search(p.help or "")]
+    assert stated == []
+    cmds = _commands()
+    # what used to be words in the help is typer's "[default: X]" now, the value itself where it can be
+    assert _option(cmds["train"], "--d-model").default == 128
+    assert _option(cmds["train"], "--mem-chunk").show_default == "16"
+    assert _option(cmds["demo"], "--steps").show_default == "300; 20 with --quick"
+    text = CliRunner().invoke(app, ["schedule", "--help"], terminal_width=200).output
+    assert "[default: (24)]" in text and "(default 24)" not in text
+
+
+def test_a_flag_left_at_its_shown_default_is_left_to_the_config_file(tmp_path):
+    """--d-model now carries 128 as its typer default (shown in --help); a config file's d_model must still
+    win when the flag is not given, and the flag when it is: only the command line counts as given."""
+    import json
+
+    from tlm_probe.commands.config_options import with_config_options
+    from tlm_probe.train.config import TrainConfig
+
+    seen = {}
+
+    @with_config_options(TrainConfig, ("d_model", "steps"), {"d_model": {"default": 128}})
+    def cmd(*, config_flags: dict):
+        seen.update(config_flags)
+
+    mini = typer.Typer()
+    mini.command()(cmd)
+    mini.command("other")(lambda: None)
+    assert CliRunner().invoke(mini, ["cmd"]).exit_code == 0 and seen == {}
+    assert CliRunner().invoke(mini, ["cmd", "--d-model", "128", "--steps", "7"]).exit_code == 0
+    assert json.dumps(seen, sort_keys=True) == '{"d_model": 128, "steps": 7}'
+
+
+def test_flags_show_no_value_type():
+    for name in _commands():
+        text = CliRunner().invoke(app, [*name.split(), "--help"], terminal_width=200).output
+        assert "<bool>" not in text, name
+    assert all(p.metavar == "" for p in _commands()["probe"].get_params(typer.Context(_commands()["probe"]))
+               if getattr(p, "is_flag", False))
+
+
+def test_compare_and_sweep_say_what_each_is_for():
+    cmds = _commands()
+    compare, sweep = cmds["compare"].help, cmds["sweep"].help
+    assert compare != sweep
+    assert compare.startswith("Compare a few chosen") and sweep.startswith("Search a grid")
+    assert "sweep_heatmap.png" in sweep and "--shapes" in sweep

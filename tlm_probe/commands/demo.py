@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(
             Path("tlm-demo"), "--out", "-o", help="Folder to write (a comparison folder)."
         ),
-        steps: int = typer.Option(None, help="Training steps per model (default 300; 20 with --quick)."),
+        steps: int = typer.Option(None, help="Training steps per model.",
+                                   show_default="300; 20 with --quick"),
         quick: bool = typer.Option(False, "--quick", help="A tiny model and 20 steps: seconds, for testing."),
         seeds: str = typer.Option("0", help="Comma-separated seeds (more seeds give a paired test)."),
         mixer: str = typer.Option(

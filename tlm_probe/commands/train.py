@@ -22,7 +22,7 @@ TRAIN_FIELDS = (
 )
 # what the help states where the CLI's default is not the dataclass's (model fields: ARCH_DEFAULTS)
 SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},
-         "steps": {"help": "Optimizer steps (default 300 when neither --steps nor --tokens is given)."}}
+         "steps": {"help": "Optimizer steps.", "show": "300 when neither --steps nor --tokens is given"}}
 
 
 def register(app: typer.Typer) -> None:
