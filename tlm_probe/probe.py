@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from tlm_probe import importance as imp
+from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.backends import BACKENDS
@@ -36,6 +37,7 @@ from tlm_probe.progress import Ticker, tick
 from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS, ProbeResult
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
+from tlm_probe.threads import torch_threads
 
 DEFAULT_SEQ_LEN = 256
 NEURON_STATS = ("dead_neuron_frac", "stable_rank_mlp_out")
@@ -130,12 +132,13 @@ def _rank_device(device: str, world: int) -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" and world > 1 else device
 
 
+@renamed_keywords(allow_pickle="unsafe_pickle")
 def run_probe(
     model: str | Path | ProbeModel,
     opts: ProbeOptions,
     progress: bool = False,
     trust_remote_code: bool = False,
-    allow_pickle: bool = False,
+    unsafe_pickle: bool = False,
 ) -> ProbeResult:
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
@@ -148,7 +151,7 @@ def run_probe(
         model
         if isinstance(model, ProbeModel)
         else load_probe_model(
-            model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
+            model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle
         )
     )
     source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
@@ -368,6 +371,7 @@ def _matrices(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
     return df[MATRIX_COLUMNS]
 
 
+@renamed_keywords(allow_pickle="unsafe_pickle")
 def probe(
     model: str | Path | ProbeModel,
     data="builtin:pydoc",
@@ -383,14 +387,17 @@ def probe(
     split: str = "all",
     progress: bool = False,
     trust_remote_code: bool = False,
-    allow_pickle: bool = False,
+    unsafe_pickle: bool = False,
     importance: dict | None = None,
     full: bool = False,
+    threads: int = 0,
 ) -> pd.DataFrame | ProbeResult:
     """Probe a model; returns the tidy result table with its provenance in df.attrs["provenance"].
 
     With full=True, a ProbeResult (table, matrices, provenance): the layer x layer matrices are not put in
     attrs, because pandas compares attrs when concatenating tables of several models.
+    The keywords are the options of `tlm probe` (unsafe_pickle: --unsafe-pickle; threads: --threads, torch's
+    CPU threads for this call only, 0 leaves them); allow_pickle= is the deprecated name of unsafe_pickle=.
     """
     opts = ProbeOptions(
         data=data,
@@ -405,8 +412,9 @@ def probe(
         split=split,
         importance=dict(importance or {}),
     )
-    res = run_probe(
-        model, opts, progress=progress, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle
-    )
+    with torch_threads(threads, "threads"):
+        res = run_probe(
+            model, opts, progress=progress, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle
+        )
     res.table.attrs["provenance"] = res.provenance
     return res if full else res.table

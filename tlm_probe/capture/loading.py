@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture.adapters import (
     Adapter,
     adapter_for,
@@ -227,12 +228,13 @@ def _optional(root: nn.Module, path: str) -> nn.Module | None:
         return None
 
 
+@renamed_keywords(allow_pickle="unsafe_pickle")
 def load_probe_model(
     path_or_name: str | Path,
     device: str = "cpu",
     dtype: str = "float32",
     trust_remote_code: bool = False,
-    allow_pickle: bool = False,
+    unsafe_pickle: bool = False,
 ) -> ProbeModel:
     """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed."""
     if dtype not in DTYPES:
@@ -255,10 +257,10 @@ def load_probe_model(
         if raw.get("model_type") == "tlm":
             from tlm_probe.models.io import load_tlm  # imports transformer_lens: only for our checkpoints
 
-            model = load_tlm(folder, device=device, allow_pickle=allow_pickle).to(DTYPES[dtype])
+            model = load_tlm(folder, device=device, unsafe_pickle=unsafe_pickle).to(DTYPES[dtype])
             return wrap_model(model, _load_tokenizer(folder), name, folder)
         check_supported(raw.get("model_type"))  # fail early and clearly on an unsupported family
-        _check_weights(folder, allow_pickle)
+        _check_weights(folder, unsafe_pickle)
     elif _looks_like_path(str(path_or_name)):
         raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
     else:
@@ -269,7 +271,7 @@ def load_probe_model(
         device,
         dtype,
         trust_remote_code,
-        allow_pickle,
+        unsafe_pickle,
         folder if folder.is_dir() else None,
     )
 

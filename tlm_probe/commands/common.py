@@ -12,7 +12,7 @@ import sys
 import typer
 from rich.console import Console
 from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer's own click (typer >= 0.20)
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from tlm_probe.errors import Interrupted, UserError
 
@@ -46,8 +46,21 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupted)
 
 
-def command(app: typer.Typer, name: str, example: str):
-    """Register `fn` as `tlm NAME`, with an example in --help and UserError -> exit 1."""
+class PlainFlags(TyperCommand):
+    """A command whose on/off flags show no value type in --help (typer would print `<bool>` beside
+    --json, as if it took a value): a flag's metavar is empty."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+def command(app: typer.Typer, name: str, example: str, help: str | None = None):
+    """Register `fn` as `tlm NAME`, with an example in --help and UserError -> exit 1 (`help`: the
+    command's description, where it is not fn's docstring)."""
 
     def deco(fn):
         @functools.wraps(fn)
@@ -65,7 +78,7 @@ def command(app: typer.Typer, name: str, example: str):
                 say(f"interrupted by {interrupt_name(e)}; tlm {name} stopped")
                 raise typer.Exit(interrupt_code(e)) from None
 
-        app.command(name, epilog=f"Example: {example}")(wrapper)
+        app.command(name, epilog=f"Example: {example}", help=help, cls=PlainFlags)(wrapper)
         return fn
 
     return deco

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
 from tlm_probe.train.config import TrainConfig
@@ -20,12 +21,26 @@ SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.
                  "--seeds 0,1,2 --steps 300 --out runs/sweep")
 
 
+# one function, two purposes: each command's --help says what it is for
+COMPARE_HELP = """Compare a few chosen MLP width allocations (--schedules) against uniform at the same budget:
+train each arm of each mixer with each seed on the same tokens, then test each arm against the uniform arm
+of its own mixer with paired seeds (results.csv, summary.csv, paired.csv, compare.json).
+
+Re-running the same command continues an interrupted comparison where it stopped."""
+
+SWEEP_HELP = """Search a grid of taper shapes x start:end ratios (--shapes x --ratios) against uniform at the
+same budget, to find which shape and ratio help: everything `tlm compare` writes, plus sweep.csv and
+sweep_heatmap.png (each grid arm's paired difference from uniform). Confirm the best arm with `tlm compare`
+and more seeds; without --shapes a sweep is a comparison of --schedules.
+
+Re-running the same command continues an interrupted sweep where it stopped."""
+
+
 def register(app: typer.Typer) -> None:
     compare_cmd = _compare_command()
-    command(app, "compare", f"tlm compare --schedules {PAPER_ARMS} --seeds 0,1,2 --steps 300 --out runs/cmp")(
-        compare_cmd
-    )
-    command(app, "sweep", SWEEP_EXAMPLE)(compare_cmd)
+    command(app, "compare", f"tlm compare --schedules {PAPER_ARMS} --seeds 0,1,2 --steps 300 --out runs/cmp",
+            help=COMPARE_HELP)(compare_cmd)
+    command(app, "sweep", SWEEP_EXAMPLE, help=SWEEP_HELP)(compare_cmd)
 
 
 # the TrainConfig fields `tlm compare` offers as flags (per-run fields such as seed and schedule are arms)
@@ -34,7 +49,7 @@ COMPARE_FIELDS = (
     "n_kv_heads", "d_ff", "multiple_of", "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr",
     "warmup", "eval_interval", "eval_tokens", "data", "tokenizer", "device", "threads", *MIXER_FIELDS,
 )
-SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run (default 300)."}}
+SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}
 
 
 def _compare_command():
@@ -42,9 +57,9 @@ def _compare_command():
     def compare_cmd(
         out: Path = typer.Option(..., "--out", "-o", help="Comparison folder (runs/, results.csv, ...)."),
         schedules: str = typer.Option(
-            None, help=f"Comma-separated schedule specs of the MLP widths, or of named components joined by "
-            "'+' (heads=cosine:1.5:0.5, mlp=cosine+kv=linear:1.5:0.5); uniform is the baseline (default "
-            f"{PAPER_ARMS}; with --shapes: uniform)."
+            None, help="Comma-separated schedule specs of the MLP widths, or of named components joined by "
+            "'+' (heads=cosine:1.5:0.5, mlp=cosine+kv=linear:1.5:0.5); uniform is the baseline.",
+            show_default=f"{PAPER_ARMS}; with --shapes: uniform"
         ),
         shapes: str = typer.Option(None, help="Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."),
         ratios: str = typer.Option("1.25:0.75,1.5:0.5,1.75:0.25", help="Sweep grid: start:end ratios."),
@@ -53,13 +68,13 @@ def _compare_command():
             None, help="Comma-separated token mixers: a mixer x schedule grid of arms (overrides --mixer)."
         ),
         config: Config = None,
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different comparison in --out."),
+        overwrite: bool = overwrite_option("compare"),
         json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
         eval_tasks: str = typer.Option(
             "", help="After each run, `tlm eval` these tasks (e.g. pydoc-mc,pydoc-lastword) into RUN/eval/; "
             "adds task:metric columns to the tables and paired tests."
         ),
-        eval_limit: int = typer.Option(None, help="Documents per --eval-tasks task (default: all)."),
+        eval_limit: int = typer.Option(None, help="Documents per --eval-tasks task.", show_default="all"),
         *,
         config_flags: dict,
     ):

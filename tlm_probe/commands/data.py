@@ -8,6 +8,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.data.sources import SOURCE_HELP, iter_documents
 
 
@@ -27,7 +28,7 @@ def register(app: typer.Typer) -> None:
             "byte", help="byte | bpe[:VOCAB] | Hugging Face tokenizer folder/name."
         ),
         shard_tokens: int = typer.Option(100_000_000, help="Tokens per shard file."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
+        overwrite: bool = overwrite_option("data prepare"),
         json_out: bool = typer.Option(False, "--json", help="Print meta.json to stdout."),
     ):
         """Tokenize a source into uint32 memory-mapped shards with a header (dtype, vocab, tokenizer hash)."""

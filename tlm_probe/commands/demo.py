@@ -8,6 +8,7 @@ import typer
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, with_config_options
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.train.config import TrainConfig
 
 
@@ -18,7 +19,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(
             Path("tlm-demo"), "--out", "-o", help="Folder to write (a comparison folder)."
         ),
-        steps: int = typer.Option(None, help="Training steps per model (default 300; 20 with --quick)."),
+        steps: int = typer.Option(None, help="Training steps per model.",
+                                   show_default="300; 20 with --quick"),
         quick: bool = typer.Option(False, "--quick", help="A tiny model and 20 steps: seconds, for testing."),
         seeds: str = typer.Option("0", help="Comma-separated seeds (more seeds give a paired test)."),
         mixer: str = typer.Option(
@@ -27,9 +29,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", help="auto | cpu | cuda."),
         threads: int = typer.Option(0, help="CPU threads (0: all cores; 1 is faster on a busy machine)."),
         no_probe: bool = typer.Option(False, "--no-probe", help="Skip probing and the alignment figure."),
-        overwrite: bool = typer.Option(
-            False, "--overwrite", help="Replace a different earlier demo in --out."
-        ),
+        overwrite: bool = overwrite_option("demo"),
         json_out: bool = typer.Option(False, "--json", help="Print demo.json to stdout."),
         *,
         config_flags: dict,

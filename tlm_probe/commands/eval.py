@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(65_536, help="Scored tokens per --ppl-data source (0: all)."),
         ppl_split: str = typer.Option(None, "--ppl-split", hidden=True, help="Old name of --split."),
         ppl_tokens: int = typer.Option(None, "--ppl-tokens", hidden=True, help="Old name of --max-tokens."),
-        limit: int = typer.Option(None, help="Documents per task (default: all)."),
+        limit: int = typer.Option(None, help="Documents per task.", show_default="all"),
         task_source: str = typer.Option("builtin:pydoc", help="Corpus the built-in tasks are made from."),
         batch_size: int = typer.Option(8, help="Sequences per forward pass."),
         device: str = typer.Option("auto", help=DEVICE_HELP),

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json, say
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
 
 
@@ -20,8 +21,7 @@ def register(app: typer.Typer) -> None:
         hf_llama: bool = typer.Option(False, "--hf-llama", help="Write a stock LlamaForCausalLM folder "
                                       "(refused where transformers cannot hold the model)."),
         out: Path = typer.Option(..., "--out", "-o", help="FILE.gguf with --gguf, a folder with --hf-llama."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier `tlm export` output "
-                                       "(never a file or folder tlm did not write)."),
+        overwrite: bool = overwrite_option("export"),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
     ):
         """Export a tlm attention model as GGUF or as a Hugging Face Llama checkpoint."""

@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         layers: int = typer.Option(24, help="Schedules figure: number of layers L."),
         d_ff: int = typer.Option(2816, "--d-ff", help="Schedules figure: uniform MLP width."),
         schedule: list[str] = typer.Option(None, "--schedule", help="Schedules figure: a schedule spec "
-                                           f"(repeatable); default {', '.join(DEFAULT_SCHEDULES)}."),
+                                           "(repeatable).", show_default=", ".join(DEFAULT_SCHEDULES)),
         multiple_of: int = typer.Option(64, help="Schedules figure: width rounding multiple."),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object describing the figure."),
     ):

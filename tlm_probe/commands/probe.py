@@ -21,7 +21,9 @@ from tlm_probe.commands.common import (
     interrupt_code,
     print_json,
 )
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
+from tlm_probe.threads import torch_threads
 
 SUMMARY_STATS = (
     "align_mlp_mid",
@@ -85,9 +87,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(
             False, "--json", help="Print the result rows as JSON instead of a table."
         ),
-        overwrite: bool = typer.Option(
-            False, "--overwrite", help="Write into a non-empty --out that tlm did not write (its files stay)."
-        ),
+        overwrite: bool = overwrite_option("probe"),
         adapter: Path = typer.Option(
             None,
             "--adapter",
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         steps = _steps(model, checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
-            kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, allow_pickle=unsafe_pickle)
+            kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
             if steps:
                 from tlm_probe.probe_checkpoints import probe_checkpoints
 
@@ -278,15 +278,4 @@ def _cell(row, col: str) -> str:
     return f"{row[col]:+.4f}"
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    """Set torch's intra-op threads for the run only (0: leave them)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+_threads = torch_threads  # eval and generate set their --threads the same way

@@ -8,6 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
 
 
@@ -21,8 +22,7 @@ def register(app: typer.Typer) -> None:
         title: str = typer.Option("tlm_probe report", help="Page title."),
         size: str = typer.Option("1100x700", help="Figure size in pixels, WIDTHxHEIGHT."),
         dpi: int = typer.Option(110, help="Figure dots per inch."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty folder that "
-                                       "holds no earlier report (its files stay; none is replaced)."),
+        overwrite: bool = overwrite_option("report"),
         json_out: bool = typer.Option(False, "--json", help="Print the report summary as JSON."),
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""

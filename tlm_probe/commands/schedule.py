@@ -22,24 +22,27 @@ from tlm_probe.schedules import DEFAULTS, FILE, GROUPED, PARAMS, ScheduleSpec, m
 def register(app: typer.Typer) -> None:
     @command(app, "schedule", "tlm schedule --layers 24 --d-ff 4096 --schedule cosine --start 1.5 --end 0.5")
     def schedule(
-        layers: int = typer.Option(None, help="Number of layers L (default 24)."),
-        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff (default "
-                                 "4096; with --from-probe the probed model's mean width)."),
+        layers: int = typer.Option(None, help="Number of layers L.", show_default="24"),
+        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff.",
+                                 show_default="4096; with --from-probe the probed model's mean width"),
         schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|openelm[:S:E]|"
                                      "middle[:FRACTION]|hourglass[:WAIST:DEPTH]|wider-early|wider-middle|"
                                      "wider-late, explicit widths '4096,4096,...' (0: no MLP), or a "
                                      "schedule file 'x.json'."),
-        start: float = typer.Option(None, help="Start ratio r_s (tapers; default 1.5)."),
-        end: float = typer.Option(None, help="End ratio r_e (tapers; default 0.5)."),
-        steepness: float = typer.Option(None, help="Sigmoid steepness (default 10)."),
-        wide_factor: float = typer.Option(None, help="Width ratio of the wide third (grouped; default 1.5)."),
+        start: float = typer.Option(None, help="Start ratio r_s (tapers).", show_default="1.5"),
+        end: float = typer.Option(None, help="End ratio r_e (tapers).", show_default="0.5"),
+        steepness: float = typer.Option(None, help="Sigmoid steepness.", show_default="10"),
+        wide_factor: float = typer.Option(None, help="Width ratio of the wide third (grouped).",
+                                          show_default="1.5"),
         multiple_of: int = typer.Option(64, help="Round every width to a multiple of this."),
-        d_model: int = typer.Option(None, help="Residual width, for the parameter "
-                                    "accounting (default 1024)."),
-        vocab_size: int = typer.Option(None, help="Vocabulary size, for the parameter accounting (default "
-                                       "32000)."),
-        mlp: str = typer.Option(None, help="swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights; default swiglu)."),
-        seq_len: int = typer.Option(None, help="Context length for the attention FLOP term (default 4096)."),
+        d_model: int = typer.Option(None, help="Residual width, for the parameter accounting.",
+                                    show_default="1024"),
+        vocab_size: int = typer.Option(None, help="Vocabulary size, for the parameter accounting.",
+                                       show_default="32000"),
+        mlp: str = typer.Option(None, help="swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights).",
+                             show_default="swiglu"),
+        seq_len: int = typer.Option(None, help="Context length for the attention FLOP term.",
+                                 show_default="4096"),
         preset: str = typer.Option(None, help="A model preset (tlm-440m, ...): its layers, widths and "
                                    "architecture; the flags above (but --multiple-of) "
                                    "are refused beside it."),
@@ -48,11 +51,11 @@ def register(app: typer.Typer) -> None:
                                       "(query heads, in units of one GQA group) | kv (key/value heads, "
                                       "each dividing its layer's query heads) | mem (--mixer titans: the "
                                       "memory MLP's hidden width, multiples of 8)."),
-        heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform (default "
-                                  "d_model // 64)."),
+        heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform.",
+                                  show_default="d_model // 64"),
         kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
-                                     "(default: --heads, plain multi-head attention; allowed beside "
-                                     "--preset)."),
+                                     "(allowed beside --preset).",
+                                     show_default="--heads, plain multi-head attention"),
         json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
         from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths (or, with "
                                         "--component heads, query heads) ∝ a function of its per-layer "

@@ -8,6 +8,7 @@ import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
+from tlm_probe.commands.overwrite import overwrite_option
 from tlm_probe.errors import UserError
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
@@ -21,7 +22,7 @@ TRAIN_FIELDS = (
 )
 # what the help states where the CLI's default is not the dataclass's (model fields: ARCH_DEFAULTS)
 SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},
-         "steps": {"help": "Optimizer steps (default 300 when neither --steps nor --tokens is given)."}}
+         "steps": {"help": "Optimizer steps.", "show": "300 when neither --steps nor --tokens is given"}}
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
         fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
         stop_at: int = typer.Option(None, help="Checkpoint and stop after this step (resume later)."),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
+        overwrite: bool = overwrite_option("train"),
         json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
         *,
         config_flags: dict,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.api_names import renamed_keywords
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
@@ -87,12 +88,13 @@ def stays_offline(model: str, opts: EvalOptions):
     return offline(is_local(model, opts.tasks, sources, set(BUILDERS)))
 
 
-def load_scorer(model: str, opts: EvalOptions, allow_pickle: bool = False, trust_remote_code: bool = False):
+@renamed_keywords(allow_pickle="unsafe_pickle")
+def load_scorer(model: str, opts: EvalOptions, unsafe_pickle: bool = False, trust_remote_code: bool = False):
     from tlm_probe.capture.loading import load_probe_model
     from tlm_probe.eval.perplexity import IdsOnly, is_token_source
     from tlm_probe.eval.scorer import Scorer, TextCodec
 
-    pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, allow_pickle)
+    pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, unsafe_pickle)
     ids_only = not opts.tasks and all(is_token_source(s) for s in opts.ppl_data)  # no text to encode
     codec = IdsOnly() if pm.tokenizer is None and ids_only else TextCodec(pm.tokenizer)
     return Scorer(pm, codec, batch_size=opts.batch_size)

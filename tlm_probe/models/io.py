@@ -1,7 +1,8 @@
 """Checkpoint folders: config.json (model_type "tlm") + model.safetensors (+ tokenizer files).
 
 Weights are only ever read from safetensors. Pickle files (.bin/.pt/.pth) are refused unless the caller
-passes allow_pickle=True, because unpickling runs arbitrary code. Every check of a folder before loading
+passes unsafe_pickle=True (the CLI's --unsafe-pickle; allow_pickle= is its deprecated name), because
+unpickling runs arbitrary code. Every check of a folder before loading
 (config types, weights file, tensor names and shapes) is models/verify.py, shared with `tlm info` and
 `tlm generate`.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_model, save_model
 
+from tlm_probe.api_names import renamed_keywords
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import atomic_path, atomic_write_text
 from tlm_probe.models.config_file import CONFIG, read_config_json  # noqa: F401 (re-exported)
@@ -39,11 +41,12 @@ def save_tlm(model: TaperedLM, folder: str | Path) -> Path:
     return folder
 
 
-def load_tlm(folder: str | Path, device: str = "cpu", allow_pickle: bool = False) -> TaperedLM:
+@renamed_keywords(allow_pickle="unsafe_pickle")
+def load_tlm(folder: str | Path, device: str = "cpu", unsafe_pickle: bool = False) -> TaperedLM:
     # config, weights file and every tensor's shape are checked before the model is allocated (a
     # config.json with vocab_size 10**10 is refused, not allocated); names the mismatching tensor, where
     # load_model's message is cut
-    cfg, path = verify_checkpoint(Path(folder), allow_pickle)
+    cfg, path = verify_checkpoint(Path(folder), unsafe_pickle)
     model = TaperedLM(cfg)
     try:
         if path.suffix == ".safetensors":
