@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from tlm_probe.capture.families import ADAPTERS
+from tlm_probe.capture.families.encoders import STACKS
 from tlm_probe.capture.families.refused import REFUSED
 from tlm_probe.capture.rows import (
     BLOCK_KINDS,
@@ -99,6 +100,29 @@ def adapter_for(model_type: str | None) -> Adapter:
         "or pass `tlm probe --discover` to infer one from the module tree (proved before use); "
         "or add an Adapter row (layer path + taps) to tlm_probe/capture/families/"
     )
+
+
+STACK_SEP = ":"
+
+
+def split_stack(spec: str) -> tuple[str, str | None]:
+    """'runs/t5:decoder' -> ('runs/t5', 'decoder'): the stack of an encoder-decoder to probe as its own
+    model (families.encoders.STACKS); a spec without a known stack suffix is returned whole."""
+    head, sep, stack = str(spec).rpartition(STACK_SEP)
+    if sep and head and stack in {s for _, s in STACKS}:
+        return head, stack
+    return str(spec), None
+
+
+def stack_adapter(model_type: str | None, stack: str) -> Adapter:
+    """The row for one stack of an encoder-decoder (MODEL:decoder), or a UserError naming what exists."""
+    row = STACKS.get((model_type, stack))
+    if row is None:
+        known = ", ".join(f"{t}:{s}" for t, s in STACKS)
+        raise UserError(
+            f"{model_type} models have no {stack!r} stack to probe (MODEL:{stack} exists for: {known})"
+        )
+    return row
 
 
 ROW_FIELDS = {
