@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -229,3 +231,19 @@ def test_importance_statistics_are_refused_with_the_reason(t5):
     )
     assert set(r.table.statistic) == {"align_mlp_mid"}
     assert "not verified on T5's decoder stack" in r.provenance["refused"]["ablation_shift_mlp_zero"]
+
+
+def test_a_missing_stack_is_refused_by_the_folder_check_before_heavy_imports(t5, tmp_path):
+    bart = tmp_path / "bart"
+    bart.mkdir()
+    (bart / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    code = (
+        "import sys\n"
+        "from tlm_probe.capture.adapters import check_folder\n"
+        "from tlm_probe.errors import UserError\n"
+        f"check_folder({f'{t5}:decoder'!r})\n"  # a stack the table has: passes
+        f"try:\n    check_folder({f'{bart}:decoder'!r})\nexcept UserError as e:\n    print(e)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'nnsight') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("bart models have no 'decoder' stack") and out.strip().endswith("[]"), out

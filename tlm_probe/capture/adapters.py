@@ -176,11 +176,15 @@ def check_folder(source: str | Path) -> None:
     """Refuse a local checkpoint folder whose config.json names a model type no row serves, before the
     caller imports torch, transformers or TransformerLens (a refusal took 7-11 s, almost all imports).
     Anything else (hub names, GGUF files, unreadable configs) is left to load_probe_model."""
-    folder = Path(source)
+    head, stack = split_stack(str(source))
+    folder = Path(head if stack and not Path(source).exists() else source)
     if not (folder / CONFIG).is_file():
         return
     try:
         model_type = read_config_json(folder).get("model_type")
     except UserError:
         return
-    check_supported(model_type)
+    if stack and folder != Path(source):
+        stack_adapter(model_type, stack)  # MODEL:decoder of a type with no such stack
+    else:
+        check_supported(model_type)
