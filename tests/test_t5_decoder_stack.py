@@ -107,7 +107,12 @@ def _reference(folder, seqs) -> dict[tuple[int, str], np.ndarray]:
             h.remove()
     # the cross-attention writes a real share of what the attentions add: a tap missing it would show
     assert min(cross_share) > 0.05, cross_share
-    return {k: np.concatenate(v) for k, v in values.items()}
+    return values  # (layer, statistic) -> one array per sequence
+
+
+def _pooled(values, first: int = 0) -> dict[tuple[int, str], np.ndarray]:
+    """Every sequence's values from position `first` on (1: --exclude-bos, the decoder start position)."""
+    return {k: np.concatenate([v[first:] for v in vs]) for k, vs in values.items()}
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +130,8 @@ def test_decoder_stack_is_its_own_model_in_the_table(t5):
     assert (enc.name, enc.family, type(enc.model).__name__) == ("t5", "t5 (encoder stack)", "T5EncoderModel")
 
 
-@pytest.mark.parametrize("backend", ["native", "nnsight"])
-def test_decoder_stack_matches_the_float64_reference(t5, reference, backend):
+@pytest.mark.parametrize("backend, exclude_bos", [("native", False), ("nnsight", False), ("native", True)])
+def test_decoder_stack_matches_the_float64_reference(t5, reference, backend, exclude_bos):
     # batch_size 3: sequences of different lengths share a batch, so the decoder's padding is exercised
     df = probe(
         load_probe_model(f"{t5}:decoder"),
@@ -135,7 +140,9 @@ def test_decoder_stack_matches_the_float64_reference(t5, reference, backend):
         seq_len=SEQ_LEN,
         batch_size=3,
         max_tokens=None,
+        exclude_bos=exclude_bos,
     )
+    reference = _pooled(reference, int(exclude_bos))
     assert set(df.model) == {"t5:decoder"} and sorted(set(df.layer)) == [0, 1]
     assert set(df.statistic) == {s for _, s in reference}
     worst = 0.0
@@ -143,7 +150,7 @@ def test_decoder_stack_matches_the_float64_reference(t5, reference, backend):
         expect = reference[(row.layer, row.statistic)]
         assert row.n_tokens == expect.size and row.d_ff == 64
         worst = max(worst, abs(row.value - expect.mean()))
-    print(f"t5 decoder stack {backend}: max |probe - reference| {worst:.1e}")
+    print(f"t5 decoder stack {backend} exclude_bos={exclude_bos}: max |probe - reference| {worst:.1e}")
     assert worst <= TOL, (backend, worst)
     prov = df.attrs["provenance"]
     assert prov["model"] == "t5:decoder"
