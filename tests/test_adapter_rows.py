@@ -144,7 +144,7 @@ def test_readme_family_list_is_the_table():
     assert START in text and END in text, "README lost its generated family block"
     block = text.split(START, 1)[1].split(END, 1)[0].strip()
     assert block == family_table(), "README's families differ: run python -m tlm_probe.capture.family_table"
-    assert len(block.splitlines()) == 2 + len(adapters.ADAPTERS)
+    assert len(block.splitlines()) == 2 + len(adapters.ADAPTERS) + len(adapters.STACKS)
 
 
 def test_per_layer_widths_are_read_from_the_model(tmp_path):

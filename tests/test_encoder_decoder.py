@@ -1,6 +1,7 @@
 """Encoder-decoder models. T5's encoder stack has a row of its own (one depth axis, loaded as
 T5EncoderModel), checked here against test_families' independent float64 reference (each block re-run
-with its MLP zeroed); the decoder stack, and the other encoder-decoder types, are refused with the reason
+with its MLP zeroed); the decoder stack is its own model (MODEL:decoder, tests/test_t5_decoder_stack.py);
+the other encoder-decoder types are refused with the reason
 (capture/families/refused.py: one depth axis per result table, one input sequence) before any heavy import,
 on every path: the folder check, the loader with discovery on, and the CLI.
 

@@ -219,10 +219,13 @@ def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan) -> tuple[StatPlan, di
     missing = unavailable(pm.block_kind, {s: ALIGNMENT[s][0] for s in plan.alignment})
     if pm.adapter.mlp is None:  # importance statistics of the MLP (ablations, gradients, neurons)
         missing |= {s: NO_MLP for s in plan.importance if "mlp" in s or s in NEURON_STATS}
+    if pm.adapter.importance_refusal:  # the row says why the second pass is not offered (T5's decoder)
+        missing |= {s: pm.adapter.importance_refusal for s in plan.importance}
     if not missing:
         return plan, {}
     if set(plan.asked) <= set(missing) | {s for s in plan.asked if s.startswith("spearman_")}:
-        raise UserError(f"none of the asked statistics can be computed on this {pm.family} model: {NO_MLP}")
+        why = "; ".join(sorted(set(missing.values())))
+        raise UserError(f"none of the asked statistics can be computed on this {pm.family} model: {why}")
     kept = replace(
         plan,
         alignment=tuple(s for s in plan.alignment if s not in missing),

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from tlm_probe.capture.families import ADAPTERS
+from tlm_probe.capture.families.encoders import STACKS
 from tlm_probe.capture.families.refused import REFUSED
 from tlm_probe.capture.rows import (
     BLOCK_KINDS,
@@ -101,6 +102,29 @@ def adapter_for(model_type: str | None) -> Adapter:
     )
 
 
+STACK_SEP = ":"
+
+
+def split_stack(spec: str) -> tuple[str, str | None]:
+    """'runs/t5:decoder' -> ('runs/t5', 'decoder'): the stack of an encoder-decoder to probe as its own
+    model (families.encoders.STACKS); a spec without a known stack suffix is returned whole."""
+    head, sep, stack = str(spec).rpartition(STACK_SEP)
+    if sep and head and stack in {s for _, s in STACKS}:
+        return head, stack
+    return str(spec), None
+
+
+def stack_adapter(model_type: str | None, stack: str) -> Adapter:
+    """The row for one stack of an encoder-decoder (MODEL:decoder), or a UserError naming what exists."""
+    row = STACKS.get((model_type, stack))
+    if row is None:
+        known = ", ".join(f"{t}:{s}" for t, s in STACKS)
+        raise UserError(
+            f"{model_type} models have no {stack!r} stack to probe (MODEL:{stack} exists for: {known})"
+        )
+    return row
+
+
 ROW_FIELDS = {
     "family",
     "model_types",
@@ -152,11 +176,15 @@ def check_folder(source: str | Path) -> None:
     """Refuse a local checkpoint folder whose config.json names a model type no row serves, before the
     caller imports torch, transformers or TransformerLens (a refusal took 7-11 s, almost all imports).
     Anything else (hub names, GGUF files, unreadable configs) is left to load_probe_model."""
-    folder = Path(source)
+    head, stack = split_stack(str(source))
+    folder = Path(head if stack and not Path(source).exists() else source)
     if not (folder / CONFIG).is_file():
         return
     try:
         model_type = read_config_json(folder).get("model_type")
     except UserError:
         return
-    check_supported(model_type)
+    if stack and folder != Path(source):
+        stack_adapter(model_type, stack)  # MODEL:decoder of a type with no such stack
+    else:
+        check_supported(model_type)

@@ -13,6 +13,7 @@ import operator
 import torch
 
 from tlm_probe.capture.adapters import MIXER_ONLY, PARALLEL, POST_LN, SEQUENTIAL
+from tlm_probe.capture.rows import SEQUENTIAL_CROSS
 from tlm_probe.errors import UserError
 
 
@@ -30,6 +31,10 @@ ADDITIVITY = {
     PARALLEL: [("resid_post", ("resid_pre", "attn_out", "mlp_out"))],
     POST_LN: [("attn_sum", ("resid_pre", "attn_out")), ("resid_post_prenorm", ("resid_mid", "mlp_out"))],
     MIXER_ONLY: [("resid_post", ("resid_pre", "attn_out"))],
+    SEQUENTIAL_CROSS: [
+        ("resid_mid", ("resid_pre", "self_attn_out", "cross_attn_out")),
+        ("resid_post", ("resid_mid", "mlp_out")),
+    ],
 }
 # kind -> the pieces statistics may read, where not all of them (a block without an MLP: block-level only)
 AVAILABLE = {MIXER_ONLY: frozenset({"resid_pre", "resid_post"})}
@@ -42,8 +47,14 @@ def unavailable(kind: str, needs: dict[str, tuple[str, ...]]) -> dict[str, str]:
     if allowed is None:
         return {}
     return {s: NO_MLP for s, pieces in needs.items() if not set(pieces) <= allowed}
-# kind -> {derived piece: terms}: parallel blocks add the MLP output to resid_pre + attn_out
-DERIVED = {PARALLEL: {"resid_mid": ("resid_pre", "attn_out")}}
+
+
+# kind -> {derived piece: terms}: parallel blocks add the MLP output to resid_pre + attn_out; a decoder
+# block with cross-attention writes two attention outputs before its MLP, and attn_out is what both add
+DERIVED = {
+    PARALLEL: {"resid_mid": ("resid_pre", "attn_out")},
+    SEQUENTIAL_CROSS: {"attn_out": ("self_attn_out", "cross_attn_out")},
+}
 ULP_FACTOR = 8.0
 SAMPLE_TOKENS = 256
 """Tokens per batch whose pieces the additivity check sums in float64 (a wrong tap is wrong everywhere)."""

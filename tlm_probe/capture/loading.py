@@ -16,13 +16,17 @@ from torch import nn
 
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture.adapters import (
+    STACK_SEP,
     Adapter,
     adapter_for,
     adapter_source,
     check_supported,
     discovery_enabled,
     known_adapter,
+    split_stack,
+    stack_adapter,
 )
+from tlm_probe.capture.seq2seq import decoder_call, decoder_start
 from tlm_probe.capture.widths import MEANING, check_declared, declared_widths, layer_mlp, neuron_refusal
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import read_config_json
@@ -119,7 +123,8 @@ class ProbeModel:
 
     def base_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[tuple, dict]:
         """(args, kwargs) for calling `self.base` on a batch."""
-        return CALLS[self.adapter.inputs](input_ids, attention_mask)
+        config = getattr(self.model, "config", None)
+        return CALLS[self.adapter.inputs](input_ids, attention_mask, config)
 
     def forward_base(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """Run the blocks (no LM head: the probe statistics never need logits)."""
@@ -134,10 +139,11 @@ class ProbeModel:
         return self.model(*args, **kwargs)
 
 
-# Adapter.inputs -> (input_ids, attention_mask) -> (args, kwargs) of a forward call
+# Adapter.inputs -> (input_ids, attention_mask, config) -> (args, kwargs) of a forward call
 CALLS = {
-    "positional": lambda ids, mask: ((ids,), {"attention_mask": mask}),
-    "keywords": lambda ids, mask: ((), {"input_ids": ids, "attention_mask": mask, "use_cache": False}),
+    "positional": lambda ids, mask, cfg: ((ids,), {"attention_mask": mask}),
+    "keywords": lambda ids, mask, cfg: ((), {"input_ids": ids, "attention_mask": mask, "use_cache": False}),
+    "seq2seq_decoder": decoder_call,
 }
 
 
@@ -236,10 +242,14 @@ def load_probe_model(
     trust_remote_code: bool = False,
     unsafe_pickle: bool = False,
 ) -> ProbeModel:
-    """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed."""
+    """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed.
+    MODEL:decoder probes the decoder stack of an encoder-decoder (T5) as its own model, named so."""
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     check_device(device)
+    source, stack = split_stack(str(path_or_name))
+    if stack is not None and not Path(str(path_or_name)).exists():  # a folder named "x:decoder" is a folder
+        return _load_stack(source, stack, dtype, device, trust_remote_code, allow_pickle)
     if str(path_or_name).endswith(GGUF_SUFFIX):
         from tlm_probe.capture.gguf import load_gguf
         from tlm_probe.capture.widths import gguf_widths
@@ -276,6 +286,33 @@ def load_probe_model(
     )
 
 
+def _load_stack(
+    source: str, stack: str, dtype: str, device: str, trust_remote_code: bool, allow_pickle: bool
+) -> ProbeModel:
+    """One stack of an encoder-decoder, with that stack's row, named MODEL:stack in the result table."""
+    folder = Path(source)
+    if folder.is_dir():
+        stack_adapter(read_config_json(folder).get("model_type"), stack)  # refuse before heavy imports
+        _check_weights(folder, allow_pickle)
+        name = folder.resolve().parent.name if folder.name in GENERIC_NAMES else folder.name
+    elif _looks_like_path(source):
+        raise UserError(f"checkpoint folder not found: {source} (a path: not looked up on the hub)")
+    else:
+        name = source
+    pm = _load_hf(
+        source,
+        f"{name}{STACK_SEP}{stack}",
+        device,
+        dtype,
+        trust_remote_code,
+        allow_pickle,
+        folder if folder.is_dir() else None,
+        stack=stack,
+    )
+    decoder_start(pm.model.config)  # refused now, not at the first batch
+    return pm
+
+
 def _looks_like_path(s: str) -> bool:
     # "runs/cosinee" with runs/ on disk is a mistyped folder, not a hub repo: no 31 s of hub retries
     in_local_dir = "/" in s and Path(s.split("/")[0]).is_dir()
@@ -303,6 +340,7 @@ def _load_hf(
     trust_remote_code: bool,
     allow_pickle: bool,
     folder: Path | None,
+    stack: str | None = None,
 ) -> ProbeModel:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -315,8 +353,9 @@ def _load_hf(
         where = "" if folder is not None else f"no folder {source!r} here, and on the hub: "
         raise UserError(f"cannot load model {source!r}: {where}{_first_line(e)}") from e
     model_type = getattr(config, "model_type", None)
-    check_supported(model_type)
-    adapter = known_adapter(model_type)  # None: discovery (causal language models only)
+    if stack is None:
+        check_supported(model_type)
+    adapter = stack_adapter(model_type, stack) if stack else known_adapter(model_type)  # None: discovery
     auto = AutoModelForCausalLM if adapter is None or adapter.is_causal else AutoModel
     auto = adapter.model_class() if adapter is not None and adapter.model_class else auto
     try:
@@ -329,7 +368,7 @@ def _load_hf(
         )
     except Exception as e:
         raise UserError(f"cannot load weights of {source!r}: {_first_line(e)}") from e
-    return wrap_model(model.to(device), _load_tokenizer(source), name, folder)
+    return wrap_model(model.to(device), _load_tokenizer(source), name, folder, adapter=adapter)
 
 
 def _load_tokenizer(source: str | Path) -> Any | None:

@@ -22,9 +22,13 @@ from typing import Any
 from tlm_probe.errors import UserError
 
 SEQUENTIAL, PARALLEL, POST_LN, MIXER_ONLY = "sequential", "parallel", "post_ln", "mixer_only"
-BLOCK_KINDS = (SEQUENTIAL, PARALLEL, POST_LN, MIXER_ONLY)
+SEQUENTIAL_CROSS = "sequential_cross"
+BLOCK_KINDS = (SEQUENTIAL, PARALLEL, POST_LN, MIXER_ONLY, SEQUENTIAL_CROSS)
 """mixer_only: a block with a token mixer and no MLP (Mamba): resid_post = resid_pre + attn_out, where
-attn_out is the mixer's output."""
+attn_out is the mixer's output. sequential_cross: a pre-norm decoder block of an encoder-decoder (T5) with
+self-attention, then cross-attention over the encoder's output, then the MLP: both attentions are captured
+(self_attn_out, cross_attn_out) and attn_out is their sum, so resid_mid = resid_pre + attn_out is the
+stream after both, the one the MLP output is added to."""
 PIECES = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post", "mlp_post")
 
 
@@ -87,6 +91,8 @@ class Adapter:
     """config -> what the model does to the head's output beyond the final norm + head (a logit scale or
     soft cap), None if nothing: the logit lens (final norm + head of an earlier layer) would not be the
     model's own readout, so lens statistics are refused with this reason."""
+    importance_refusal: str | None = None
+    """Why the importance statistics (the second pass) are not offered for this row, None where they are."""
     model_class: Callable[[], Any] | None = None
     """() -> the transformers class a folder loads as, where not AutoModelForCausalLM / AutoModel (T5: its
     encoder stack alone, T5EncoderModel); a function, so that the table imports no transformers."""

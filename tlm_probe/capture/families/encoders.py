@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from tlm_probe.capture.rows import POST_LN, SEQUENTIAL, Adapter, fixed, post_ln_taps, seq_taps
+from tlm_probe.capture.rows import (
+    POST_LN,
+    SEQUENTIAL,
+    SEQUENTIAL_CROSS,
+    Adapter,
+    fixed,
+    post_ln_taps,
+    seq_taps,
+)
 
 _BERT_TAPS = post_ln_taps(
     "attention.output.dense", "attention.output.LayerNorm", "output.dense", "output.LayerNorm", "output.dense"
@@ -102,6 +110,53 @@ T5_ENCODER = Adapter(
     is_causal=False,
     model_class=_t5_encoder,
     tl_refusal=fixed("the TransformerLens backend is not wired for T5's encoder stack (T5EncoderModel)"),
-    notes="encoder stack only (loaded as T5EncoderModel; the decoder, with its cross-attention, is not "
-    "probed: one depth axis per result table): pre-norm, mlp_out is DenseReluDense's output",
+    notes="encoder stack only (loaded as T5EncoderModel; the decoder stack is probed as its own model, "
+    "MODEL:decoder): pre-norm, mlp_out is DenseReluDense's output",
 )
+
+
+def _t5_seq2seq():
+    from transformers import T5ForConditionalGeneration
+
+    return T5ForConditionalGeneration
+
+
+# T5's decoder stack, asked for as MODEL:decoder and named so in the table (its own depth axis). Each block
+# is layer.0 self-attention, layer.1 cross-attention (over the encoder's output), layer.2 T5LayerFF, each
+# x + sublayer(layer_norm(x)); the MLP output is added to the stream after both attentions.
+T5_DECODER = Adapter(
+    "t5 (decoder stack)",
+    ("t5",),
+    layers="decoder.block",
+    mlp="layer.2.DenseReluDense",
+    mlp_down="layer.2.DenseReluDense.wo",
+    final_norm="decoder.final_layer_norm",
+    lm_head=None,  # the head reads position t as token t, not t+1: no next-token logits, no logit lens
+    taps={
+        SEQUENTIAL_CROSS: {
+            "resid_pre": ":in",
+            "self_attn_out": "layer.0.SelfAttention:out",
+            "cross_attn_out": "layer.1.EncDecAttention:out",
+            "resid_mid": "layer.2.layer_norm:in",
+            "mlp_out": "layer.2.DenseReluDense:out",
+            "resid_post": ":out",
+            "mlp_post": "layer.2.DenseReluDense.wo:in",
+        }
+    },
+    kind_of=fixed(SEQUENTIAL_CROSS),
+    is_causal=False,  # self-attention is causal, but the stack is not a language model over the probe's text
+    inputs="seq2seq_decoder",
+    model_class=_t5_seq2seq,
+    tl_refusal=fixed("the TransformerLens backend is not wired for T5's decoder stack"),
+    importance_refusal="not verified on T5's decoder stack (its attention output is two sublayers, no "
+    "one module to ablate; ablations would re-run the encoder too and compare logits): alignment "
+    "statistics only",
+    notes="decoder stack (MODEL:decoder, loaded as T5ForConditionalGeneration): the probe's token "
+    "sequence is both the encoder input and, shifted right after decoder_start_token_id, the decoder "
+    "input (position t reads tokens < t and the whole encoded sequence); pre-norm blocks with three "
+    "sublayers: attn_out is self-attention + cross-attention output, resid_mid the stream after both, "
+    "which mlp_out (DenseReluDense's output) is added to",
+)
+
+STACKS: dict[tuple[str, str], Adapter] = {("t5", "decoder"): T5_DECODER}
+"""(model_type, stack) -> the row probing that stack of an encoder-decoder as its own model (MODEL:stack)."""

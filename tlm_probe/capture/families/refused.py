@@ -1,5 +1,6 @@
 """Model types refused with a reason rather than a row (and never discovered): what the probe's result
-contract cannot represent. (T5 itself has a row for its encoder stack alone: families/encoders.py.)
+contract cannot represent. (T5 has a row per stack, families/encoders.py: its encoder stack as MODEL, its
+decoder stack as MODEL:decoder, each its own model in the table, the probe's sequence as source and target.)
 
 Encoder-decoder models have two stacks of layers, each its own depth axis, and a decoder block with a third
 sublayer (cross-attention over the encoder's output). The result table (DESIGN.md section 2: model, layer,
