@@ -249,7 +249,7 @@ def load_probe_model(
     check_device(device)
     source, stack = split_stack(str(path_or_name))
     if stack is not None and not Path(str(path_or_name)).exists():  # a folder named "x:decoder" is a folder
-        return _load_stack(source, stack, dtype, device, trust_remote_code, allow_pickle)
+        return _load_stack(source, stack, dtype, device, trust_remote_code, unsafe_pickle)
     if str(path_or_name).endswith(GGUF_SUFFIX):
         from tlm_probe.capture.gguf import load_gguf
         from tlm_probe.capture.widths import gguf_widths

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 
@@ -42,8 +43,21 @@ def stop_on_sigterm() -> None:
     """SIGTERM (`kill`, a scheduler's stop) unwinds like Ctrl-C: every `finally` runs (locks released,
     temporary files removed) and the command says so in one line, where Python's default would kill
     the process on the spot with no word (exit -15). Training installs its own handler while it runs
-    (train/loop.py: checkpoint, then stop)."""
+    (train/loop.py: checkpoint, then stop). A forked child (lm-eval's bootstrap Pool) gets the default
+    back: Pool.terminate() stops its workers with SIGTERM, and one that unwound instead could hang it."""
+    global _FORK_HOOK
     signal.signal(signal.SIGTERM, _raise_interrupted)
+    if not _FORK_HOOK:
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        _FORK_HOOK = True
+
+
+_FORK_HOOK = False
+
+
+def _default_sigterm_in_child() -> None:
+    if signal.getsignal(signal.SIGTERM) is _raise_interrupted:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class PlainFlags(TyperCommand):
