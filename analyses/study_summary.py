@@ -17,17 +17,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tlm_probe.train.compare_tables import holm
+
 MECHANISM_STATS = ("align_mlp_mid", "align_abs_mlp_mid", "align_mlp_pre", "align_abs_mlp_pre")
-
-
-def holm(p: pd.Series) -> pd.Series:
-    """Holm-Bonferroni adjusted p-values (family: the arms of one table)."""
-    order = p.sort_values().index
-    m, running, out = len(p), 0.0, {}
-    for i, idx in enumerate(order):
-        running = max(running, min(1.0, (m - i) * p[idx])) if not math.isnan(p[idx]) else running
-        out[idx] = running if not math.isnan(p[idx]) else math.nan
-    return pd.Series(out)[p.index]
 
 
 def _fmt(x: float, spec: str = "+.4f") -> str:

@@ -30,7 +30,19 @@ def paired_table(
         for m in metrics:
             row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    for m in metrics if len(table) else ():  # the family: the arms tested against one baseline
+        table[f"{m}_p_holm"] = table.groupby("baseline", sort=False)[f"{m}_p"].transform(holm)
+    return table
+
+
+def holm(p: pd.Series) -> pd.Series:
+    """Holm-Bonferroni adjusted p-values over the finite ones (NaN stays NaN): the i-th smallest of m is
+    multiplied by m - i, made non-decreasing in that order, capped at 1."""
+    finite = p.dropna().sort_values()
+    m = len(finite)
+    steps = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * finite.to_numpy(float)))
+    return pd.Series(steps, index=finite.index).reindex(p.index)
 
 
 def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
