@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from swap_check import same_loss_and_grads
 from typer.testing import CliRunner
 
 from cli import app
@@ -338,16 +339,8 @@ def test_memory_width_tapered_titans_equals_its_sequential_reference(monkeypatch
     model = TaperedLM(cfg)
     assert [tuple(b.attn.mem_W1.shape) for b in model.blocks] == [(4, w, 8) for w in cfg.layer_mem_width]
     x = torch.randint(0, 50, (2, 14))
-    out = []
-    for fn in (memory_chunked, memory_reference):
-        monkeypatch.setattr(titans_module, "memory_chunked", fn)
-        model.zero_grad()
-        loss = model(x, return_type="loss")
-        loss.backward()
-        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    torch.testing.assert_close(out[0][0], out[1][0], atol=1e-6, rtol=0)
-    for name, g in out[0][1].items():
-        torch.testing.assert_close(g, out[1][1][name], atol=1e-5, rtol=0, msg=name)
+    same_loss_and_grads(model, x, monkeypatch, titans_module, "memory_chunked",
+                            (memory_chunked, memory_reference))
     assert all(b.attn.mem_W1.grad.abs().sum() > 0 for b in model.blocks)  # every layer's memory is live
     model.eval()
     save_tlm(model, tmp_path / "m")

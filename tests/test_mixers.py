@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from swap_check import same_loss_and_grads
 
 import tlm_probe.models.titans as titans_module
 from tlm_probe.accounting import count_params, train_flops_per_token
@@ -93,16 +94,8 @@ def test_titans_model_equals_its_sequential_reference(monkeypatch):
     torch.manual_seed(0)
     model = TaperedLM(tiny("titans", mem_chunk=3))
     x = tokens(T=14)
-    out = []
-    for fn in (memory_chunked, memory_reference):
-        monkeypatch.setattr(titans_module, "memory_chunked", fn)
-        model.zero_grad()
-        loss = model(x, return_type="loss")
-        loss.backward()
-        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    torch.testing.assert_close(out[0][0], out[1][0], atol=1e-6, rtol=0)
-    for name, g in out[0][1].items():
-        torch.testing.assert_close(g, out[1][1][name], atol=1e-5, rtol=0, msg=name)
+    same_loss_and_grads(model, x, monkeypatch, titans_module, "memory_chunked",
+                            (memory_chunked, memory_reference))
 
 
 @pytest.mark.parametrize("mixer", MIXER_KINDS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from swap_check import same_loss_and_grads
 
 import tlm_probe.models.cms_update as cms_update
 from tlm_probe.models.cms_update import read_chunked, read_reference
@@ -78,14 +79,6 @@ def test_hope_model_equals_its_token_by_token_reference(monkeypatch):
                     mixer="hope_attention", cms_chunks=(3, 8, 64))
     model = TaperedLM(cfg)
     x = torch.randint(0, 61, (2, 14), generator=torch.Generator().manual_seed(0))
-    out = []
-    for fn in (read_chunked, read_reference):
-        monkeypatch.setattr(cms_update, "read_chunked", fn)
-        model.zero_grad()
-        loss = model(x, return_type="loss")
-        loss.backward()
-        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    torch.testing.assert_close(out[0][0], out[1][0], atol=1e-6, rtol=0)
-    for name, g in out[0][1].items():
-        torch.testing.assert_close(g, out[1][1][name], atol=1e-5, rtol=0, msg=name)
-    assert all(out[0][1][f"blocks.{l}.mlp.levels.{i}.lr_logit"].abs() > 0 for l in (0, 1) for i in (0, 1))
+    grads = same_loss_and_grads(model, x, monkeypatch, cms_update, "read_chunked",
+                                (read_chunked, read_reference))
+    assert all(grads[f"blocks.{l}.mlp.levels.{i}.lr_logit"].abs() > 0 for l in (0, 1) for i in (0, 1))
