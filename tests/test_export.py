@@ -298,17 +298,16 @@ def test_byte_tokenizer_is_stated_not_included(tmp_path):
 
 
 def test_per_layer_heads_become_arrays_and_k_is_permuted_by_its_own_layers_kv_heads():
-    """Issue 23's layer_heads/layer_kv_heads (read with getattr, so before and after that config field
-    exists): a stand-in config and state with 4/2/2 heads and 2/2/1 KV heads."""
-    from types import SimpleNamespace
-
+    """A config with 4/2/2 query heads and 2/2/1 KV heads: per-layer arrays, and each layer's K permuted
+    by its own KV head count (undone here with transformers' inverse)."""
     from tlm_probe.export.gguf_writer import gguf_metadata, gguf_tensors
     from tlm_probe.export.support import LayerShapes, layer_heads, layer_kv_heads
+    from tlm_probe.models.config import TLMConfig
 
     d, dh, heads, kv = 16, 4, (4, 2, 2), (2, 2, 1)
-    cfg = SimpleNamespace(n_layers=3, n_heads=4, kv_heads=2, layer_heads=heads, layer_kv_heads=kv, d_head=dh,
-                          d_ff=(32, 32, 32), tie_embeddings=True, max_seq_len=8, d_model=d, rope_theta=1e4,
-                          norm_eps=1e-5, vocab_size=8, to_dict=lambda: {})
+    cfg = TLMConfig(n_layers=3, n_heads=4, n_kv_heads=2, layer_heads=heads, layer_kv_heads=kv,
+                    d_ff=(32, 32, 32), max_seq_len=8, d_model=d, vocab_size=8)
+    assert cfg.d_head == dh and cfg.tie_embeddings
     shapes = LayerShapes(cfg.d_ff, layer_heads(cfg), layer_kv_heads(cfg), dh)
     assert not shapes.uniform
     g = torch.Generator().manual_seed(0)

@@ -21,12 +21,13 @@ REQUIRED = {
 
 
 def layer_heads(cfg: TLMConfig) -> tuple[int, ...]:
-    """Query heads of each layer: cfg.layer_heads where the config has it (issue 23), else uniform."""
-    return tuple(getattr(cfg, "layer_heads", ()) or (cfg.n_heads,) * cfg.n_layers)
+    """Query heads of each layer, as the model reads them."""
+    return tuple(cfg.heads_at(i) for i in range(cfg.n_layers))
 
 
 def layer_kv_heads(cfg: TLMConfig) -> tuple[int, ...]:
-    return tuple(getattr(cfg, "layer_kv_heads", ()) or (cfg.kv_heads,) * cfg.n_layers)
+    """Key/value heads of each layer, as the model reads them."""
+    return tuple(cfg.kv_heads_at(i) for i in range(cfg.n_layers))
 
 
 @dataclass(frozen=True)

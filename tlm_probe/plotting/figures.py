@@ -19,6 +19,7 @@ from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
     advantage_curves,
     input_kind,
+    lacking_notes,
     load_comparison,
     load_probe,
     load_run,
@@ -74,19 +75,10 @@ def _one(stats: Sequence[str], default: str, kind: str) -> str:
     return stats[0] if stats else default
 
 
-def _note_lacking(req: FigureRequest, table: pd.DataFrame, models, stat: str, what: str = "results") -> None:
-    """A model without `stat` is left out of the figure: say so (with no model at all, the plotting
-    function says what is available)."""
-    have = set(table.loc[table["statistic"] == stat, "model"].astype(str))
-    lacking = [m for m in dict.fromkeys(map(str, models)) if m not in have]
-    if have and lacking:
-        req.notes.append(f"skipped {', '.join(lacking)}: no {stat} in its {what}")
-
-
 def _depth(paths, req: FigureRequest) -> Figure:
     results, _, _ = _probe_tables(paths)
     stat = _one(req.statistics, "align_mlp_mid", "depth")
-    _note_lacking(req, results, results["model"], stat)
+    req.notes += lacking_notes(results, results["model"], stat)
     req.notes += split_note(results)
     return plot_depth(results, stat, x=req.x, size=req.size, dpi=req.dpi, title=req.title)
 
@@ -97,7 +89,7 @@ def _heatmap(paths, req: FigureRequest) -> Figure:
         raise UserError("these probe results have no layer×layer matrices (matrices.csv); "
                         "probe with matrix statistics (angular distance, CKA) first")
     stat = _one(req.statistics, str(matrices["statistic"].iloc[0]), "heatmap")
-    _note_lacking(req, matrices, tokens, stat, "matrices")
+    req.notes += lacking_notes(matrices, tokens, stat, "matrices")
     return plot_heatmaps(matrices, stat, size=req.size, dpi=req.dpi, title=req.title, tokens=tokens)
 
 
@@ -107,7 +99,7 @@ def _importance(paths, req: FigureRequest) -> Figure:
     if not stats:
         raise UserError("no importance proxies in these results; name them with --statistic")
     for stat in stats:
-        _note_lacking(req, results, results["model"], stat)
+        req.notes += lacking_notes(results, results["model"], stat)
     req.notes += split_note(results)
     return plot_importance(results, stats, size=req.size, dpi=req.dpi, title=req.title)
 

@@ -253,3 +253,11 @@ def split_note(results: pd.DataFrame) -> list[str]:
     parts = "; ".join(f"{split}: {', '.join(map(str, models))}" for split, models in by_split.items())
     return [f"warning: these probes ran on different data splits ({parts}); their values are not "
             "measurements on the same tokens"]
+
+
+def lacking_notes(table: pd.DataFrame, models, stat: str, what: str = "results") -> list[str]:
+    """The note for models left out of a figure because they lack `stat` (with no model at all the
+    figure is not drawn and its plotting function says what is available)."""
+    have = set(table.loc[table["statistic"] == stat, "model"].astype(str))
+    lacking = [m for m in dict.fromkeys(map(str, models)) if m not in have]
+    return [f"skipped {', '.join(lacking)}: no {stat} in its {what}"] if have and lacking else []

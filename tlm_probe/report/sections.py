@@ -18,6 +18,7 @@ from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
     Comparison,
     input_kind,
+    lacking_notes,
     load_comparison,
     load_eval,
     load_probe,
@@ -84,14 +85,6 @@ def headline_figure(sections: list[Section]) -> list:
     block = depth.blocks[first]
     depth.blocks[first] = Text(f"{block.caption}: shown in the Summary")
     return [block]
-
-
-def lacking_notes(table: pd.DataFrame, models, stat: str, what: str = "results") -> list[str]:
-    """The line `tlm plot` prints for a model left out of a figure (plotting/figures.py says the same):
-    with no model at all the figure is not drawn, so there is nothing to note."""
-    have = set(table.loc[table["statistic"] == stat, "model"].astype(str))
-    lacking = [m for m in dict.fromkeys(map(str, models)) if m not in have]
-    return [f"skipped {', '.join(lacking)}: no {stat} in its {what}"] if have and lacking else []
 
 
 def _ordered_stats(results: pd.DataFrame) -> list[str]:
