@@ -84,13 +84,16 @@ def _hf(mixer="attention", positions="rope"):
     return TLMForCausalLM(TLMHFConfig(**_cfg(mixer, positions=positions).to_dict())).eval()
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("mixer, positions", [("attention", "rope"), ("gated_attention", "learned")])
-def test_cached_greedy_equals_uncached_with_per_layer_cache_shapes(mixer, positions):
+def test_cached_greedy_equals_uncached_with_per_layer_cache_shapes(mixer, positions, cache):
+    """A StaticCache preallocates its whole length (21 here) per layer, sized from each layer's own keys;
+    before, its 4-D mask and unfilled zeros reached the attention and generate() raised."""
     model = _hf(mixer, positions)
     x = torch.tensor([[7, 1, 8, 8, 11, 3]])
     kw = dict(max_new_tokens=16, do_sample=False, pad_token_id=0, return_dict_in_generate=True,
               output_logits=True)
-    cached = model.generate(x, use_cache=True, **kw)
+    cached = model.generate(x, use_cache=True, cache_implementation=cache, **kw)
     uncached = model.generate(x, use_cache=False, **kw)
     assert cached.sequences.tolist() == uncached.sequences.tolist()
     assert len(set(cached.sequences[0, 6:].tolist())) > 3, "degenerate model: the test would see nothing"
@@ -103,6 +106,17 @@ def test_cached_greedy_equals_uncached_with_per_layer_cache_shapes(mixer, positi
         full = TaperedLM.forward(model, cached.sequences[:, :-1])[0, 5:]
     steps = torch.cat(cached.logits)
     assert (steps - full).abs().max() <= 4 * 64 * 16 * EPS * full.abs().max()
+
+
+def test_static_cache_generation_with_left_padding_equals_uncached():
+    """A batch with left padding: the (B, S) padding mask reaches the model unchanged with either cache."""
+    model = _hf()
+    x = torch.tensor([[0, 0, 7, 1, 8, 3], [5, 7, 1, 8, 8, 11]])
+    am = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])
+    kw = dict(attention_mask=am, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    uncached = model.generate(x, use_cache=False, **kw)
+    static = model.generate(x, use_cache=True, cache_implementation="static", **kw)
+    assert static.tolist() == uncached.tolist()
 
 
 def test_save_pretrained_auto_model_and_our_checkpoint_round_trip_bit_equal(tmp_path):
@@ -272,9 +286,10 @@ def test_eval_of_a_head_tapered_checkpoint_equals_direct_log_likelihoods(tmp_pat
         np.testing.assert_allclose(np.array([r[0][0] for r in s["resps"]]), lls, rtol=1e-4, atol=1e-3)
 
 
-def test_fsdp2_on_a_head_tapered_model_matches_one_process(tmp_path):
-    """torchrun + FSDP2 (2 gloo processes, each half the batch) against one process: blocks of different
-    attention widths shard and train alike (tests/test_train_ddp.py's pattern and bound)."""
+def test_fsdp2_and_ddp_on_a_head_tapered_model_match_one_process(tmp_path):
+    """torchrun + FSDP2 and torchrun + DDP (2 gloo processes, each half the batch) against one process:
+    blocks of different attention widths shard, all-reduce and train alike (tests/test_train_ddp.py's
+    pattern and bound)."""
     from test_train_ddp import CLI, COMMON, TORCHRUN, _max_diff, _run
 
     words = ["alpha", "beta", "gamma", "delta", "tapered", "uniform", "layer", "width", "depth", "token"]
@@ -289,6 +304,8 @@ def test_fsdp2_on_a_head_tapered_model_matches_one_process(tmp_path):
     _run([*TORCHRUN, CLI, "train", "--out", str(tmp_path / "fsdp"), "--batch-size", "2", "--fsdp", *flags])
     assert load_tlm(tmp_path / "fsdp").cfg.layer_kv_heads == (3, 2, 2, 1)
     assert _max_diff(tmp_path / "one", tmp_path / "fsdp") < 1e-5
+    _run([*TORCHRUN, CLI, "train", "--out", str(tmp_path / "ddp"), "--batch-size", "2", *flags])
+    assert _max_diff(tmp_path / "one", tmp_path / "ddp") < 1e-5
 
 
 @pytest.mark.parametrize("mixer", ["attention", "gated_attention", "titans", "hope_attention"])

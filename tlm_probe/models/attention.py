@@ -55,6 +55,10 @@ class Attention(nn.Module):
             q, k = self.rotary(q, positions), self.rotary(k, positions)
         if cache is not None:
             k, v = cache.update(k, v, layer)  # (B, H_kv, T_past + T, dh)
+            # a StaticCache returns its whole preallocated length (zeros past the filled part): keep what
+            # is filled, so masks and SDPA's causal rule see T_past + T keys as with a DynamicCache
+            filled = int(cache.get_seq_length(layer))
+            k, v = k[:, :, :filled], v[:, :, :filled]
         drop = self.dropout if self.training else 0.0
         gqa = self.kv_heads != self.n_heads
         if mask is None:

@@ -100,6 +100,12 @@ class TLMForCausalLM(PreTrainedModel, GenerationMixin):
             kwargs["use_cache"] = False
         return super().generate(*args, **kwargs)
 
+    def create_masks_for_generate(self, attention_mask=None, **_):
+        """generate() calls this with a compilable cache (StaticCache) to turn the (B, S) padding mask into
+        a 4-D one; TaperedLM.forward builds its own causal and padding masks from the (B, S) mask, so it
+        gets that mask unchanged."""
+        return attention_mask
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask=None, labels=None, cache=None, use_cache=None, **kwargs
     ) -> CausalLMOutputWithPast:

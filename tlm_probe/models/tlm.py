@@ -107,7 +107,7 @@ class TaperedLM(HookedRootModule):
         the keys/values of earlier tokens (generation); attention_mask then covers those tokens too.
         """
         B, T = input_ids.shape
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past = int(past_key_values.get_seq_length()) if past_key_values is not None else 0  # Static: a tensor
         if past + T > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {past + T} exceeds max_seq_len={self.cfg.max_seq_len}")
         if past:
