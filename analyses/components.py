@@ -10,6 +10,8 @@ token, and writes kv_bytes_per_token into results.csv. Re-running continues wher
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from analyses.allocation import scaled
 
 SEEDS = "0,1,2"
@@ -20,3 +22,23 @@ ARMS = ("uniform", f"mlp={TAPER}", f"heads={TAPER}", f"kv={TAPER}", f"mlp={TAPER
 def run(opts, flags: list[str], tlm) -> None:
     tlm("compare", "--schedules", ",".join(ARMS), "--seeds", SEEDS, "--kv-heads", "2",
         "--out", str(opts.root / "components"), *scaled(flags), "--json")
+
+
+def shapes_table(folder: Path) -> str:
+    """Markdown: each arm's per-layer MLP widths, query heads and KV heads (seed 0's run; every seed of an
+    arm has the same shape), its parameters and KV-cache bytes per token, from compare's results.csv."""
+    import pandas as pd
+
+    runs = pd.read_csv(folder / "results.csv").drop_duplicates("arm").set_index("arm")
+    lines = ["| arm | MLP widths | query heads | KV heads | parameters | KV bytes / token |",
+             "|---|---|---|---|---|---|"]
+    for arm, r in runs.iterrows():
+        cells = [arm, r.d_ff, r.heads, r.kv_heads, f"{int(r.params):,}", f"{int(r.kv_bytes_per_token):,}"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+def collect(dst: Path) -> list[str]:
+    """The Markdown lines study.collect adds under the components part."""
+    return ["### components: the arms' shapes (equal parameters, FLOPs and KV bytes, checked by compare)", "",
+            shapes_table(dst), ""]

@@ -182,6 +182,10 @@ def collect(opts) -> None:
             from analyses import allocation as alloc
 
             md += alloc.collect(opts, tlm, dst)
+        if part == "components":
+            from analyses import components as comp
+
+            md += comp.collect(dst)
     md += _collect_mechanism(opts, summ)
     (RESULTS / "summary.md").write_text("\n".join(md) + "\n")
     (RESULTS / "study_config.json").write_text(json.dumps(config, indent=2) + "\n")
