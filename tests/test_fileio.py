@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tlm_probe import fileio
+from tlm_probe import fileio, folder_lock
 from tlm_probe.data.tokens import write_shard
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
@@ -115,14 +115,14 @@ def test_claim_rules(tmp_path, capsys):
 
 def test_second_writer_gets_the_holders_pid(tmp_path):
     out = tmp_path / "run"
-    with fileio.folder_lock(out):
-        with fileio.folder_lock(out):  # the same process may nest (demo -> compare -> train)
+    with folder_lock.folder_lock(out):
+        with folder_lock.folder_lock(out):  # the same process may nest (demo -> compare -> train)
             pass
         code = f"""
-            from tlm_probe import fileio
+            from tlm_probe import folder_lock
             from tlm_probe.errors import UserError
             try:
-                with fileio.folder_lock({str(out)!r}):
+                with folder_lock.folder_lock({str(out)!r}):
                     print("got it")
             except UserError as e:
                 print(e)
@@ -131,19 +131,19 @@ def test_second_writer_gets_the_holders_pid(tmp_path):
         r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                            env=env, timeout=60)
         assert f"being written by another tlm process (pid {os.getpid()})" in r.stdout, r.stdout + r.stderr
-    assert not fileio.lock_path(out.absolute()).exists()  # released and removed
+    assert not folder_lock.lock_path(out.absolute()).exists()  # released and removed
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     out = tmp_path / "run"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    fileio.lock_path(out).write_text(f"{dead.pid}\n")  # left by a writer that was killed: no flock held
+    folder_lock.lock_path(out).write_text(f"{dead.pid}\n")  # left by a writer that was killed: no flock held
     stale_tmp = tmp_path / ".run.tmp-abc"  # and its half-written temporary folder
     stale_tmp.mkdir()
     (stale_tmp / "results.csv").write_text("half")
-    with fileio.folder_lock(out):
-        assert fileio.lock_path(out).read_text().strip() == str(os.getpid())
+    with folder_lock.folder_lock(out):
+        assert folder_lock.lock_path(out).read_text().strip() == str(os.getpid())
         assert not stale_tmp.exists()
 
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe import fileio
+from tlm_probe import folder_lock
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -56,11 +56,11 @@ def test_diverged_training_stops_exit_1_and_keeps_the_last_finite_checkpoint(tmp
 
 def test_a_second_writer_gets_the_holders_pid(tmp_path, ids):
     out = tmp_path / "run"
-    with fileio.folder_lock(out):
-        lock = fileio.lock_path(out.absolute())
+    with folder_lock.folder_lock(out):
+        lock = folder_lock.lock_path(out.absolute())
         lock_pid = os.getpid()
         with pytest.MonkeyPatch.context() as mp:  # the CLI runs in this process: make it forget the lock
-            mp.setattr(fileio, "_held", {})
+            mp.setattr(folder_lock, "_held", {})
             r = runner.invoke(app, ["train", "--data", ids, "--out", str(out), *TINY, "--steps", "2"])
         assert lock.read_text().strip() == str(lock_pid)
     err = _one_line_error(r)

@@ -24,7 +24,7 @@ from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe import fileio
+from tlm_probe import fileio, folder_lock
 from tlm_probe.data.prepare import prepare
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
@@ -262,10 +262,10 @@ def test_the_lock_file_is_never_opened_through_a_link(tmp_path, how):
     victim = tmp_path / "precious.txt"
     victim.write_text("never truncate me")
     out = tmp_path / "run"
-    lock = fileio.lock_path(out)
+    lock = folder_lock.lock_path(out)
     os.symlink(victim, lock) if how == "symlink" else os.link(victim, lock)
     with pytest.raises(UserError, match="refusing to"):
-        with fileio.folder_lock(out):
+        with folder_lock.folder_lock(out):
             pass
     assert victim.read_text() == "never truncate me"
 
@@ -276,12 +276,12 @@ def test_two_names_of_one_folder_share_its_lock(tmp_path):
     real = tmp_path / "real" / "run"
     real.mkdir(parents=True)
     (tmp_path / "link").symlink_to(real, target_is_directory=True)
-    with fileio.folder_lock(real):
+    with folder_lock.folder_lock(real):
         code = f"""
-            from tlm_probe import fileio
+            from tlm_probe import folder_lock
             from tlm_probe.errors import UserError
             try:
-                with fileio.folder_lock({str(tmp_path / "link")!r}):
+                with folder_lock.folder_lock({str(tmp_path / "link")!r}):
                     print("got it")
             except UserError as e:
                 print(e)
@@ -295,7 +295,7 @@ def test_two_names_of_one_folder_share_its_lock(tmp_path):
 def _held_by_someone(out: Path) -> bool:
     """Whether another open file holds the flock of `out` (flock locks belong to open files, so a second
     open in this process is refused while the command holds it)."""
-    path = fileio.lock_path(out.resolve())
+    path = folder_lock.lock_path(out.resolve())
     if not path.exists():
         return False
     fd = os.open(path, os.O_RDONLY)

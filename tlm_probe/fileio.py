@@ -1,4 +1,5 @@
-"""Writing files safely: atomic writes, manifests of written files, folder locks (the one copy of each).
+"""Writing files safely: atomic writes and manifests of written files (the one copy of each; the folder
+lock that guards them is tlm_probe/folder_lock.py).
 
 - Atomic: a file (or folder) is written under a temporary name next to its final one and renamed into
   place, so a crash never leaves it half-written; a failed write removes its temporary. Outputs follow the
@@ -10,9 +11,6 @@
   create, and leaves every other file where it is. The manifest is data from disk, not an instruction:
   an entry that is absolute, holds '..', names the folder itself or passes through a symbolic link is
   refused, and only regular files and real folders strictly inside OUT are ever deleted.
-- Lock: an exclusive flock on .OUT.lock beside the resolved OUT (holding the pid) for the life of the
-  writer, opened without following symbolic links; the kernel drops it when the process dies, so the lock
-  of a killed process is simply taken over.
 - Inputs: --out may not be, contain or lie inside an input of the same command (check_apart).
 """
 
@@ -20,11 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -341,78 +337,3 @@ def claim(
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         print(f"note: {out} keeps {len(others)} file(s) tlm did not write: {shown}", file=sys.stderr)
     return others
-
-
-# ---- folder locks ---------------------------------------------------------------------------------
-_held: dict[Path, tuple[int, int]] = {}
-"""Locks this process holds: path -> (file descriptor, depth), so that nested writers (demo -> compare
--> train) may take the lock of a folder they already hold."""
-
-
-def lock_path(out: Path) -> Path:
-    return out.parent / f".{out.name}.lock"
-
-
-@contextlib.contextmanager
-def folder_lock(out: str | Path, *, file: bool = False) -> Iterator[None]:
-    """Hold an exclusive lock on the output folder `out` for the block. A second writer gets a one-line
-    UserError naming the holder's pid. Stale .OUT.tmp-* of a killed writer are removed once it is held.
-    file=True: `out` is one output file (`tlm export --gguf`), locked the same way (.OUT.lock beside it)."""
-    out = Path(out).resolve()  # one lock per folder, whichever path (a symbolic link) reaches it
-    path = lock_path(out)
-    if path in _held:
-        fd, depth = _held[path]
-        _held[path] = (fd, depth + 1)
-    else:
-        ensure_writable(out.parent if file else out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        _held[path] = (_acquire(path, out), 1)
-        clean_stale_temps(out)
-    try:
-        yield
-    finally:
-        fd, depth = _held[path]
-        if depth > 1:
-            _held[path] = (fd, depth - 1)
-        else:
-            del _held[path]
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            os.close(fd)  # closing drops the flock
-
-
-def _acquire(path: Path, out: Path) -> int:
-    while True:
-        fd = _open_lock(path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise UserError(f"{out} is being written by another tlm process (pid {holder})") from None
-        try:
-            same = os.fstat(fd).st_ino == os.lstat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:  # else the holder removed the file between our open and flock: lock the new one
-            break
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
-
-
-def _open_lock(path: Path) -> int:
-    """Open (or create) the lock file without following a symbolic link; a link, a hard link or anything
-    but a small regular file there is someone else's file, which truncating would destroy."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode())
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UserError(f"refusing to lock through {path}: it is a symbolic link; remove it") from None
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > 64:
-        os.close(fd)
-        raise UserError(f"refusing to use {path} as a lock: it is not a tlm lock file; remove it")
-    return fd

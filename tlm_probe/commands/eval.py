@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
         from tlm_probe.commands.probe import _threads
         from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval, stays_offline
-        from tlm_probe.fileio import folder_lock
+        from tlm_probe.folder_lock import folder_lock
         from tlm_probe.progress import where
 
         split = renamed(split, ppl_split, "val", "--split", "--ppl-split")

@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         if adapter is not None:
             register_adapter(load_adapter_file(adapter))
         check_folder(model)  # an unsupported architecture is refused before the heavy imports below
-        from tlm_probe.fileio import folder_lock
+        from tlm_probe.folder_lock import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe import ProbeOptions, run_probe
         from tlm_probe.results import write_results

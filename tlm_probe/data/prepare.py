@@ -14,7 +14,8 @@ import numpy as np
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import check_apart, claim, folder_lock, publish, temp_folder
+from tlm_probe.fileio import check_apart, claim, publish, temp_folder
+from tlm_probe.folder_lock import folder_lock
 from tlm_probe.tokenizer import make_tokenizer, parse_bpe
 
 

@@ -16,13 +16,13 @@ from tlm_probe.fileio import (
     check_apart,
     check_kind,
     claim,
-    folder_lock,
     foreign,
     record,
     remove_owned,
     replace_entry,
     temp_folder,
 )
+from tlm_probe.folder_lock import folder_lock
 from tlm_probe.jsonfile import read_json_object
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
