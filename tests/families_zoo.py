@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import transformers as T
-from models_zoo import CTX, HEADS, LAYERS, VOCAB, D, _causal_tokenizer, _encoder_tokenizer, _spread_weights
+from models_zoo import CTX, HEADS, LAYERS, VOCAB, D, _causal_tokenizer, _encoder_tokenizer, save_random
 
 _BASE = dict(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS)
 _ROPE = dict(**_BASE, intermediate_size=80, max_position_embeddings=CTX)
@@ -200,10 +199,5 @@ ENCODERS = ("bert_chunked", "distilbert", "modernbert")
 def build_family(variant: str, folder: str | Path, seed: int = 0) -> Path:
     """Save a random tiny model of `variant` (and a tokenizer) into `folder`."""
     make_config, auto = FAMILY_MODELS[variant]
-    torch.manual_seed(seed)
-    model = auto.from_config(make_config()).eval()
-    _spread_weights(model)
-    folder = Path(folder)
-    model.save_pretrained(folder)
-    (_encoder_tokenizer if variant in ENCODERS else _causal_tokenizer)().save_pretrained(folder)
-    return folder
+    tokenizer = _encoder_tokenizer if variant in ENCODERS else _causal_tokenizer
+    return save_random(make_config(), auto, tokenizer, folder, seed)

@@ -186,12 +186,18 @@ FAMILIES = tuple(_ZOO)
 def build_model(family: str, folder: str | Path, seed: int = 0, tokenizer: bool = True) -> Path:
     """Save a randomly initialised tiny model of `family` (and its tokenizer) into `folder`."""
     make_config, auto, make_tok = _ZOO[family]
+    return save_random(make_config(), auto, make_tok if tokenizer else None, folder, seed)
+
+
+def save_random(config, auto, make_tok, folder: str | Path, seed: int) -> Path:
+    """Save `auto.from_config(config)`, randomly initialised from `seed` with spread 1-d weights, and the
+    tokenizer `make_tok()` (none when it is None) into `folder`."""
     torch.manual_seed(seed)
-    model = auto.from_config(make_config()).eval()
+    model = auto.from_config(config).eval()
     _spread_weights(model)
     folder = Path(folder)
     model.save_pretrained(folder)
-    if tokenizer:
+    if make_tok is not None:
         make_tok().save_pretrained(folder)
     return folder
 
