@@ -7,7 +7,7 @@
     python -m analyses.study components    # taper MLP width vs query heads vs KV heads vs MLP + heads
     python -m analyses.study eval          # tlm eval of every finished run: built-in tasks + OOD perplexity
     python -m analyses.study mechanism     # alignment vs depth: trained models, MiniLM, SmolLM2 (GGUF)
-    python -m analyses.study collect       # tables and figures -> analyses/results/<part>/
+    python -m analyses.study collect       # tables and figures -> analyses/results/<part>/ (--parts A,B)
 
 Every part is an ordinary `tlm compare`/`tlm sweep` run in ROOT/<part> (default runs/study, git-ignored):
 re-running a part continues it where it stopped (finished runs are kept, a run in progress resumes from its
@@ -120,7 +120,7 @@ def evaluate(opts) -> None:
     """tlm eval of each finished run (skipped when its result folder exists): the built-in tasks from the
     held-out split of builtin:pydoc and the perplexity of builtin:stdlib (Python source: not prose, and
     never trained on)."""
-    for part, run in finished_runs(opts):
+    for part, run in finished_runs(opts, tuple(p for p in TRAINED if _chosen(opts, p))):
         out = opts.root / "eval" / part / run.name
         if not (out / "results.csv").is_file():
             tlm("eval", str(run), *EVAL, "--out", str(out))
@@ -153,42 +153,65 @@ def smollm2_gguf() -> Path | None:
 
 
 def collect(opts) -> None:
-    """Copy each part's tables into analyses/results/<part>/, draw its figures, write summary.md."""
+    """For each part run under --root (or those named by --parts): copy its tables into
+    analyses/results/<part>/, draw its figures and write its section.md; then summary.md joins the
+    sections of every part in analyses/results, so collecting one part keeps the others' committed
+    numbers (their runs need not be on this machine)."""
     from analyses import study_summary as summ
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    config = {"scale": opts.scale, "seeds": SEEDS, "motivating_seeds": MOTIVATING_SEEDS,
-              "cpu_data": CPU_DATA, "cpu_flags": CPU_FLAGS, "motivating": MOTIVATING, "sweep": SWEEP,
-              "mixers": MIXERS, "eval": EVAL, "probe": PROBE, "parts": {}}
-    md = ["# Reproduction study: the numbers", "", "Made by `python -m analyses.study collect` from the "
-          "tables in this folder (configuration: `study_config.json`).", ""]
+    config_path = RESULTS / "study_config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {"parts": {}}
+    config.update({"scale": opts.scale, "seeds": SEEDS, "motivating_seeds": MOTIVATING_SEEDS,
+                   "cpu_data": CPU_DATA, "cpu_flags": CPU_FLAGS, "motivating": MOTIVATING, "sweep": SWEEP,
+                   "mixers": MIXERS, "eval": EVAL, "probe": PROBE})
     for part in TRAINED:
         src = opts.root / part
-        if not (src / "compare.json").is_file():
-            continue
-        dst = RESULTS / part
-        dst.mkdir(exist_ok=True)
-        for name in TABLES:
-            if (src / name).is_file():
-                shutil.copyfile(src / name, dst / name)
-        tlm("plot", str(src), "--kind", "curves", "--out", str(dst / "loss_curves.png"))
-        if (src / "sweep.csv").is_file():
-            tlm("plot", str(src), "--kind", "sweep", "--out", str(dst / "sweep_heatmap.png"))
-        config["parts"][part] = json.loads((src / "compare.json").read_text())["settings"]
-        md += [f"## {part}", "", summ.training_table(dst), ""]
-        evals = summ.eval_table(opts.root / "eval", dst)
-        md += [f"### {part}: downstream (tlm eval)", "", evals, ""] if evals else []
-        if part == "allocation":
-            from analyses import allocation as alloc
+        if _chosen(opts, part) and (src / "compare.json").is_file():
+            config["parts"][part] = json.loads((src / "compare.json").read_text())["settings"]
+            _write_section(RESULTS / part, _collect_part(opts, summ, part, src))
+    if _chosen(opts, "mechanism"):
+        lines = _collect_mechanism(opts, summ)
+        if lines:
+            _write_section(RESULTS / "mechanism", lines)
+    head = ("# Reproduction study: the numbers\n\nMade by `python -m analyses.study collect` from the tables "
+            "in this folder (configuration: `study_config.json`).\n\n")
+    sections = [RESULTS / part / "section.md" for part in (*TRAINED, "mechanism")]
+    (RESULTS / "summary.md").write_text(head + "".join(f.read_text() for f in sections if f.is_file()))
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
 
-            md += alloc.collect(opts, tlm, dst)
-        if part == "components":
-            from analyses import components as comp
 
-            md += comp.collect(dst)
-    md += _collect_mechanism(opts, summ)
-    (RESULTS / "summary.md").write_text("\n".join(md) + "\n")
-    (RESULTS / "study_config.json").write_text(json.dumps(config, indent=2) + "\n")
+def _chosen(opts, part: str) -> bool:
+    return not opts.parts or part in opts.parts.split(",")
+
+
+def _write_section(folder: Path, lines: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "section.md").write_text("\n".join(lines).rstrip("\n") + "\n\n")
+
+
+def _collect_part(opts, summ, part: str, src: Path) -> list[str]:
+    """Copy one trained part's tables, draw its figures; its Markdown section."""
+    dst = RESULTS / part
+    dst.mkdir(exist_ok=True)
+    for name in TABLES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dst / name)
+    tlm("plot", str(src), "--kind", "curves", "--out", str(dst / "loss_curves.png"))
+    if (src / "sweep.csv").is_file():
+        tlm("plot", str(src), "--kind", "sweep", "--out", str(dst / "sweep_heatmap.png"))
+    md = [f"## {part}", "", summ.training_table(dst), ""]
+    evals = summ.eval_table(opts.root / "eval", dst)
+    md += [f"### {part}: downstream (tlm eval)", "", evals, ""] if evals else []
+    if part == "allocation":
+        from analyses import allocation as alloc
+
+        md += alloc.collect(opts, tlm, dst)
+    if part == "components":
+        from analyses import components as comp
+
+        md += comp.collect(dst)
+    return md
 
 
 def _collect_mechanism(opts, summ) -> list[str]:
@@ -224,6 +247,7 @@ def main() -> None:
     p.add_argument("--data", help="paper scale: the training corpus (any `tlm train --data` source)")
     p.add_argument("--tokenizer", help="paper scale: a Hugging Face tokenizer (the paper: Llama 3)")
     p.add_argument("--tokens", help="paper scale: training tokens per run")
+    p.add_argument("--parts", default="", help="eval/collect: only these parts (A,B; all if empty)")
     opts = p.parse_args()
     opts.root.mkdir(parents=True, exist_ok=True)
     PARTS[opts.part](opts)
