@@ -175,7 +175,7 @@ def run_probe(
     if n_tokens == 0:
         _finish_dist(created)
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
-    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream.kept, world, progress and rank == 0)
+    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream, world, progress and rank == 0)
     _finish_dist(created)
     from tlm_probe.results import build_provenance
 
@@ -287,8 +287,10 @@ def _order_free(opts: ProbeOptions, accs, keep: int = 0) -> bool:
     return opts.length_bucketing and keep == 0 and all(getattr(a, "order_free", False) for a in accs)
 
 
-def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress: bool):
-    """The second pass, on the kept sequences; refused statistics get their reason in provenance."""
+def _importance(pm, plan: StatPlan, opts, stream: _Stream, world: int, progress: bool):
+    """The second pass, on the kept sequences; refused statistics get their reason in provenance. With
+    progress, its expected cost is said first (importance/cost.py)."""
+    kept = stream.kept
     if not plan.importance:
         return [], [], None, {}
     refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
@@ -300,7 +302,8 @@ def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress
     stats = [s for s in plan.importance if s not in refused]
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]
-        rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress))
+        notice = imp.CostNotice(stream.n_seqs) if progress else None
+        rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress), notice)
     asked = set(plan.asked)
     info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
     info["sequences"] = all_reduce_int(sum(len(b["input_ids"]) for b in kept))
