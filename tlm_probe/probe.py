@@ -14,6 +14,7 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -253,13 +254,15 @@ class _Stream:
         if _order_free(self.opts, self.sink.accumulators if self.sink is not None else [], self.keep):
             seqs = bucket_by_length(seqs, self.opts.batch_size)
         bar = Ticker("probing", self.opts.max_tokens, "tokens", enabled=progress)
-        with bar, torch.inference_mode():
+        held = getattr(self.backend, "held", contextlib.nullcontext)  # hooks kept for the whole stream
+        with bar, torch.inference_mode(), held():
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
                 if self.backend is not None:
                     self._forward(ids, mask)
                 self._keep(ids, mask)
-                self.n_tokens += int(mask.sum())
-                bar.advance(int(mask.sum()))
+                n = int(mask.sum())
+                self.n_tokens += n
+                bar.advance(n)
 
     def _forward(self, ids, mask) -> None:
         index = TokenIndex(mask, self.opts.exclude_bos)
@@ -272,8 +275,10 @@ class _Stream:
 
     def _keep(self, ids, mask) -> None:
         """Local sequence j of this rank is global sequence j * world + rank (sq.shard deals round robin)."""
-        glob = (torch.arange(ids.shape[0]) + self.n_seqs) * self.world + self.rank
-        self.n_seqs += ids.shape[0]
+        first, self.n_seqs = self.n_seqs, self.n_seqs + ids.shape[0]
+        if not self.keep:  # no importance pass: nothing to keep
+            return
+        glob = (torch.arange(ids.shape[0]) + first) * self.world + self.rank
         rows = (glob < self.keep).nonzero()[:, 0]
         if len(rows):
             self.kept.append(
