@@ -104,3 +104,11 @@ def test_expected_cost_line_is_the_counted_passes(llama, tmp_path, case):
     assert float(times) == pytest.approx(fe * R / 12, rel=5e-3)
     assert ESTIMATE.search(output), output
     assert output.index(m.group(0)) < output.index("importance: clean pass")  # said before the pass ran
+
+
+def test_weights_only_says_no_forwards():
+    from tlm_probe.importance.cost import CostNotice
+
+    said = []
+    CostNotice(12, said.append).before({}, {}, 12)
+    assert said == ["importance pass: no forwards (the asked statistics read only the weights)"]

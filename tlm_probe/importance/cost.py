@@ -56,6 +56,9 @@ class CostNotice:
         """passes / if_refused: suite.expected_passes with the restart usable / refused; rows: the pass's
         sequences."""
         self.expected = work(passes)
+        if not passes:  # the asked statistics read only the weights (stable rank)
+            self._say("importance pass: no forwards (the asked statistics read only the weights)")
+            return
         times = self.expected * rows / max(self.probed_rows, 1)
         refused = work(if_refused)
         text = (
