@@ -6,6 +6,8 @@ spends its time (start-up imports, model load, tokenisation, the stream, writing
 1. probe() per call on n = 1, 2, 3, 8 batches against n plain forwards (the model with its head, same
    batches), interleaved rotated rounds: the fixed cost per call is what makes the small-n ratios exceed
    the n = 8 one (issue 24's target: gone by the third batch);
+   and each batch of one call against a plain forward of the blocks, on the 5x64 Llama and a 768-wide
+   GPT-2 (per_batch.py: batches 1, 2, 3 and 4+, and the call's fixed cost);
 2. a fresh process running the steps of `tlm probe` (cli -> probe -> write), each phase in multiples of
    one batch's plain forward in the same process (medians over --rounds processes).
 """
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 
 from benchmarks import models, section
+from benchmarks.per_batch import per_batch
 from benchmarks.timing import interleaved, line, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +124,10 @@ def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     rounds = rounds or (3 if quick else 7)
     stories = models.stories(workdir / "stories")
     out = per_call(stories, workdir, (1, 2, 3) if quick else (1, 2, 3, 8), rounds)
+    gpt2 = models.gpt2(workdir / "gpt2-768", layers=2 if quick else 4, d_model=768)  # d >= 512: issue 24
+    n = 5 if quick else 6
+    out.update(per_batch("stories260K-like 5x64", stories, workdir, n, BATCH, SEQ, rounds))
+    out.update(per_batch("GPT-2 768 wide", gpt2, workdir, n, 4, 128, rounds))
     out.update(phases(stories, workdir, max(2, rounds // 2)))
     return out
 

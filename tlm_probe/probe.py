@@ -14,6 +14,7 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -175,7 +176,7 @@ def run_probe(
     if n_tokens == 0:
         _finish_dist(created)
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
-    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream.kept, world, progress and rank == 0)
+    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream, world, progress and rank == 0)
     _finish_dist(created)
     from tlm_probe.results import build_provenance
 
@@ -253,13 +254,15 @@ class _Stream:
         if _order_free(self.opts, self.sink.accumulators if self.sink is not None else [], self.keep):
             seqs = bucket_by_length(seqs, self.opts.batch_size)
         bar = Ticker("probing", self.opts.max_tokens, "tokens", enabled=progress)
-        with bar, torch.inference_mode():
+        held = getattr(self.backend, "held", contextlib.nullcontext)  # hooks kept for the whole stream
+        with bar, torch.inference_mode(), held():
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
                 if self.backend is not None:
                     self._forward(ids, mask)
                 self._keep(ids, mask)
-                self.n_tokens += int(mask.sum())
-                bar.advance(int(mask.sum()))
+                n = int(mask.sum())
+                self.n_tokens += n
+                bar.advance(n)
 
     def _forward(self, ids, mask) -> None:
         index = TokenIndex(mask, self.opts.exclude_bos)
@@ -272,8 +275,10 @@ class _Stream:
 
     def _keep(self, ids, mask) -> None:
         """Local sequence j of this rank is global sequence j * world + rank (sq.shard deals round robin)."""
-        glob = (torch.arange(ids.shape[0]) + self.n_seqs) * self.world + self.rank
-        self.n_seqs += ids.shape[0]
+        first, self.n_seqs = self.n_seqs, self.n_seqs + ids.shape[0]
+        if not self.keep:  # no importance pass: nothing to keep
+            return
+        glob = (torch.arange(ids.shape[0]) + first) * self.world + self.rank
         rows = (glob < self.keep).nonzero()[:, 0]
         if len(rows):
             self.kept.append(
@@ -287,8 +292,10 @@ def _order_free(opts: ProbeOptions, accs, keep: int = 0) -> bool:
     return opts.length_bucketing and keep == 0 and all(getattr(a, "order_free", False) for a in accs)
 
 
-def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress: bool):
-    """The second pass, on the kept sequences; refused statistics get their reason in provenance."""
+def _importance(pm, plan: StatPlan, opts, stream: _Stream, world: int, progress: bool):
+    """The second pass, on the kept sequences; refused statistics get their reason in provenance. With
+    progress, its expected cost is said first (importance/cost.py)."""
+    kept = stream.kept
     if not plan.importance:
         return [], [], None, {}
     refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
@@ -300,7 +307,8 @@ def _importance(pm, plan: StatPlan, opts, kept: list[dict], world: int, progress
     stats = [s for s in plan.importance if s not in refused]
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]
-        rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress))
+        notice = imp.CostNotice(stream.n_seqs) if progress else None
+        rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress), notice)
     asked = set(plan.asked)
     info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
     info["sequences"] = all_reduce_int(sum(len(b["input_ids"]) for b in kept))

@@ -53,6 +53,23 @@ class NativeBackend:
         self.sink = sink
         self.pm = sink.pm
         self._current: dict[int, dict[str, torch.Tensor]] = {}
+        self._held = False
+
+    @contextlib.contextmanager
+    def held(self):
+        """Inside, the hooks stay registered from one run() to the next (the probe's stream: every batch
+        would otherwise resolve and hook every tap again, ~1% of a forward on a narrow model); they are
+        removed when it closes, error or not."""
+        if self._held:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            self._hooks(stack)
+            self._held = True
+            try:
+                yield
+            finally:
+                self._held = False
 
     def _store(self, layer: int, piece: str, tensor: torch.Tensor | None) -> None:
         if tensor is None:
@@ -69,8 +86,7 @@ class NativeBackend:
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, full_output: bool = False):
         """One forward pass with hooks; returns the model output (logits when full_output)."""
         self._current = {}
-        with contextlib.ExitStack() as stack:
-            self._hooks(stack)
+        with self.held():
             fwd = self.pm.forward if full_output else self.pm.forward_base
             out = fwd(input_ids, attention_mask)
         self._current = {}

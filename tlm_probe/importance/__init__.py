@@ -25,15 +25,18 @@ from tlm_probe.importance.catalogue import (
     reasons,
     spearman_parts,
 )
+from tlm_probe.importance.cost import CostNotice
 from tlm_probe.importance.options import ImportanceOptions, options_from
-from tlm_probe.importance.suite import run_importance
+from tlm_probe.importance.suite import expected_passes, run_importance
 
 __all__ = [
     "AGREEMENT",
     "CI_METHODS",
+    "CostNotice",
     "NEEDS",
     "STATISTICS",
     "TARGETS",
+    "expected_passes",
     "ImportanceOptions",
     "needs",
     "options_from",

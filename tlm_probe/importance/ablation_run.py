@@ -85,6 +85,11 @@ def _groups(ablations: list[Ablation], size: int):
         yield from (same[i : i + size] for i in range(0, len(same), size))
 
 
+def _start(group: list[Ablation], restartable: bool) -> int:
+    """The layer a group's forward starts at: its lowest ablated layer, or 0 (a full forward)."""
+    return min(ab.layer for ab in group) if restartable else 0
+
+
 class AblationEffects:
     """Streams the effect of every ablation in `ablations` (one statistic per ablation name and layer)."""
 
@@ -118,16 +123,32 @@ class AblationEffects:
             restart.self_check(self._run, batch, clean)
         ref = self.reference(clean, batch)  # e.g. the clean NLL: once per batch, not once per ablation
         B = mask.shape[0]
-        per_pass = max(1, self.max_rows // B)
-        for group in _groups(self.ablations, per_pass):
+        for group in self._schedule(B):
             out = self._ablated(batch, group, B, mask.shape[1], restart)
             for k, ab in enumerate(group):
                 vals, m = self.metric(ref, out[k * B : (k + 1) * B], batch, mask)
                 self.means[f"ablation_{self.metric_name}_{ab.name}"].add(ab.layer, vals, m)
 
+    def _schedule(self, B: int):
+        """The groups of ablations that share one forward on a batch of B rows."""
+        return _groups(self.ablations, max(1, self.max_rows // B))
+
+    def planned(self, B: int, first: bool, restartable: bool = True) -> list[tuple[int, float]]:
+        """(rows, share) of each forward update() runs on a batch of B rows (the first batch of the pass:
+        `first`), with the restart usable or not: what the pass will count (importance/cost.py prints it
+        before the run; tests/test_importance_cost_line.py holds it equal to the counted passes)."""
+        if not self.ablations:
+            return []
+        share = self.restart.share if self.restart else (lambda l0: 1.0)
+        last = self.restart and len(self.restart.layers) - 1
+        check = first and restartable and bool(last)  # Restart.self_check, once, at the last layer
+        return [(B, 1.0), *([(B, share(last))] if check else [])] + [
+            (len(g) * B, share(l0) if (l0 := _start(g, restartable)) else 1.0) for g in self._schedule(B)
+        ]
+
     def _ablated(self, batch, group, B: int, T: int, restart: Restart | None) -> torch.Tensor:
         """The forward of `group` (batch repeated), from the lowest ablated layer where restartable."""
-        l0 = min(ab.layer for ab in group) if restart and restart.usable() else 0
+        l0 = _start(group, bool(restart and restart.usable()))
         state = self.calib.gen.get_state() if self.calib is not None else None
         starting = restart.from_layer(l0, len(group)) if l0 else nullcontext()
         try:

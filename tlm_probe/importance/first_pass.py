@@ -19,6 +19,11 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.bool() * (pos + 1)).argmax(-1)
 
 
+def has_lens(pm, need: frozenset[str]) -> bool:
+    """The first pass decodes every layer with the logit lens (a causal LM with a head, and asked)."""
+    return "lens" in need and pm.is_causal and pm.lm_head() is not None
+
+
 class FirstPass:
     def __init__(self, pm, opts, need: frozenset[str]):
         L = pm.n_layers
@@ -28,10 +33,9 @@ class FirstPass:
         self.anisotropy = Anisotropy(L + 1, pm.d_model) if "anisotropy" in need else None
         self.sample = TokenSample(opts.sample_size, opts.seed)
         self.neurons = [NeuronActivity(w, opts.act_threshold) for w in pm.d_ff] if "neurons" in need else []
-        head = pm.lm_head()
         norm = pm.final_norm() or torch.nn.Identity()
-        lens = "lens" in need and pm.is_causal and head is not None
-        self.lens = LogitLens(L, norm, head, opts.lens_positions, opts.seed) if lens else None
+        lens = has_lens(pm, need)
+        self.lens = LogitLens(L, norm, pm.lm_head(), opts.lens_positions, opts.seed) if lens else None
         self.label_counts = torch.zeros(pm.vocab_size, dtype=torch.float64)
         self.captured_bytes = 0  # the largest batch's captured streams + logits (the lens's memory share)
 

@@ -38,6 +38,11 @@ def sampled_positions(T: int, k: int, seed: int) -> torch.Tensor | None:
     return perm[:k].sort().values
 
 
+def decoded_share(pos: torch.Tensor | None, T: int) -> float:
+    """The share of a row's T positions the lens decodes (pos: sampled_positions; None: all)."""
+    return 1.0 if pos is None else len(pos) / T
+
+
 CHUNK_ELEMENTS = 1 << 22
 """Tokens are decoded in chunks of about this many logits (16 MiB in float32): the elementwise passes
 then run on a block that was just written instead of streaming a (B, T, V) tensor through memory
@@ -89,6 +94,7 @@ class LogitLens:
         self.peak_bytes = 0  # its largest working set: the final q, log q and the per-layer (B, T', V)
         self.decoded: dict[int, list[int] | None] = {}  # sequence length -> decoded positions (None: all)
         self.decoded_rows = 0.0  # rows x the share of their positions decoded (for the pass count)
+        self.batch_rows = 0.0  # the same, of the last batch
 
     @torch.no_grad()
     def final(self, final_logits: torch.Tensor, mask: torch.Tensor | None = None) -> _Final:
@@ -98,7 +104,8 @@ class LogitLens:
         B, T = final_logits.shape[:2]
         pos = sampled_positions(T, self.positions, self.seed)
         self.decoded.setdefault(T, None if pos is None else pos.tolist())
-        self.decoded_rows += B * (1.0 if pos is None else len(pos) / T)
+        self.batch_rows = B * decoded_share(pos, T)
+        self.decoded_rows += self.batch_rows
         pos = None if pos is None else pos.to(final_logits.device)
         mask = torch.ones(B, T, dtype=torch.bool, device=final_logits.device) if mask is None else mask.bool()
         out = _Final(final_logits, pos, mask if pos is None else mask[:, pos])

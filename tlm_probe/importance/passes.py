@@ -50,3 +50,9 @@ def head_share(pm) -> float:
     embed = pm.model.get_input_embeddings() if hasattr(pm.model, "get_input_embeddings") else None
     lookup = embed.weight.numel() if embed is not None and embed.weight is not head.weight else 0
     return head.weight.numel() / max(weights - lookup, 1)
+
+
+def lens_forwards(pm, decoded_rows: float, rows: int) -> float:
+    """The logit lens's unembeddings in forwards of `rows` rows: every layer's stream through the head, on
+    the decoded share of the rows (LogitLens.decoded_rows)."""
+    return pm.n_layers * head_share(pm) * decoded_rows / max(rows, 1)

@@ -24,10 +24,11 @@ import torch
 from tlm_probe.importance.ablation import Calibration, calibrating
 from tlm_probe.importance.ablation_run import AblationEffects, token_nll
 from tlm_probe.importance.catalogue import FIRST_PASS, needs
-from tlm_probe.importance.first_pass import FirstPass
+from tlm_probe.importance.first_pass import FirstPass, has_lens
 from tlm_probe.importance.gradients import GradientImportance
+from tlm_probe.importance.logit_lens import decoded_share, sampled_positions
 from tlm_probe.importance.options import ImportanceOptions
-from tlm_probe.importance.passes import PassCounter, head_share
+from tlm_probe.importance.passes import PassCounter, head_share, lens_forwards
 from tlm_probe.importance.restart import Restart
 from tlm_probe.importance.tables import finish_tables
 from tlm_probe.importance.taps import ablation_plan, capturing, output_tensor
@@ -62,20 +63,22 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
             mask_ref["mask"] = token_mask(batch, opts.exclude_bos)
             out = forward(batch)
             acc.update(store, out, batch, mask_ref["mask"])
-    if acc.lens is not None:  # the decoded share of the rows: all of them, or the position sample's
-        counter.extra("clean", pm.n_layers * head_share(pm) * acc.lens.decoded_rows / counter.rows)
+            if acc.lens is not None:  # the decoded share of the rows: all of them, or the position sample's
+                counter.extra("clean", lens_forwards(pm, acc.lens.batch_rows, counter.rows))
     acc.all_reduce_()
     calib.all_reduce_(targets, pm.d_model)
     return acc, calib
 
 
-def _ablation_pass(pm, batches, opts, calib, track, counter) -> AblationEffects:
+def _effects(pm, opts, forward, calib) -> AblationEffects:
     metric = "dnll" if pm.is_causal and pm.lm_head() is not None else "shift"
     plan = ablation_plan(pm, opts.ablations)
     restart = Restart([pm.layer(l) for l in range(pm.n_layers)], head_share(pm))
-    eff = AblationEffects(
-        _forward(pm, counter, "ablation"), plan, pm.n_layers, metric, calib, opts.ablation_rows, restart
-    )
+    return AblationEffects(forward, plan, pm.n_layers, metric, calib, opts.ablation_rows, restart)
+
+
+def _ablation_pass(pm, batches, opts, calib, track, counter) -> AblationEffects:
+    eff = _effects(pm, opts, _forward(pm, counter, "ablation"), calib)
     for batch in track(batches, "importance: ablations"):
         eff.update(batch, token_mask(batch, opts.exclude_bos))
     eff.all_reduce_()
@@ -137,30 +140,71 @@ def _no_track(it, description):
     return it
 
 
+def _asked(stats: list[str], opts: ImportanceOptions | None) -> tuple[ImportanceOptions, frozenset[str]]:
+    """The options with only the asked ablation kinds, and what the asked statistics need."""
+    opts = opts or ImportanceOptions()
+    kinds = tuple(
+        a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats)
+    )
+    return replace(opts, ablations=kinds), needs(stats)
+
+
+def _gradients(pm, need: frozenset[str], opts: ImportanceOptions) -> bool:
+    return "grad" in need and pm.is_causal and pm.lm_head() is not None and opts.grad_sequences > 0
+
+
+def expected_passes(pm, batches: list[dict], stats: list[str], opts=None, restartable: bool = True) -> dict:
+    """info["passes"] of run_importance(pm, batches, stats, opts), before it runs: the same PassCounter fed
+    the forwards each pass plans (the restart from the cached stream usable, or refused). Equal to the
+    counted passes when the restart's usability was guessed right (tests/test_importance_cost_line.py)."""
+    opts, need = _asked(stats, opts)
+    batches = _indexed(batches)
+    counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
+    lens = has_lens(pm, need)
+    for b in batches if need & FIRST_PASS else ():
+        B, T = b["input_ids"].shape
+        counter.forward("clean", B)
+        if lens:
+            pos = sampled_positions(T, opts.lens_positions, opts.seed)
+            counter.extra("clean", lens_forwards(pm, B * decoded_share(pos, T), counter.rows))
+    eff = _effects(pm, opts, None, None) if "ablation" in need else None
+    for i, b in enumerate(batches if eff is not None else ()):
+        for rows, share in eff.planned(b["input_ids"].shape[0], i == 0, restartable):
+            counter.forward("ablation", rows, share)
+    per_sequence = "grad_per_sequence" in need
+    for seq in _chosen(batches, opts.grad_sequences, per_sequence) if _gradients(pm, need, opts) else ():
+        counter.forward("gradients", seq["input_ids"].shape[0])
+        counter.backward("gradients", seq["input_ids"].shape[0])
+    return counter.summary()
+
+
 def run_importance(
-    pm, batches: list[dict], stats: list[str], opts: ImportanceOptions | None = None, track=_no_track
+    pm,
+    batches: list[dict],
+    stats: list[str],
+    opts: ImportanceOptions | None = None,
+    track=_no_track,
+    notice=None,
 ):
     """The importance statistics `stats` of `pm` (names from catalogue.STATISTICS, computable here).
 
     batches: dicts of input_ids, attention_mask (B, T) and seq_index (B,) (global sequence index).
     Returns (per-layer rows, layer x layer rows, info): info holds sample sizes, seeds, the passes run and
-    the statistics that could not be computed on this input (name -> one-line reason).
+    the statistics that could not be computed on this input (name -> one-line reason). `notice`
+    (cost.CostNotice) is told the expected passes before the run and times the first batch.
     """
     started = time.perf_counter()
-    opts = opts or ImportanceOptions()
-    kinds = tuple(
-        a for a in opts.ablations if any(s.startswith("ablation_") and s.endswith(f"_{a}") for s in stats)
-    )
-    opts = replace(opts, ablations=kinds)
-    need = needs(stats)
+    opts, need = _asked(stats, opts)
     device = next(pm.model.parameters()).device
     batches = [{k: v.to(device) for k, v in b.items()} for b in _indexed(batches)]
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
+    if notice is not None:  # the expected cost, before any pass runs; then the first batch's time
+        notice.before(*(expected_passes(pm, batches, stats, opts, r) for r in (True, False)), counter.rows)
+        track = notice.timed(track, counter)
     first, calib = _first_pass(pm, batches, opts, need, track, counter) if need & FIRST_PASS else (None, None)
     effects = _ablation_pass(pm, batches, opts, calib, track, counter) if "ablation" in need else None
-    causal = pm.is_causal and pm.lm_head() is not None
     grads = None
-    if "grad" in need and causal and opts.grad_sequences > 0:
+    if _gradients(pm, need, opts):
         grads = _gradient_pass(pm, batches, opts, "grad_per_sequence" in need, track, counter)
     rows, matrices, info = finish_tables(pm, opts, set(stats), first, effects, grads)
     info["passes"] = counter.summary()

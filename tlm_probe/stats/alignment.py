@@ -53,6 +53,7 @@ class AlignmentAccumulator(Accumulator):
         self._layers: list[int] = []  # layers of the current batch, in the order of their table rows
         self._scratch = Workspace()  # the (n_layers * pairs, n) table of dot products, and the values
         self._index = None
+        self._slots: tuple[tuple[int, ...], torch.Tensor] | None = None  # (layers, their value rows' slots)
 
     def _slot(self, i: int, layer: int) -> int:
         return i * self.n_layers + layer
@@ -79,7 +80,10 @@ class AlignmentAccumulator(Accumulator):
             return
         table = self._table()[: len(self._layers) * len(self.plan.pairs)]
         values, where = layer_values(table, self.plan, self._scratch)  # (L * S, n)
-        slots = where[:, 1] * self.n_layers + torch.tensor(self._layers)[where[:, 0]]
+        layers = tuple(self._layers)
+        if self._slots is None or self._slots[0] != layers:  # the same every batch: built once
+            self._slots = (layers, where[:, 1] * self.n_layers + torch.tensor(layers)[where[:, 0]])
+        slots = self._slots[1]
         self._layers = []
         self.moments.add_tokens(slots, values, self._index)
 
