@@ -34,8 +34,16 @@ from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
+from tlm_probe.probe_rows import (
+    NO_MLP_NOTE,
+    agreement_rows,
+    matrix_table,
+    result_table,
+    why_no_agreement,
+    without_absent_mlps,
+)
 from tlm_probe.progress import Ticker, tick
-from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS, ProbeResult
+from tlm_probe.results import ProbeResult
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 from tlm_probe.threads import torch_threads
@@ -180,11 +188,11 @@ def run_probe(
     _finish_dist(created)
     from tlm_probe.results import build_provenance
 
-    rows = _without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
-    agreement, target = _agreement(rows, plan, pm.n_layers)
+    rows = without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
+    agreement, target = agreement_rows(rows, plan, pm.n_layers)
     rows += agreement
-    table = _table(pm, [r for r in rows if r["statistic"] in plan.asked])
-    matrices = _matrices(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
+    table = result_table(pm, [r for r in rows if r["statistic"] in plan.asked])
+    matrices = matrix_table(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started, digest.hexdigest())
     prov["ci_methods"] = imp.CI_METHODS
     if refused_here:
@@ -195,7 +203,7 @@ def run_probe(
         prov["no_mlp_note"] = NO_MLP_NOTE
     if info is not None:
         missing = {
-            s: _why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
+            s: why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
         }
         info["skipped"].update(
             {s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}}
@@ -317,69 +325,10 @@ def _importance(pm, plan: StatPlan, opts, stream: _Stream, world: int, progress:
     return rows, mats, info, refused
 
 
-def _why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
-    proxy = stat.removeprefix("spearman_")
-    why = skipped.get(proxy) or refused.get(proxy) or "constant or missing across layers"
-    return f"no agreement row: its proxy {proxy} is unavailable ({why})"
-
-
-NEURON_STATISTICS = ("dead_neuron_frac",)
-"""Statistics of the MLP's neurons whose names do not say "mlp"."""
-NO_MLP_NOTE = ("blocks with d_l = 0 have no MLP: no rows of MLP statistics (names with 'mlp', "
-               "dead_neuron_frac) for them, and Spearman agreement leaves them out; block-level rows stay")
-
-
-def describes_mlp(statistic: str) -> bool:
-    """A statistic of the block's MLP (undefined where the block has none)."""
-    return "mlp" in statistic or statistic in NEURON_STATISTICS
-
-
-def _without_absent_mlps(rows: list[dict], d_ff) -> list[dict]:
-    """Drop the MLP rows of blocks with d_l = 0: an MLP that is not there has no alignment or importance
-    (its output is exactly 0, so its values would be 0 or 0/0, not measurements)."""
-    absent = {l for l, w in enumerate(d_ff) if w == 0}
-    return [r for r in rows if not (r["layer"] in absent and describes_mlp(r["statistic"]))]
-
-
-def _agreement(rows: list[dict], plan: StatPlan, n_layers: int) -> tuple[list[dict], str | None]:
-    """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run, and that
-    effect's name. A layer missing from a statistic (no MLP) is NaN there, left out of its rank test."""
-    wanted = [s for s in plan.asked if s in imp.AGREEMENT]
-    if not wanted or not rows:
-        return [], None
-    df = pd.DataFrame(rows)
-    layers = range(n_layers)
-    per_layer = {s: g.groupby("layer")["value"].first().reindex(layers).to_numpy(dtype=float)
-                 for s, g in df[df["layer"] >= 0].groupby("statistic")}
-    target = next((t for t in imp.TARGETS if t in per_layer), None)
-    if target is None:
-        return [], None
-    out = [dict(layer=-1, std=float("nan"), **r) for r in imp.spearman_rows(per_layer, target)]
-    return [r for r in out if r["statistic"] in wanted], target
-
-
 def _tracker(progress: bool):
     if not progress:
         return lambda it, description: it
     return lambda it, description: tick(it, description)
-
-
-def _table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame(rows, columns=None if rows else ["layer", "statistic", "value"])
-    df["model"] = pm.name
-    per_layer = df["layer"] >= 0  # layer -1: per-model rows (importance proxy agreement)
-    df["depth"] = (df["layer"] / max(pm.n_layers - 1, 1)).where(per_layer)
-    df["d_ff"] = pd.array([pm.d_ff[l] if l >= 0 else None for l in df["layer"]], dtype="Int64")
-    extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
-    return df.reindex(columns=RESULT_COLUMNS + extra)
-
-
-def _matrices(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
-    if not rows:
-        return None
-    df = pd.DataFrame(rows)
-    df["model"] = pm.name
-    return df[MATRIX_COLUMNS]
 
 
 @renamed_keywords(allow_pickle="unsafe_pickle")

@@ -1,0 +1,69 @@
+"""The probe's rows after the stream: MLP rows of blocks without an MLP dropped, the Spearman agreement
+rows, and the tidy tables (results.csv and matrices.csv) probe() returns."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tlm_probe import importance as imp
+from tlm_probe.capture import ProbeModel
+from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS
+
+
+def why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
+    proxy = stat.removeprefix("spearman_")
+    why = skipped.get(proxy) or refused.get(proxy) or "constant or missing across layers"
+    return f"no agreement row: its proxy {proxy} is unavailable ({why})"
+
+
+NEURON_STATISTICS = ("dead_neuron_frac",)
+"""Statistics of the MLP's neurons whose names do not say "mlp"."""
+NO_MLP_NOTE = ("blocks with d_l = 0 have no MLP: no rows of MLP statistics (names with 'mlp', "
+               "dead_neuron_frac) for them, and Spearman agreement leaves them out; block-level rows stay")
+
+
+def describes_mlp(statistic: str) -> bool:
+    """A statistic of the block's MLP (undefined where the block has none)."""
+    return "mlp" in statistic or statistic in NEURON_STATISTICS
+
+
+def without_absent_mlps(rows: list[dict], d_ff) -> list[dict]:
+    """Drop the MLP rows of blocks with d_l = 0: an MLP that is not there has no alignment or importance
+    (its output is exactly 0, so its values would be 0 or 0/0, not measurements)."""
+    absent = {l for l, w in enumerate(d_ff) if w == 0}
+    return [r for r in rows if not (r["layer"] in absent and describes_mlp(r["statistic"]))]
+
+
+def agreement_rows(rows: list[dict], plan, n_layers: int) -> tuple[list[dict], str | None]:
+    """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run, and that
+    effect's name. A layer missing from a statistic (no MLP) is NaN there, left out of its rank test."""
+    wanted = [s for s in plan.asked if s in imp.AGREEMENT]
+    if not wanted or not rows:
+        return [], None
+    df = pd.DataFrame(rows)
+    layers = range(n_layers)
+    per_layer = {s: g.groupby("layer")["value"].first().reindex(layers).to_numpy(dtype=float)
+                 for s, g in df[df["layer"] >= 0].groupby("statistic")}
+    target = next((t for t in imp.TARGETS if t in per_layer), None)
+    if target is None:
+        return [], None
+    out = [dict(layer=-1, std=float("nan"), **r) for r in imp.spearman_rows(per_layer, target)]
+    return [r for r in out if r["statistic"] in wanted], target
+
+
+def result_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=None if rows else ["layer", "statistic", "value"])
+    df["model"] = pm.name
+    per_layer = df["layer"] >= 0  # layer -1: per-model rows (importance proxy agreement)
+    df["depth"] = (df["layer"] / max(pm.n_layers - 1, 1)).where(per_layer)
+    df["d_ff"] = pd.array([pm.d_ff[l] if l >= 0 else None for l in df["layer"]], dtype="Int64")
+    extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
+    return df.reindex(columns=RESULT_COLUMNS + extra)
+
+
+def matrix_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    df["model"] = pm.name
+    return df[MATRIX_COLUMNS]
