@@ -104,11 +104,21 @@ def _keys(path):
 def test_a_compiled_run_checkpoints_plain_names_and_resumes_like_an_eager_run(tmp_path, monkeypatch):
     from test_train import train
 
+    from tlm_probe.train import loop
+
     monkeypatch.setattr(block_compile, "BACKEND", "aot_eager")
-    kw = dict(schedule="cosine:1.5:0.5", multiple_of=16, steps=4, ckpt_interval=2, eval_interval=2)
+    compiled_shapes = []
+
+    def spy(model):
+        compiled_shapes.append(compile_blocks(model))
+        return compiled_shapes[-1]
+
+    monkeypatch.setattr(loop, "compile_blocks", spy)
+    kw = dict(schedule="cosine:1.5:0.5", multiple_of=16, steps=4, ckpt_interval=2, eval_interval=4)
     train(tmp_path, "eager", **kw)
     train(tmp_path, "compiled", stop_at=2, compile=True, **kw)
     train(tmp_path, "compiled", resume=True, compile=True, **kw)
+    assert compiled_shapes == [2, 2]  # both compiled trainers (the run, its resume) compiled their 2 shapes
     for run in ("eager", "compiled"):
         assert not any("_orig_mod" in k for k in _keys(tmp_path / run / "model.safetensors"))
     weights = "model.safetensors"

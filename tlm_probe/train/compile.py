@@ -21,8 +21,8 @@ from torch import nn
 
 BACKEND = "inductor"
 GRAPHS_PER_SHAPE = 4
-"""Graphs Dynamo may make per block shape: training (grad on) and evaluation (no_grad), each once more with
-a dynamic batch size (an evaluation's last, shorter batch)."""
+"""Graphs Dynamo may make per block shape: training (grad on), evaluation (no_grad), an evaluation's last,
+shorter batch (after which Dynamo makes the batch size dynamic), and one to spare (a change of autocast)."""
 _granted = 0  # graphs asked for by every compile_blocks call in this process
 
 
