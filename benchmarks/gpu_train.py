@@ -87,14 +87,16 @@ def step_arm(tr: Trainer, device: str):
 
 
 def peak_memory(tr: Trainer, device: str) -> dict | str:
-    """One more step: the most memory allocated during it and what stays allocated between steps."""
+    """One more step of this arm: the most memory allocated on the device during it, what was allocated
+    before it (every live arm's weights and AdamW state), and the difference (this step's own)."""
     if not device.startswith("cuda"):
         return NA_CPU
     sync(device)
     resident = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     step_arm(tr, device)()
-    return {"peak_gib": torch.cuda.max_memory_allocated() / 2**30, "before_step_gib": resident / 2**30}
+    peak, gib = torch.cuda.max_memory_allocated(), 2**30
+    return {"peak_gib": peak / gib, "before_step_gib": resident / gib, "step_gib": (peak - resident) / gib}
 
 
 def step_check(arms: Arms, size: dict, rounds: int, peak: float | None) -> dict:
