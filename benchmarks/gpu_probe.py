@@ -11,8 +11,11 @@ min, max; every arm synchronised with the device before its clock stops):
 2. probe / plain forward (default statistics, the model with its head), on the device;
 3. the importance set's measured time / its counted forwards (provenance's pass count), on the device;
 4. the logit lens's time and memory share, all positions and a 64-position sample;
-5. peak device memory of the importance run (CUDA only).
-Writes the figures to --out (JSON). Nothing here is a GPU claim until it has been run on one.
+5. peak device memory of the importance run (CUDA only);
+6. the trainer's GPU path (benchmarks/gpu_train.py, under "train"): the 440M preset's step time and MFU,
+   uniform vs cosine, bf16 vs float32 over 50 steps, per-block compile vs eager, fused kernels, peak memory.
+--only probe|train runs one half. Writes the figures to --out (JSON). Nothing here is a GPU claim until it
+has been run on one.
 """
 
 from __future__ import annotations
@@ -131,9 +134,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a 2x64 model, few rounds: a smoke run")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("gpu_probe.json"))
+    ap.add_argument("--only", choices=("probe", "train"), default=None, help="one half of the checks")
+    ap.add_argument("--peak-flops", type=float, default=0.0, help="the device's peak FLOP/s, for the MFU")
     args = ap.parse_args(argv)
     device = pick_device(args.device)
-    size, rounds = SIZES[args.quick], args.rounds or (2 if args.quick else 5)
+    res = {"device": device} if args.only == "train" else probe_checks(device, args.quick, args.rounds)
+    if args.only != "probe":
+        from benchmarks import gpu_train
+
+        res["train"] = gpu_train.run(device, args.quick, args.peak_flops)
+    print(json.dumps(res, indent=2))
+    args.out.write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+def probe_checks(device: str, quick: bool, rounds: int | None) -> dict:
+    size, rounds = SIZES[quick], rounds or (2 if quick else 5)
     started = time.time()
     from tlm_probe.capture import load_probe_model
 
@@ -152,8 +168,6 @@ def main(argv: list[str] | None = None) -> dict:
                "overheads": overheads(pm, ids_file, batches, size, device, rounds),
                "logit_lens": lens_costs(pm, ids_file, size, device)}  # fmt: skip
     res["seconds"] = round(time.time() - started, 1)
-    print(json.dumps(res, indent=2))
-    args.out.write_text(json.dumps(res, indent=2) + "\n")
     return res
 
 

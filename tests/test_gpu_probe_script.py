@@ -11,7 +11,9 @@ from benchmarks import gpu_probe
 
 def test_runs_on_cpu_and_writes_its_figures(tmp_path, capsys):
     out = tmp_path / "gpu_probe.json"
-    res = gpu_probe.main(["--device", "cpu", "--quick", "--rounds", "1", "--out", str(out)])
+    # --only probe: the training half has its own test (test_gpu_train_script.py)
+    res = gpu_probe.main(["--device", "cpu", "--quick", "--rounds", "1", "--only", "probe",
+                          "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
     assert res["device"] == "cpu" and "skipped" in res["agreement"]
     ov = res["overheads"]

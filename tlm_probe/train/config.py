@@ -137,7 +137,7 @@ class TrainConfig:
     device: str = "auto"
     """auto | cpu | cuda | cuda:N."""
     compile: bool = False
-    """torch.compile the model."""
+    """torch.compile each block (train/compile.py: one graph per distinct block shape)."""
     threads: int = 0
     """CPU threads for PyTorch (0 = its default, all cores). On a machine shared with other jobs, 1 can
     be several times faster than oversubscribed threads."""

@@ -23,6 +23,7 @@ from tlm_probe.models.titans import clip_fraction
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
+from tlm_probe.train.compile import compile_blocks
 from tlm_probe.train.explosion import LossGuard
 from tlm_probe.train.metrics import MetricsLog
 from tlm_probe.train.multifreq import MultiFrequency
@@ -99,8 +100,8 @@ class Trainer:
             self.log.truncate_after(self.step)
         use_ddp = dist.active() and not fsdp
         self.model = dist.wrap_ddp(self.raw, self.device) if use_ddp else self.raw
-        if self.tc.compile:
-            self.model = torch.compile(self.model)
+        # per block, in place (train/compile.py): one graph per block shape, state-dict names unchanged
+        self.compiled_shapes = compile_blocks(self.raw) if self.tc.compile else 0
 
     def autocast(self):
         if self.device.type == "cuda":
@@ -258,6 +259,7 @@ class Trainer:
 
     def _summary(self, last_eval: dict, wall: float, interrupted: bool) -> dict:
         rates = self.rates[1:] or self.rates  # the first step pays for warm-up (allocation, compiling)
+        tps = sorted(rates)[len(rates) // 2] if rates else None
         summary = {
             "out": str(self.plan.out),
             "step": self.step,
@@ -270,7 +272,9 @@ class Trainer:
             "world_size": self.world,
             "params": count_params(self.plan.cfg).total,
             "flops_per_token": self.flops_per_token,
-            "tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,  # the training step only
+            "tokens_per_s": tps,  # the training step only
+            "peak_flops": self.peak,  # --peak-flops, or the GPU table's guess; None on CPU
+            "mfu": tps * self.flops_per_token / self.peak if self.peak and tps else None,  # of the step rate
             "end_to_end_tokens_per_s": (self.tokens - self.tokens_at_start) / wall if wall > 0 else None,
             "d_ff": list(self.plan.cfg.d_ff),
             "schedule": self.tc.schedule,

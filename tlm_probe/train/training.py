@@ -25,13 +25,14 @@ from tlm_probe.train.run import plan_run, writer_lock
 _stderr = Console(stderr=True)  # stdout stays for results (--json)
 
 
-def progress_bar(total: int, description: str, enabled: bool = True) -> Progress:
+def progress_bar(total: int, description: str, enabled: bool = True, mfu: bool = False) -> Progress:
     columns = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}"),
         TextColumn("{task.fields[tps]} tok/s"),
+        *([TextColumn("mfu {task.fields[mfu]}")] if mfu else []),  # only where a peak FLOP/s is known
         TimeRemainingColumn(),
     ]
     return Progress(*columns, console=_stderr, disable=not enabled, transient=False)
@@ -43,11 +44,14 @@ PLAIN_LINES = 10  # ...and at every tenth of the run, whichever comes first
 
 class PlainLines:
     """Progress for a log (stderr not a terminal, where rich draws nothing until the run ends): nanoGPT's
-    habit of one plain line per interval, `train step N/M: loss X, tok/s Y, eta Zs`. The first step gets a
-    line at once (the run has started); the last line's tok/s is the whole run's."""
+    habit of one plain line per interval, `train step N/M: loss X, tok/s Y, eta Zs` (`, mfu P%` after tok/s
+    where a peak FLOP/s is known: the line's tok/s x FLOPs per token / peak). The first step gets a line at
+    once (the run has started); the last line's tok/s is the whole run's."""
 
-    def __init__(self, total: int, description: str, enabled: bool, step: int, tokens: int):
+    def __init__(self, total: int, description: str, enabled: bool, step: int, tokens: int,
+                 flops_per_peak: float | None = None):
         self.total, self.description, self.enabled = total, description, enabled
+        self.flops_per_peak = flops_per_peak  # FLOPs per token / peak FLOP/s: MFU per token/s
         self.every = max(math.ceil(total / PLAIN_LINES), 1)
         self.t0 = self.t_line = time.perf_counter()
         self.step0, self.step_line, self.tok_line = step, None, tokens
@@ -62,7 +66,8 @@ class PlainLines:
         # the first line: the step's own rate (the interval so far holds the first evaluation)
         tps = step_tps if first else (tokens - self.tok_line) / max(now - self.t_line, 1e-9)
         eta = (self.total - step) * (now - self.t0) / max(step - self.step0, 1)
-        self._line(f"step {step}/{self.total}: loss {loss:.4f}, tok/s {tps:,.0f}, eta {eta:.0f}s")
+        util = "" if self.flops_per_peak is None else f", mfu {tps * self.flops_per_peak:.1%}"
+        self._line(f"step {step}/{self.total}: loss {loss:.4f}, tok/s {tps:,.0f}{util}, eta {eta:.0f}s")
         self.t_line, self.step_line, self.tok_line = now, step, tokens
 
     def finish(self, step: int, loss: float, run_tps: float | None) -> None:
@@ -96,18 +101,23 @@ def run_training(
         trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
         enabled = tc.progress and dist.is_main()
         plain = not (_stderr.is_terminal or _stderr.is_jupyter)
-        lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens)
+        per_peak = trainer.flops_per_token / trainer.peak if trainer.peak else None
+        lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens,
+                           per_peak)
         # in a notebook rich's bar wants ipywidgets (a warning per run without them): an HTML line instead
         bar = (NotebookProgress(enabled) if _stderr.is_jupyter
-               else progress_bar(trainer.total, description, enabled and not plain))
+               else progress_bar(trainer.total, description, enabled and not plain, trainer.peak is not None))
         with bar:
-            task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-")
+            task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-",
+                                mfu="-")
             last = {"loss": float("nan")}
 
             def report(p) -> None:
                 loss, tps = p.last.get("train_loss", float("nan")), p.last.get("tokens_per_s", 0)
+                mfu = p.last.get("mfu")  # the step's, from _train_record; absent without a peak FLOP/s
                 last["loss"] = loss
-                bar.update(task, completed=p.step, loss=f"{loss:.3f}", tps=f"{tps:,.0f}")
+                bar.update(task, completed=p.step, loss=f"{loss:.3f}", tps=f"{tps:,.0f}",
+                           mfu="-" if mfu is None else f"{mfu:.1%}")
                 lines.update(p.step, loss, trainer.tokens, tps)
 
             summary = trainer.run(report)
