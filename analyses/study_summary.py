@@ -52,7 +52,8 @@ def _training_row(arm: str, s: pd.Series, paired: pd.DataFrame) -> list[str]:
 
 def eval_table(eval_root: Path, folder: Path) -> str:
     """Per arm of the comparison in `folder`: mean of each task metric over seeds, and its paired difference
-    to the uniform arm of the same mixer (compare's own paired_table, as for the validation loss)."""
+    to the uniform arm of the same mixer (compare's own paired_table, as for the validation loss), with the
+    p-value Holm-adjusted over the arms (per metric)."""
     from tlm_probe.train.compare_tables import paired_table, summary_table
 
     rows = []
@@ -71,6 +72,8 @@ def eval_table(eval_root: Path, folder: Path) -> str:
     baseline = json.loads((folder / "compare.json").read_text())["baseline"]
     paired = paired_table(table, baseline, keys)
     paired = paired.set_index("arm") if len(paired) else paired
+    for k in keys if len(paired) else ():
+        paired[f"{k}_p_holm"] = holm(paired[f"{k}_p"])
     lines = ["| arm | seeds | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
     for arm, s in summary.iterrows():
         cells = [arm, str(s.n_seeds)]
@@ -78,7 +81,8 @@ def eval_table(eval_root: Path, folder: Path) -> str:
             cell = f"{s[f'{k}_mean']:.4g}"
             if arm in paired.index:
                 p = paired.loc[arm]
-                cell += f" (Δ {p[f'{k}_diff_mean']:+.3g}, p {_fmt(p[f'{k}_p'], '.2g')})"
+                cell += (f" (Δ {p[f'{k}_diff_mean']:+.3g}, p {_fmt(p[f'{k}_p'], '.2g')}, "
+                         f"Holm {_fmt(p[f'{k}_p_holm'], '.2g')})")
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
