@@ -91,9 +91,18 @@ def test_plot_trajectory_draws_a_line_per_step_from_a_dataframe():
     assert [list(line.get_ydata()) for line in ax.get_lines()] == [[0, 1, 2, 3], [10, 11, 12, 13],
                                                                     [20, 21, 22, 23]]
     assert fig.axes[1].get_ylabel() == "training step"  # the colour bar
-    two = pd.concat([_table(), _table().assign(model="other")])
-    with pytest.raises(Exception, match="one run"):
-        plot_trajectory(two, "s")
+
+
+def test_several_runs_get_a_panel_each_on_one_step_scale():
+    """Uniform vs the best arm side by side (before, a second run was refused, so the allocation study's
+    uniform-vs-best figure failed). Each panel holds only its own run's lines; the y axis is shared."""
+    late = _table().assign(model="other", value=lambda d: d["value"] + 100)
+    fig = plot_trajectory(pd.concat([_table(), late]), "s")
+    panels = [ax for ax in fig.axes if ax.get_lines()]
+    assert [ax.get_title() for ax in panels] == [_table()["model"].iloc[0], "other"]
+    assert [max(max(line.get_ydata()) for line in ax.get_lines()) for ax in panels] == [23, 123]
+    assert panels[0].get_ylim() == panels[1].get_ylim()
+    assert sum(ax.get_ylabel() == "training step" for ax in fig.axes) == 1  # one shared colour bar
 
 
 def test_trajectory_plotting_does_not_import_torch():
