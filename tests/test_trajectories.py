@@ -123,6 +123,15 @@ def test_cli_trajectory_figure_and_hint(run, tmp_path):
     r = runner.invoke(app, ["plot", str(tmp_path / "plain"), "--kind", "trajectory", "--out",
                             str(tmp_path / "u.png")])
     assert r.exit_code == 1 and "--checkpoints" in r.stderr
+    shutil.copytree(tmp_path / "p", tmp_path / "q")  # a second run: the same table under another name
+    for name in ("results.csv", "results.parquet"):
+        if (tmp_path / "q" / name).is_file():
+            table = read_results(tmp_path / "q" / name)[0].assign(model="other")
+            (table.to_csv if name.endswith("csv") else table.to_parquet)(tmp_path / "q" / name, index=False)
+    r = runner.invoke(app, ["plot", str(tmp_path / "p"), str(tmp_path / "q"), "--kind", "trajectory",
+                            "--statistic", "block_influence", "--out", str(tmp_path / "two.png"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert "3 checkpoints" in json.loads(r.stdout)["title"]  # the figure's title, not a panel's run name
 
 
 def test_advantage_over_training_is_the_seed_paired_difference(run, tmp_path):

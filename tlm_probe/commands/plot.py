@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
             path = save_figure(fig, out)
         result = {"out": str(path), "kind": kind, "format": figure_format(path), "width": req.size[0],
                   "height": req.size[1], "dpi": dpi, "inputs": [str(p) for p in inputs or []],
-                  "title": fig.axes[0].get_title() if kind in ONE_AXIS_TITLE else fig.get_suptitle(),
+                  "title": _title(fig, kind),
                   "notes": req.notes}
         for note in req.notes:
             err_console.print(f"note: {note}", markup=False, highlight=False)
@@ -57,3 +57,11 @@ def register(app: typer.Typer) -> None:
             print_json(result)
         else:
             console.print(f"wrote {path} ({req.size[0]}x{req.size[1]} px)", markup=False, highlight=False)
+
+
+def _title(fig, kind: str) -> str:
+    """The figure's title: the suptitle, or for kinds drawn on one axes its title (a trajectory of
+    several runs has one panel each and titles the figure)."""
+    if kind in ONE_AXIS_TITLE and not fig.get_suptitle():
+        return fig.axes[0].get_title()
+    return fig.get_suptitle()
