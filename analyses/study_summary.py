@@ -31,12 +31,19 @@ def training_table(folder: Path) -> str:
     has_pairs = (folder / "paired.csv").stat().st_size > 1
     paired = pd.read_csv(folder / "paired.csv").set_index("arm") if has_pairs else pd.DataFrame()
     if len(paired):
-        paired["p_holm"] = holm(paired["val_loss_p"])
+        paired["p_holm"] = _holm_over_arms(paired, "val_loss")
     lines = ["| arm | seeds | val loss (mean ± std) | val ppl | Δ loss vs uniform [95% CI] | d_z | p | "
              "p (Holm) |", "|---|---|---|---|---|---|---|---|"]
     for arm, s in summary.iterrows():
         lines.append("| " + " | ".join(_training_row(arm, s, paired)) + " |")
     return "\n".join(lines)
+
+
+def _holm_over_arms(paired: pd.DataFrame, metric: str) -> pd.Series:
+    """Holm-adjusted p of `metric` over every arm of the part: the study's family (in `mixers`, the four
+    mixers' tapers together), not compare's per-baseline family (paired_table's `<metric>_p_holm`, which
+    for one taper per mixer is the raw p)."""
+    return holm(paired[f"{metric}_p"])
 
 
 def _training_row(arm: str, s: pd.Series, paired: pd.DataFrame) -> list[str]:
@@ -73,7 +80,7 @@ def eval_table(eval_root: Path, folder: Path) -> str:
     paired = paired_table(table, baseline, keys)
     paired = paired.set_index("arm") if len(paired) else paired
     for k in keys if len(paired) else ():
-        paired[f"{k}_p_holm"] = holm(paired[f"{k}_p"])
+        paired[f"{k}_p_holm_arms"] = _holm_over_arms(paired, k)
     lines = ["| arm | seeds | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
     for arm, s in summary.iterrows():
         cells = [arm, str(s.n_seeds)]
@@ -82,7 +89,7 @@ def eval_table(eval_root: Path, folder: Path) -> str:
             if arm in paired.index:
                 p = paired.loc[arm]
                 cell += (f" (Δ {p[f'{k}_diff_mean']:+.3g}, p {_fmt(p[f'{k}_p'], '.2g')}, "
-                         f"Holm {_fmt(p[f'{k}_p_holm'], '.2g')})")
+                         f"Holm {_fmt(p[f'{k}_p_holm_arms'], '.2g')})")
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
