@@ -45,16 +45,16 @@ def plot_trajectory(
     models = models_in_order(rows)
     steps = sorted(rows["step"].unique())
     norm = mpl.colors.Normalize(vmin=min(steps), vmax=max(steps) if len(steps) > 1 else min(steps) + 1)
+    cmap = mpl.colormaps[COLOURMAP]
     with figure_style():
         fig = new_figure(size, dpi)
         axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
         for ax, model in zip(axes, models, strict=True):
-            _draw_run(ax, rows[rows["model"] == model], x, norm)
+            _draw_run(ax, rows[rows["model"] == model], x, norm, cmap)
             ax.set_xlabel(X_AXES[x])
             if len(models) > 1:
                 ax.set_title(model)
-        fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=mpl.colormaps[COLOURMAP]), ax=list(axes),
-                     label="training step")
+        fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), label="training step")
         axes[0].set_ylabel(f"{statistic}: {stat_label(statistic)}")
         named = f": {models[0]}" if len(models) == 1 else ""  # several: each panel names its run
         head = title or (f"{statistic} vs {x} over training{named}, {len(steps)} checkpoints "
@@ -63,9 +63,8 @@ def plot_trajectory(
     return fig
 
 
-def _draw_run(ax, rows: pd.DataFrame, x: str, norm) -> None:
+def _draw_run(ax, rows: pd.DataFrame, x: str, norm, cmap) -> None:
     """One run's lines, a line per step with its confidence band where the table has one."""
-    cmap = mpl.colormaps[COLOURMAP]
     for step in sorted(rows["step"].unique()):
         one = rows[rows["step"] == step].sort_values(x)
         colour = cmap(norm(step))
