@@ -106,7 +106,11 @@ def run_tasks(
     manager = TaskManager(
         include_path=[str(p) for p in include_paths] or None, include_defaults=not builtin_only
     )
-    with _quiet_progress(), harness_code_guard(trust_code), _no_env_survey(evaluator):
+    # DISABLE_MULTIPROC: lm-eval bootstraps a stderr in one process, not in a fork Pool of cpu_count workers
+    # (one 1000-draw chunk, seeded Random(i) as the Pool's: the same numbers). Tearing that Pool down hung
+    # twice in CI: Pool.terminate() left one worker un-signalled and joined it forever.
+    with _quiet_progress(), _environ("DISABLE_MULTIPROC", "1"), harness_code_guard(trust_code), \
+            _no_env_survey(evaluator):
         return evaluator.simple_evaluate(
             model=TLMHarnessLM(scorer),
             tasks=tasks,
@@ -142,18 +146,26 @@ def _quiet_progress():
     prints to stdout, which belongs to --json."""
     import datasets
 
-    before = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
     datasets.disable_progress_bars()
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with _environ("TQDM_DISABLE", "1"), contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         datasets.enable_progress_bars()
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str):
+    """Set one environment variable for the block; then restore it, or remove it if it was unset."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
         if before is None:
-            os.environ.pop("TQDM_DISABLE", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["TQDM_DISABLE"] = before
+            os.environ[name] = before
 
 
 def tidy_rows(model: str, results: dict) -> list[dict]:
