@@ -115,6 +115,9 @@ def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_BPE_VOCAB) -> HFTo
 def load_hf_tokenizer(name_or_path: str) -> HFTokenizer:
     from transformers import AutoTokenizer
 
+    from tlm_probe import register_with_transformers
+
+    register_with_transformers()  # a tlm run folder's byte tokenizer loads through AutoTokenizer
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except Exception as e:  # missing folder, offline hub, unknown name

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tlm_probe import register_with_transformers
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture.adapters import (
     STACK_SEP,
@@ -345,6 +346,7 @@ def _load_hf(
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    register_with_transformers()  # a tlm folder loads through the Auto classes too
     hf_logging.disable_progress_bar()  # a progress bar per load would bury the probe's own output
 
     try:
@@ -383,6 +385,7 @@ def _load_tokenizer(source: str | Path) -> Any | None:
         return None
     from transformers import AutoTokenizer
 
+    register_with_transformers()
     logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
     try:
         return AutoTokenizer.from_pretrained(str(source))

@@ -1,17 +1,20 @@
-"""`tlm data prepare`: tokenize a source into uint32 shards, train/ and val/ (the hash split), plus the
-tokenizer and meta.json. Written into a temporary sibling folder and renamed at the end, so an
-interrupted run leaves nothing half-written under the output name; --overwrite replaces only what an
-earlier `tlm data prepare` wrote there (its manifest)."""
+"""`tlm data prepare`: tokenize a source into uint32 shards, train/ and val/ (the hash split; test/
+too for a source with a test split), plus the tokenizer and meta.json (token counts and a content hash
+per split: BLAKE2b over the documents' texts in order). Written into a temporary sibling folder and
+renamed at the end, so an interrupted run leaves nothing half-written under the output name; --overwrite
+replaces only what an earlier `tlm data prepare` wrote there (its manifest)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
-from tlm_probe.data.sources import iter_documents
+from tlm_probe.data.env_corpus import corpus_manifest
+from tlm_probe.data.sources import has_test_split, iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
 from tlm_probe.errors import UserError
 from tlm_probe.fileio import check_apart, claim, publish, temp_folder
@@ -27,9 +30,11 @@ class ShardWriter:
         folder.mkdir(parents=True)
         self.parts: list[np.ndarray] = []
         self.n_buffered = self.n_bytes = self.n_tokens = self.n_docs = self.n_shards = 0
+        self.content = hashlib.blake2b(digest_size=16)
 
     def add(self, text: str) -> None:
         ids = self.tok.encode(text)
+        self.content.update(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
         eos = [] if self.tok.eos_id is None else [self.tok.eos_id]
         self.parts.append(np.concatenate([ids, np.array(eos, dtype=np.uint32)]))
         self.n_buffered += len(self.parts[-1])
@@ -57,6 +62,7 @@ class ShardWriter:
             "tokens": self.n_tokens,
             "bytes": self.n_bytes,
             "shards": self.n_shards,
+            "content_hash": self.content.hexdigest(),
         }
 
 
@@ -84,12 +90,17 @@ def prepare(
 def check_inputs(source: str, out: Path, tokenizer_spec: str, shard_tokens: int, overwrite: bool) -> None:
     """Fail fast (before any progress bar or file) on a bad output, shard size, tokenizer spec or source."""
     check_apart(out, [source])
-    claim(out, overwrite=overwrite, writes=("train", "val", "tokenizer", "meta.json"), kind="data prepare")
+    claim(out, overwrite=overwrite, writes=("train", "val", "test", "tokenizer", "meta.json"),
+          kind="data prepare")
     if shard_tokens < 1:
         raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
     parse_bpe(tokenizer_spec)
-    for split in ("train", "val"):
+    for split in splits_of(source):
         next(iter(iter_documents(source, split)))  # a UserError when the split is empty
+
+
+def splits_of(source: str) -> tuple[str, ...]:
+    return ("train", "val", "test") if has_test_split(source) else ("train", "val")
 
 
 def _write_splits(source, tmp: Path, tok, train_docs: Iterable[str], shard_tokens: int, on_doc) -> dict:
@@ -101,7 +112,10 @@ def _write_splits(source, tmp: Path, tok, train_docs: Iterable[str], shard_token
         "dtype": "uint32",
         "eos_id": tok.eos_id,
     }
-    for split, docs in (("train", train_docs), ("val", iter_documents(source, "val"))):
+    if source == "builtin:env":
+        meta["distributions"] = corpus_manifest()
+    held_out = [(s, iter_documents(source, s)) for s in splits_of(source)[1:]]
+    for split, docs in (("train", train_docs), *held_out):
         writer = ShardWriter(tmp / split, tok, shard_tokens)
         for doc in docs:
             writer.add(doc)

@@ -17,15 +17,20 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from tlm_probe.data.corpus_cache import cached_corpus
+from tlm_probe.data.env_corpus import env_documents
 from tlm_probe.errors import UserError
 from tlm_probe.jsonfile import decode_utf8
 
-SPLITS = ("train", "val", "all")
+SPLITS = ("train", "val", "test", "all")
 VAL_PERCENT = 5
 """Share of documents (by hash) held out for validation."""
+TEST_PERCENT = {"builtin:env": 5}
+"""Share of documents (by hash, after validation's) held out as a test split, by source. Sources not named
+here have no test split, so their train/val split is what it always was."""
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".text")
 SOURCE_HELP = (
     "builtin:pydoc (Python docs + stdlib docstrings, no download) | builtin:stdlib (stdlib source) | "
+    "builtin:env (source + docs of the installed packages; train/val/test) | "
     "a text file, folder or glob | file.jsonl[:field] | hf:NAME[:split[:config]] | "
     "a datasets.save_to_disk folder"
 )
@@ -44,10 +49,18 @@ _STDLIB_SKIP = {
 }
 
 
-def split_of(text: str) -> str:
-    """'val' or 'train' for one document, from a hash of its UTF-8 text (stable across machines)."""
+def split_of(text: str, test_percent: int = 0) -> str:
+    """'val', 'test' or 'train' for one document, from a hash of its UTF-8 text (stable across machines):
+    hash bands [0, VAL_PERCENT) are val, [VAL_PERCENT, VAL_PERCENT + test_percent) test, the rest train."""
     h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
-    return "val" if h % 100 < VAL_PERCENT else "train"
+    band = h % 100
+    if band < VAL_PERCENT:
+        return "val"
+    return "test" if band < VAL_PERCENT + test_percent else "train"
+
+
+def has_test_split(source: str) -> bool:
+    return source in TEST_PERCENT
 
 
 def iter_documents(source: str = "builtin:pydoc", split: str = "all") -> Iterator[str]:
@@ -57,9 +70,9 @@ def iter_documents(source: str = "builtin:pydoc", split: str = "all") -> Iterato
     """
     if split not in SPLITS:
         raise UserError(f"split {split!r} is not one of {', '.join(SPLITS)}")
-    n = 0
+    n, test_percent = 0, TEST_PERCENT.get(source, 0)
     for doc in _raw_documents(source):
-        if doc.strip() and (split == "all" or split_of(doc) == split):
+        if doc.strip() and (split == "all" or split_of(doc, test_percent) == split):
             n += 1
             yield doc
     if n == 0:
@@ -122,9 +135,11 @@ def _stdlib(rest: str) -> Iterator[str]:
 
 
 def _builtin(name: str) -> Iterable[str]:
-    readers = {"pydoc": _pydoc, "stdlib": _stdlib}
+    readers = {"pydoc": _pydoc, "stdlib": _stdlib, "env": env_documents}
     if name not in readers:
         raise UserError(f"unknown builtin corpus {name!r}; choose one of: {', '.join(readers)}")
+    if name == "env":  # tens of megabytes, read file by file: streamed, not cached
+        return env_documents()
     return iter(cached_corpus(name, functools.partial(readers[name], "")))  # on disk across runs
 
 

@@ -21,6 +21,8 @@ MAGIC = b"TLMTOK01"
 HEADER_BYTES = 256
 SHARD_SUFFIX = ".tok"
 DTYPE = np.dtype("<u4")
+PREPARED_SPLITS = ("train", "val", "test")
+"""Subfolders of a prepared folder ("all" is every one present; test/ only for a source that has one)."""
 
 
 def write_shard(
@@ -81,7 +83,7 @@ def max_id(ids: np.ndarray, chunk: int = 1 << 24) -> int:
 def check_shard_ids(folder: Path, vocab_size: int, where: str) -> None:
     """Every id in the shards of a prepared folder is below its vocab_size (one pass over the memory maps:
     an id past the embedding table would fail mid-training as an IndexError)."""
-    for f in [f for s in ("train", "val") for f in shard_files(folder / s)]:
+    for f in [f for s in PREPARED_SPLITS for f in shard_files(folder / s)]:
         top = max_id(read_shard(f))
         if top >= vocab_size:
             raise UserError(f"{f} holds token id {top}, outside the vocab_size {vocab_size} of {where}")
@@ -126,7 +128,7 @@ class ConcatIds:
 def lazy_token_ids(path: str | Path, split: str) -> np.ndarray | ConcatIds:
     """Like load_token_ids for a prepared folder, but many shards stay separate memory maps."""
     path = Path(path)
-    subs = ("train", "val") if split == "all" else (split,)
+    subs = PREPARED_SPLITS if split == "all" else (split,)
     files = [f for s in subs for f in shard_files(path / s)]
     if len(files) <= 1:
         return load_token_ids(path, split)
@@ -160,7 +162,7 @@ def _load_pt(path: Path) -> np.ndarray:
 
 def _load_folder(path: Path, split: str) -> np.ndarray:
     if is_prepared(path):
-        subs = ("train", "val") if split == "all" else (split,)
+        subs = PREPARED_SPLITS if split == "all" else (split,)
         files = [f for s in subs for f in shard_files(path / s)]
     else:
         files = shard_files(path)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.stream import TOKEN_SUFFIXES, load_token_data, tokenize_documents
-from tlm_probe.data.tokens import is_prepared
+from tlm_probe.data.tokens import is_prepared, load_token_ids
 from tlm_probe.errors import UserError
 from tlm_probe.eval.scorer import Scorer
 
@@ -79,7 +79,11 @@ def is_token_source(source: str) -> bool:
 
 
 def source_ids(source: str, split: str, codec) -> np.ndarray:
-    """The ids the perplexity is measured on (see the module docstring); split "all" is train + val."""
+    """The ids the perplexity is measured on (see the module docstring); split "all" is every split."""
+    if is_prepared(source):  # train/, val/ and (for a source that has one) test/ shards
+        if split != "all" and not (Path(source) / split).is_dir():
+            raise UserError(f"the prepared folder {source} has no {split} split")
+        return np.asarray(load_token_ids(source, split), dtype=np.int64)
     if is_token_source(source):
         data = load_token_data(source)
         parts = {"train": [data.train], "val": [data.val], "all": [data.train, data.val]}[split]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.api_names import renamed_keywords
+from tlm_probe.data.sources import SPLITS
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
@@ -70,8 +71,8 @@ def check_options(opts: EvalOptions) -> None:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.ppl_tokens < 0:  # 0 means all; below 0 would silently score one window
         raise UserError(f"--max-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
-    if opts.ppl_split not in ("train", "val", "all"):
-        raise UserError(f"--split must be train, val or all, got {opts.ppl_split!r}")
+    if opts.ppl_split not in SPLITS:
+        raise UserError(f"--split must be one of {', '.join(SPLITS)}, got {opts.ppl_split!r}")
     check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
