@@ -180,7 +180,7 @@ def derive(opts, data: Path) -> None:
     from analyses import confirm_derive
 
     if not (opts.results / DERIVED).is_file():
-        confirm_derive.derive(opts, opts.root / "runs" / jobs()[0]["name"], data, tlm)
+        confirm_derive.derive(opts, opts.root / "runs" / jobs()[0]["name"], data, tlm, MODEL, DERIVED)
 
 
 def run(opts) -> None:

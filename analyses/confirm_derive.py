@@ -59,16 +59,15 @@ def schedule_for(tokens: Path, cand: dict, run: Path, out: Path, tlm, model: lis
     return json.loads(path.read_text())
 
 
-def derive(opts, run: Path, data: Path, tlm) -> Path:
-    """Write results/probe-derived.json and derivation.json; returns the schedule's path."""
-    from analyses.confirm import DERIVED, MODEL
-
+def derive(opts, run: Path, data: Path, tlm, model: list[str], derived: str) -> Path:
+    """Write results/<derived> and derivation.json from the source `run` (trained with `model` flags);
+    returns the schedule's path."""
     out = opts.root / "derive"
     out.mkdir(parents=True, exist_ok=True)
     record = []
     for cand in CANDIDATES:
         a, b, ab = halves(data, cand["rows"], out)
-        sa, sb, sab = (schedule_for(p, cand, run, out, tlm, MODEL) for p in (a, b, ab))
+        sa, sb, sab = (schedule_for(p, cand, run, out, tlm, model) for p in (a, b, ab))
         units = max(abs(x - y) for x, y in zip(sa["widths"], sb["widths"], strict=True)) / sa["multiple_of"]
         record.append({**cand, "widths_half_a": sa["widths"], "widths_half_b": sb["widths"],
                        "widths_both": sab["widths"], "values_both": sab["source"]["values"],
@@ -76,10 +75,10 @@ def derive(opts, run: Path, data: Path, tlm) -> Path:
         if units <= 1:
             break
     chosen = min(record, key=lambda r: r["max_diff_units"]) if not record[-1]["stable"] else record[-1]
-    (opts.results / DERIVED).write_text(json.dumps(chosen["schedule"], indent=2) + "\n")
+    (opts.results / derived).write_text(json.dumps(chosen["schedule"], indent=2) + "\n")
     summary = {"source_run": run.name, "half_seed": HALF_SEED, "seq_len": SEQ, "split": "train",
                "chosen": {k: v for k, v in chosen.items() if k != "schedule"},
                "all_stable": chosen["stable"],
                "candidates": [{k: v for k, v in r.items() if k != "schedule"} for r in record]}
     (opts.results / "derivation.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return opts.results / DERIVED
+    return opts.results / derived

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from benchmarks.bench_importance import count, llama_folder
+from benchmarks.gpu_device import pick_device, sync
 from benchmarks.models import smollm2
 from benchmarks.timing import interleaved, spread
 
@@ -43,27 +43,10 @@ AGREE_TOL_135M = 1e-3  # the same through 30 layers of a real model (SmolLM2-135
 # massive activations of order 1e2-1e3 in its stream, whose float32 rounding reaches the cosines and the lens
 
 
-def pick_device(asked: str) -> str:
-    if asked == "cpu":
-        return "cpu"
-    if torch.cuda.is_available():
-        return "cuda"
-    if asked == "cuda":
-        print("error: --device cuda but torch sees no CUDA device; run with --device cpu", file=sys.stderr)
-        raise SystemExit(1)
-    print("no CUDA device: running on the CPU; these are CPU figures, not GPU ones", file=sys.stderr)
-    return "cpu"
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def _synced(fn, device: str):
     def run():
         fn()
-        _sync(device)
+        sync(device)
 
     return run
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.gpu_device import pick_device, sync
 from benchmarks.gpu_numerics import bf16_agreement, compile_equality
 from benchmarks.timing import interleaved, spread
 from tlm_probe.accounting import count_params, train_flops_per_token
@@ -56,11 +57,6 @@ SIZES = {
                 vocab=128_256, rounds=10, bf16_steps=50),
     True: dict(step=TINY, bf16=TINY, compile=TINY, vocab=256, rounds=3, bf16_steps=50),
 }  # fmt: skip
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 class Arms:
@@ -138,12 +134,6 @@ def flash_check(arms: Arms, size: dict) -> dict | str:
     return {"ok": True}
 
 
-def _device(asked: str) -> str:
-    from benchmarks.gpu_probe import pick_device
-
-    return pick_device(asked)
-
-
 def run(device: str, quick: bool, peak_given: float = 0.0, backend: str | None = None) -> dict:
     size = SIZES[quick]
     backend = backend or DEFAULT_BACKEND[device.startswith("cuda")]
@@ -194,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help="torch.compile backend (default: inductor on CUDA, aot_eager on CPU)")
     ap.add_argument("--out", type=Path, default=Path("gpu_train.json"))
     args = ap.parse_args(argv)
-    device = _device(args.device)
+    device = pick_device(args.device)
     res = run(device, args.quick, args.peak_flops, args.compile_backend)
     print(json.dumps(res, indent=2))
     args.out.write_text(json.dumps(res, indent=2) + "\n")

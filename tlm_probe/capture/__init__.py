@@ -12,7 +12,7 @@ from tlm_probe.capture.adapters import (
     adapter_for,
 )
 
-_LOADING = ("DTYPES", "ProbeModel", "load_probe_model", "wrap_model")
+_LOADING = ("DTYPES", "ProbeModel", "load_probe_model", "wrap_model")  # ProbeModel: capture/probe_model.py
 
 
 def __getattr__(name: str):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tlm_probe.capture.loading import ProbeModel
+from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.errors import UserError
 
 TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")

@@ -21,7 +21,7 @@ from tlm_probe.capture.guardrails import (
     check_layer,
     sample_counted,
 )
-from tlm_probe.capture.loading import ProbeModel
+from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
 from tlm_probe.stats.workspace import Workspace
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tlm_probe.capture.loading import ProbeModel
+from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.errors import UserError
 
 DEFAULT_MAX_LENGTH = 2048
