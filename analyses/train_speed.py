@@ -19,7 +19,7 @@ import torch
 
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
-from tlm_probe.schedules import parse_schedule
+from tlm_probe.schedules.widths import parse_schedule
 
 VARIANTS = {
     # name: (optimizer kwargs, autocast dtype or None, compile)

@@ -58,7 +58,7 @@ def weight_hash(folder: Path, workdir: Path, rounds: int) -> dict:
     """content_hash of a checkpoint in-process: second call (cache hit) / a fresh hash."""
     os.environ["TLM_PROBE_CACHE"] = str(workdir / "cache")
     try:
-        from tlm_probe import content_hash as ch
+        from tlm_probe.files import content_hash as ch
     except ImportError:
         return {"weight hash, cached / computed": {"error": "no hash cache here"}}
     files = ch.weight_files(folder)
@@ -70,7 +70,7 @@ def weight_hash(folder: Path, workdir: Path, rounds: int) -> dict:
 
 
 def info_vs_schedule(workdir: Path, rounds: int) -> dict:
-    from tlm_probe.presets import preset_config
+    from tlm_probe.models.presets import preset_config
 
     folder = workdir / "tlm-1.3b"
     folder.mkdir(exist_ok=True)
@@ -109,7 +109,7 @@ if sys.argv[3] == "kept":
     from tlm_probe.allocator import keep_freed_memory
     assert keep_freed_memory()
 from tlm_probe.capture import load_probe_model
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 def hwm():
     for l in Path('/proc/self/status').read_text().splitlines():
         if l.startswith('VmHWM:'):

@@ -35,7 +35,7 @@ PHASES = """
 import json, sys, time
 t0 = time.perf_counter()
 import cli  # noqa: F401  (what `tlm` imports before any command runs)
-from tlm_probe.probe import ProbeOptions, run_probe
+from tlm_probe.probe.engine import ProbeOptions, run_probe
 from tlm_probe.results import write_results
 t1 = time.perf_counter()
 import torch
@@ -73,7 +73,7 @@ def _batches(pm, n: int):
 def per_call(folder: Path, workdir: Path, counts, rounds: int) -> dict:
     """probe() on n batches / n plain forwards (with head), for each n."""
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     pm = load_probe_model(folder)
     out = {}

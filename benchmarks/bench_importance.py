@@ -58,7 +58,7 @@ def one_forward(pm, batches, repeats: int) -> float:
 
 def importance_seconds(pm, ids_file, stats: str, args) -> tuple[float, dict]:
     """Wall time of the importance pass alone: a probe of `stats` minus the stream it rides on."""
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
               importance={"grad_sequences": args.grad_sequences})  # fmt: skip
@@ -74,7 +74,7 @@ def interleaved_ratio(pm, ids_file, stats: str, batches, args) -> dict:
     """measured / counted per round, arms interleaved and rotated (benchmarks/timing.py): the probe with
     `stats`, the same probe without its importance pass, and one plain forward over the same batches."""
     from benchmarks.timing import interleaved, spread
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
               importance={"grad_sequences": args.grad_sequences, **_pairs(args.option)})  # fmt: skip

@@ -24,7 +24,7 @@ import time
 import torch
 
 from benchmarks import malloc, titans_parts
-from tlm_probe.accounting import count_params
+from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
 

@@ -126,7 +126,7 @@ def bucketing(folder: Path | None, tokens: int, rounds: int) -> dict:
 
     from tlm_probe.capture import load_probe_model
     from tlm_probe.capture import sequences as sq
-    from tlm_probe.probe import ProbeOptions, run_probe
+    from tlm_probe.probe.engine import ProbeOptions, run_probe
 
     if "length_bucketing" not in {f.name for f in fields(ProbeOptions)}:
         return {"length bucketing on / off (MiniLM, pydoc text)": {"error": "no length bucketing here"}}

@@ -7,7 +7,7 @@ Trainer: its model, optimizer, autocast, per-block compile and train_step), prep
 
 It prints and writes to --out (JSON):
 1. step: the tlm-440m preset, uniform against cosine:1.5:0.5 (parameters and training FLOPs per token from
-   tlm_probe.accounting: equal by construction), each arm's step time over interleaved rotated rounds,
+   tlm_probe.models.accounting: equal by construction), each arm's step time over interleaved rotated rounds,
    tokens/s and MFU (FLOPs/token x tokens/s / the device's peak; --peak-flops, or loop.PEAK_FLOPS by GPU
    name; none on CPU), the per-round step-time ratio cosine / uniform, and each arm's peak device memory;
 2. bf16: the same model, seed and batches trained 50 steps with bf16 autocast and in float32; the largest
@@ -34,8 +34,8 @@ import torch
 from benchmarks.gpu_device import pick_device, sync
 from benchmarks.gpu_numerics import bf16_agreement, compile_equality
 from benchmarks.timing import interleaved, spread
-from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import TokenData
+from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.loop import Trainer, peak_flops
 from tlm_probe.train.run import plan_run

@@ -56,7 +56,7 @@ def per_batch(name: str, folder: Path, workdir: Path, n: int, batch: int, seq: i
     call's fixed cost in one batch's forwards, by each clock; per round (the forward: that round's median
     over its n batches, all the same shape), then median [min, max] over rounds."""
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     pm = load_probe_model(folder)
     g = torch.Generator().manual_seed(0)

@@ -55,7 +55,7 @@ def pdf_size_pt(path: Path) -> tuple[float, float]:
     return float(box[1]), float(box[2])
 
 
-# --- real result folders: tiny tapered models probed by the real engine (tlm_probe.probe) ---
+# --- real result folders: tiny tapered models probed by the real engine (tlm_probe.probe.engine) ---
 
 REAL_MODELS = {  # name: (schedule, layers); mean width 64, so all have the same MLP budget per layer
     "uniform-4": ("uniform", 4),
@@ -79,9 +79,9 @@ def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 5
     from tlm_probe.models.config import config_with_schedule
     from tlm_probe.models.io import save_tlm
     from tlm_probe.models.tlm import TaperedLM
-    from tlm_probe.probe import ProbeOptions, run_probe
+    from tlm_probe.probe.engine import ProbeOptions, run_probe
     from tlm_probe.results import write_results
-    from tlm_probe.schedules import parse_schedule
+    from tlm_probe.schedules.widths import parse_schedule
 
     text = pydoc_data.topics.topics["assert"].encode()
     ids = root / "ids.npy"

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from tlm_probe.accounting import count_params, train_flops_per_token
+from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.presets import preset_config
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.presets import preset_config
 
 PRESET_PARAMS = {"tlm-440m": 439_665_664, "tlm-760m": 760_618_240, "tlm-1.3b": 1_321_766_656}
 

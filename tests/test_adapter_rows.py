@@ -153,7 +153,7 @@ def test_per_layer_widths_are_read_from_the_model(tmp_path):
     import copy
 
     from tlm_probe.capture import wrap_model
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     torch.manual_seed(0)
     cfg = T.LlamaConfig(

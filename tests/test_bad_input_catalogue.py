@@ -17,7 +17,7 @@ from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.fileio import record
+from tlm_probe.files.fileio import record
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe.data.tokens import HEADER_BYTES, MAGIC, write_shard
-from tlm_probe.fileio import MANIFEST
+from tlm_probe.files.fileio import MANIFEST
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.train.checkpoint import _save_weights, step_folders

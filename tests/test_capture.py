@@ -16,7 +16,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 from tlm_probe.stats import STATISTICS, TokenIndex, build_accumulators
 
 TEXTS = CORPUS * 2

@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.accounting import count_params
+from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import ScheduleSpec, make_schedule
+from tlm_probe.schedules.widths import ScheduleSpec, make_schedule
 
 runner = CliRunner()
 

@@ -99,7 +99,7 @@ def test_unequal_budget_is_refused(monkeypatch):
 def test_folder_from_an_older_version_continues(tmp_path):
     """A comparison written before manifests and before newer training options existed (its settings lack
     them) is the same comparison: it continues without retraining and is adopted into a manifest."""
-    from tlm_probe.fileio import MANIFEST
+    from tlm_probe.files.fileio import MANIFEST
 
     out, data = tmp_path / "cmp", _data()
     compare(BASE, ARMS[:2], [0], out, data=data)

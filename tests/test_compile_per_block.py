@@ -20,7 +20,7 @@ from torch._dynamo.utils import counters
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.results import read_metrics
-from tlm_probe.schedules import parse_schedule
+from tlm_probe.schedules.widths import parse_schedule
 from tlm_probe.train import compile as block_compile
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.compile import block_shapes, compile_blocks

@@ -23,7 +23,7 @@ from cli import app
 from tlm_probe.capture import adapters, load_probe_model
 from tlm_probe.capture.discovery import DiscoveryError
 from tlm_probe.errors import UserError
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 
 runner = CliRunner()
 TOL = 1e-5

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from tlm_probe import content_hash as ch
-from tlm_probe import disk_cache
 from tlm_probe.data import corpus_cache
+from tlm_probe.files import content_hash as ch
+from tlm_probe.files import disk_cache
 
 
 @pytest.fixture

@@ -216,7 +216,7 @@ def test_demo_negative_threads(tmp_path):
 
 def test_demo_threads_reach_training_and_probing(tmp_path, monkeypatch):
     """--threads 1 was never passed on: training and probing ran on all cores."""
-    import tlm_probe.probe as probe_module
+    import tlm_probe.probe.engine as probe_module
     import tlm_probe.train.loop as loop
 
     seen = []

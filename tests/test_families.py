@@ -37,7 +37,7 @@ from tlm_probe.capture.guardrails import GuardrailError
 from tlm_probe.capture.native import first_tensor
 from tlm_probe.capture.sequences import token_sequences
 from tlm_probe.errors import UserError
-from tlm_probe.probe import ProbeOptions, probe, run_probe
+from tlm_probe.probe.engine import ProbeOptions, probe, run_probe
 
 TEXTS = CORPUS
 SEQ_LEN = 16

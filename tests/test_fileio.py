@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import torch
 
-from tlm_probe import fileio, folder_lock
 from tlm_probe.data.tokens import write_shard
 from tlm_probe.errors import UserError
+from tlm_probe.files import fileio, folder_lock
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -119,7 +119,7 @@ def test_second_writer_gets_the_holders_pid(tmp_path):
         with folder_lock.folder_lock(out):  # the same process may nest (demo -> compare -> train)
             pass
         code = f"""
-            from tlm_probe import folder_lock
+            from tlm_probe.files import folder_lock
             from tlm_probe.errors import UserError
             try:
                 with folder_lock.folder_lock({str(out)!r}):

@@ -14,10 +14,10 @@ from cli import app
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 from tlm_probe.results import write_results
-from tlm_probe.schedule_rules import Rule, isotonic, widths_from_statistic
-from tlm_probe.schedules import ScheduleError, make_schedule, parse_schedule
+from tlm_probe.schedules.rules import Rule, isotonic, widths_from_statistic
+from tlm_probe.schedules.widths import ScheduleError, make_schedule, parse_schedule
 from tlm_probe.tokenizer import ByteTokenizer
 
 runner = CliRunner()
@@ -170,7 +170,7 @@ def test_train_uniform_probe_derive_and_train_the_derived_schedule(tmp_path):
 
 
 def test_compare_with_an_absolute_schedule_file_arm_stays_inside_out(tmp_path):
-    from tlm_probe.schedules import schedule_file_dict
+    from tlm_probe.schedules.widths import schedule_file_dict
 
     text = "\n\n".join(f"paragraph {i}: the tapered model reads word {i * 7 % 13} twice" for i in range(200))
     (tmp_path / "c.txt").write_text(text)

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe import folder_lock
+from tlm_probe.files import folder_lock
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -165,12 +165,12 @@ def test_probe_removes_stale_temporaries_of_a_killed_run(tmp_path, tlm, ids):
 
 
 def test_ctrl_c_during_probe_says_nothing_was_written(tmp_path, tlm, ids, monkeypatch):
-    import tlm_probe.probe
+    import tlm_probe.probe.engine
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tlm_probe.probe, "run_probe", interrupted)
+    monkeypatch.setattr(tlm_probe.probe.engine, "run_probe", interrupted)
     out = tmp_path / "res"
     r = runner.invoke(app, ["probe", tlm, "--data", ids, "--out", str(out)])
     assert r.exit_code == 130 and "Traceback" not in r.output

@@ -19,7 +19,7 @@ from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.hf import TLMForCausalLM, TLMHFConfig
 from tlm_probe.models.io import load_tlm, save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import make_schedule, parse_schedule
+from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
 runner = CliRunner()
 EPS = torch.finfo(torch.float32).eps
@@ -171,7 +171,7 @@ def test_resume_of_a_head_tapered_run_is_bit_identical(tmp_path):
 
 def test_probe_backends_agree_on_a_head_tapered_model(tmp_path):
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     torch.manual_seed(0)
     folder = save_tlm(TaperedLM(_cfg(init_scale=0.02, max_seq_len=32)), tmp_path / "tlm")

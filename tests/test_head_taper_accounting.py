@@ -10,18 +10,18 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from tlm_probe.accounting import (
+from tlm_probe.models.accounting import (
     count_params,
     kv_cache_bytes_per_token,
     matmul_params,
     train_flops_per_token,
 )
-from tlm_probe.head_schedules import _snap, head_counts, kv_counts, split_components
 from tlm_probe.models.config import MIXER_KINDS, ConfigError, TLMConfig, config_with_schedule
+from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.models.shapes import state_shapes
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.presets import PRESETS, preset_config
-from tlm_probe.schedules import SCHEDULES, ScheduleError, parse_schedule
+from tlm_probe.schedules.heads import _snap, head_counts, kv_counts, split_components
+from tlm_probe.schedules.widths import SCHEDULES, ScheduleError, parse_schedule
 
 # component tapers: (MLP schedule, heads schedule, kv schedule); presets get n_kv_heads = n_heads / 2 so
 # that a key/value taper has room (with n_kv_heads = n_heads it can only equal uniform, and is refused)
@@ -196,7 +196,7 @@ def test_titans_memory_width_taper_keeps_the_budget_and_counts_its_inner_loop():
     cfg = config_with_schedule("uniform", 128, mem="cosine:1.5:0.5", **kw)
     flat = config_with_schedule("uniform", 128, **kw)
     assert cfg.layer_mem_width == (48, 48, 40, 24, 16, 16) and flat.mem_width_at(3) == 32  # 2·d_head
-    from tlm_probe.accounting import memory_flops_per_token
+    from tlm_probe.models.accounting import memory_flops_per_token
 
     by_hand = sum(6 * 4 * (11 * m * 16 + 2 * 4 * (m + 16)) for m in cfg.layer_mem_width)
     assert memory_flops_per_token(cfg) == by_hand == memory_flops_per_token(flat)

@@ -25,7 +25,7 @@ from models_zoo import CORPUS
 
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture.sequences import token_sequences
-from tlm_probe.probe import ProbeOptions, run_probe
+from tlm_probe.probe.engine import ProbeOptions, run_probe
 
 SEQ_LEN = 16
 TOL = 2e-5

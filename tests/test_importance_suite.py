@@ -15,7 +15,7 @@ from tlm_probe.importance.suite import ImportanceOptions
 from tlm_probe.importance.suite import run_importance as run_stats
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import parse_schedule
+from tlm_probe.schedules.widths import parse_schedule
 
 OPTS = ImportanceOptions(sample_size=64, grad_sequences=3, pool_size=64)
 CAUSAL_STATS = {

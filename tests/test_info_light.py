@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tlm_probe.accounting import count_params
-from tlm_probe.presets import preset_config
+from tlm_probe.models.accounting import count_params
+from tlm_probe.models.presets import preset_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from swap_check import same_loss_and_grads
 
 import tlm_probe.models.titans as titans_module
-from tlm_probe.accounting import count_params, train_flops_per_token
+from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.models.config import MIXER_KINDS, ConfigError, TLMConfig, config_with_schedule
 from tlm_probe.models.io import load_tlm, save_tlm
 from tlm_probe.models.memory import GRAD_CLIP, memory_chunked, memory_rates, memory_reference
+from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.presets import PRESETS, preset_config
-from tlm_probe.schedules import parse_schedule
+from tlm_probe.schedules.widths import parse_schedule
 
 TITANS = dict(mixer="titans", window=6, mem_chunk=4, mem_persistent=2)
 HOPE = dict(mixer="hope_attention", cms_chunks=(4, 64))  # one in-context level, one static (>= max_seq_len)
@@ -219,7 +219,7 @@ def test_probe_guardrail_passes_on_every_backend(tmp_path, mixer):
     backends agree on every statistic."""
     from tlm_probe.capture import load_probe_model
     from tlm_probe.capture.guardrails import GuardrailError
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     torch.manual_seed(0)
     folder = save_tlm(TaperedLM(tiny(mixer, vocab_size=128)), tmp_path / mixer)

@@ -18,7 +18,7 @@ import torch
 
 from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import ScheduleSpec
+from tlm_probe.schedules.widths import ScheduleSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPE = dict(vocab_size=61, d_model=32, n_layers=4, n_heads=4, max_seq_len=32, mlp="swiglu")

@@ -12,7 +12,7 @@ from benchmarks import titans_parts
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.memory import memory_chunked
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import ScheduleSpec
+from tlm_probe.schedules.widths import ScheduleSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

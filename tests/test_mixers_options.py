@@ -11,8 +11,8 @@ import torch
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.accounting import count_params
 from tlm_probe.errors import UserError
+from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.train.config import TrainConfig

@@ -32,7 +32,7 @@ from torch import nn
 
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import ScheduleSpec
+from tlm_probe.schedules.widths import ScheduleSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 V, N_SEQ = 32, 8

@@ -131,8 +131,8 @@ def test_cli_mixer_flags(tmp_path):
 
 @pytest.mark.parametrize("mixer", ["titans", "hope_attention"])
 def test_schedule_command_prints_preset_counts_side_by_side(mixer):
-    from tlm_probe.accounting import count_params
-    from tlm_probe.presets import preset_config
+    from tlm_probe.models.accounting import count_params
+    from tlm_probe.models.presets import preset_config
 
     r = runner.invoke(app, ["schedule", "--preset", "tlm-760m", "--mixer", mixer, "--schedule",
                             "cosine:1.5:0.5", "--json"])

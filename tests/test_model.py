@@ -2,7 +2,7 @@ import pytest
 import torch
 from nnsight import NNsight
 
-from tlm_probe.accounting import count_params
+from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import ConfigError, TLMConfig, config_with_schedule
 from tlm_probe.models.io import load_tlm, save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -141,7 +141,9 @@ def test_bad_configs(kw, match):
 def test_auto_model_for_causal_lm_round_trip(tmp_path, tie):
     from transformers import AutoModelForCausalLM
 
-    import tlm_probe  # noqa: F401  (registers model_type "tlm" with the Auto classes)
+    import tlm_probe
+
+    tlm_probe.register_with_transformers()  # model_type "tlm" with the Auto classes (public API)
 
     cfg = config_with_schedule("cosine", 128, vocab_size=97, d_model=32, n_layers=3, n_heads=4,
                                tie_embeddings=tie, positions="learned" if tie else "rope")
@@ -157,12 +159,24 @@ def test_auto_model_for_causal_lm_round_trip(tmp_path, tie):
 
 @pytest.mark.parametrize("order", ["tlm_probe first", "transformers first"])
 def test_auto_registration_in_a_fresh_interpreter(order):
+    """register_with_transformers() works whichever is imported first; importing tlm_probe alone neither
+    imports transformers nor touches its loader (no import hook: issue 32)."""
     import subprocess
     import sys
 
     imports = ["import tlm_probe", "import transformers"]
     first = imports if order == "tlm_probe first" else imports[::-1]
-    code = "; ".join([*first, "from transformers import AutoConfig",
+    code = "; ".join([*first, "tlm_probe.register_with_transformers()", "from transformers import AutoConfig",
                       "print(type(AutoConfig.for_model('tlm')).__name__)"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "TLMHFConfig", out.stderr[-500:]
+
+
+def test_import_tlm_probe_leaves_transformers_alone():
+    import subprocess
+    import sys
+
+    code = ("import sys; n = len(sys.meta_path); import tlm_probe; "
+            "print('transformers' in sys.modules, len(sys.meta_path) == n)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr[-500:]

@@ -1,6 +1,7 @@
 """Byte-tokenizer run folders load with AutoTokenizer and nnsight.LanguageModel (issue 22): the ids are
 ByteTokenizer's (UTF-8 bytes, NUL = eos = 0), both for new runs (tokenizer.json written at train time) and for
-earlier runs that hold only tlm_tokenizer.json (AutoTokenizer's class for model_type "tlm")."""
+earlier runs that hold only tlm_tokenizer.json (AutoTokenizer's class for model_type "tlm", registered by
+tlm_probe.register_with_transformers(), as the README tells a user to call)."""
 
 import warnings
 
@@ -8,11 +9,13 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+import tlm_probe
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import load_tlm, save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.tokenizer import ByteTokenizer
 
+tlm_probe.register_with_transformers()
 EPS32 = 1.2e-7
 TEXT = "Grüße aus Köln, 東京へ, Ελληνικά, ça va? 😀 <0xC3> <|endoftext|> Ā\x00tab\there\n"
 

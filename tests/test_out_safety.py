@@ -24,9 +24,9 @@ from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe import fileio, folder_lock
 from tlm_probe.data.prepare import prepare
 from tlm_probe.errors import UserError
+from tlm_probe.files import fileio, folder_lock
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -278,7 +278,7 @@ def test_two_names_of_one_folder_share_its_lock(tmp_path):
     (tmp_path / "link").symlink_to(real, target_is_directory=True)
     with folder_lock.folder_lock(real):
         code = f"""
-            from tlm_probe import folder_lock
+            from tlm_probe.files import folder_lock
             from tlm_probe.errors import UserError
             try:
                 with folder_lock.folder_lock({str(tmp_path / "link")!r}):

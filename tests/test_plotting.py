@@ -24,7 +24,7 @@ from tlm_probe.plotting import (
 )
 from tlm_probe.plotting.importance import default_proxies
 from tlm_probe.plotting.inputs import load_comparison, load_probe, merge_probes, schedule_table
-from tlm_probe.schedules import make_schedule, parse_schedule
+from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
 SMALL = (400, 300)
 

@@ -14,7 +14,7 @@ from benchmarks.timing import line
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.guardrails import _picker, sample_counted
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from models_zoo import CORPUS, build_model
 
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture.sequences import limit_tokens, token_sequences
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 
 TEXTS = CORPUS * 3
 

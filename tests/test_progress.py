@@ -116,7 +116,7 @@ def test_probe_into_a_pipe_prints_progress_lines_while_it_runs(tmp_path):
     from tlm_probe.models.config import config_with_schedule
     from tlm_probe.models.io import save_tlm
     from tlm_probe.models.tlm import TaperedLM
-    from tlm_probe.schedules import parse_schedule
+    from tlm_probe.schedules.widths import parse_schedule
 
     torch.manual_seed(0)
     cfg = config_with_schedule(parse_schedule("uniform", 16), 64, d_model=32, n_layers=2, n_heads=2,

@@ -5,7 +5,7 @@ only the largest weight reaches max_ratio and refused)."""
 
 import pytest
 
-from tlm_probe.schedule_rules import ScheduleError, bounded_ratios
+from tlm_probe.schedules.rules import ScheduleError, bounded_ratios
 
 SKEWED = [2.842545, 0.558417, 0.025858, 0.012993, 0.006994, 0.009244, 0.008759, 0.020736, 0.092235]
 

@@ -12,11 +12,11 @@ from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.accounting import count_params
+from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.models.io import load_tlm, save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.schedules import (
+from tlm_probe.schedules.widths import (
     ScheduleError,
     ScheduleSpec,
     make_schedule,
@@ -191,7 +191,7 @@ def test_numel_on_meta_equals_accounting(mixer, sched):
     numel = sum(p.numel() for p in model.parameters())
     assert numel == count_params(cfg).total == count_params(uniform).total
     # Hope's continuum-memory levels 2..K own a pre-norm inside b.mlp; the accounting books every norm
-    # under `norms` (accounting.py), so the MLP's count is its matrices and step sizes
+    # under `norms` (models/accounting.py), so the MLP's count is its matrices and step sizes
     mlp_numel = [sum(p.numel() for n, p in b.mlp.named_parameters() if "norm" not in n) for b in model.blocks]
     assert mlp_numel == [layer.mlp for layer in count_params(cfg).layers]
 
@@ -237,7 +237,7 @@ def test_no_mlp_checkpoint_hf_and_state_round_trips(tmp_path):
 
 
 def test_probe_has_no_mlp_rows_for_blocks_without_mlp(tmp_path):
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
     from tlm_probe.tokenizer import ByteTokenizer
 
     torch.manual_seed(2)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tlm_probe.schedules import ScheduleError, ScheduleSpec, make_schedule, parse_schedule
+from tlm_probe.schedules.widths import ScheduleError, ScheduleSpec, make_schedule, parse_schedule
 
 TAPERS = ("linear", "cosine", "sigmoid")
 

@@ -94,8 +94,8 @@ STOPS = [(signal.SIGTERM, 143), (signal.SIGINT, 130)]
 @pytest.mark.parametrize("sig,code", STOPS, ids=["SIGTERM", "SIGINT"])
 def test_probe_stopped_says_so_and_leaves_the_folder_as_it_was(work, sig, code):
     before = snapshot(work)
-    rc, err = _send(work, "tlm_probe.probe:run_probe", ["probe", "ck", "--data", "ids.npy", "--out", "out"],
-                    sig, _said_ready)
+    rc, err = _send(work, "tlm_probe.probe.engine:run_probe",
+                    ["probe", "ck", "--data", "ids.npy", "--out", "out"], sig, _said_ready)
     assert rc == code
     assert _one_line(err) == "interrupted; nothing written to out"
     assert snapshot(work) == before  # no results, no lock file left behind

@@ -38,7 +38,7 @@ from tlm_probe.capture.guardrails import GuardrailError
 from tlm_probe.capture.loading import wrap_model
 from tlm_probe.capture.sequences import token_sequences
 from tlm_probe.errors import UserError
-from tlm_probe.probe import probe
+from tlm_probe.probe.engine import probe
 
 SEQ_LEN = 16
 TOL = 1e-5

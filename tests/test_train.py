@@ -52,7 +52,7 @@ def test_overfits_one_batch(tmp_path):
 def test_eval_loss_equals_direct_computation(tmp_path):
     data = byte_data()
     summary = train(tmp_path, "ev", data=data, steps=6, peak_flops=1e9)
-    from tlm_probe.accounting import train_flops_per_token
+    from tlm_probe.models.accounting import train_flops_per_token
 
     for rec in (m for m in read_metrics(tmp_path / "ev") if m["kind"] == "train"):  # MFU from the accounting
         flops = train_flops_per_token(load_tlm(tmp_path / "ev").cfg, 16)

@@ -8,7 +8,7 @@ import re
 import pytest
 from test_train import TINY, byte_data
 
-from tlm_probe.accounting import train_flops_per_token
+from tlm_probe.models.accounting import train_flops_per_token
 from tlm_probe.models.io import load_tlm
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.training import PlainLines, run_training

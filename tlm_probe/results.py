@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlm_probe.content_hash import content_hash
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import publish, temp_folder
-from tlm_probe.jsonfile import decode_utf8, read_json_object
+from tlm_probe.files.content_hash import content_hash
+from tlm_probe.files.fileio import publish, temp_folder
+from tlm_probe.files.jsonfile import decode_utf8, read_json_object
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 # the columns of every result table, in order; statistics may add columns after these
@@ -57,7 +57,7 @@ def _versions() -> dict:
 
 def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
                      data_sha256: str | None = None) -> dict:
-    """`data_sha256`: of the token ids probed (probe.py says how they are serialised)."""
+    """`data_sha256`: of the token ids probed (probe/engine.py says how they are serialised)."""
     import torch
 
     return {

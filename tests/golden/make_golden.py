@@ -31,7 +31,7 @@ def _tlm(folder: Path) -> Path:
     from tlm_probe.models.config import config_with_schedule
     from tlm_probe.models.io import save_tlm
     from tlm_probe.models.tlm import TaperedLM
-    from tlm_probe.schedules import parse_schedule
+    from tlm_probe.schedules.widths import parse_schedule
 
     torch.manual_seed(0)
     cfg = config_with_schedule(
@@ -64,7 +64,7 @@ def token_file(root: Path, vocab: int) -> Path:
 
 
 def golden_tables(root: Path, families=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
 
     tables, mats = [], []
     for family, (folder, vocab) in build_all(root, families).items():

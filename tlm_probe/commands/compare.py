@@ -122,8 +122,8 @@ def write_sweep(out: Path) -> Path | None:
     """sweep.csv (each arm's paired difference to uniform) and sweep_heatmap.png, once there are pairs."""
     import pandas as pd
 
-    from tlm_probe.fileio import atomic_write_text, record
-    from tlm_probe.folder_lock import folder_lock
+    from tlm_probe.files.fileio import atomic_write_text, record
+    from tlm_probe.files.folder_lock import folder_lock
     from tlm_probe.plotting.style import save_figure
     from tlm_probe.plotting.sweep import plot_sweep
     from tlm_probe.stats.sweep import sweep_table

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
         from tlm_probe.commands.probe import _threads
         from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval, stays_offline
-        from tlm_probe.folder_lock import folder_lock
+        from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.progress import where
 
         split = renamed(split, ppl_split, "val", "--split", "--ppl-split")
@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
 def check_output(out: Path, inputs=()) -> None:
     """Before any work: DIR may be new, empty or an earlier eval result; nothing else is replaced, and
     nothing the command reads (model, data, task files) is inside, around or at DIR."""
-    from tlm_probe.fileio import check_apart, check_kind
+    from tlm_probe.files.fileio import check_apart, check_kind
 
     check_apart(out, inputs)
     check_kind(out, "eval")  # a probe's results.csv is not an earlier eval result
@@ -118,7 +118,7 @@ RELATIVE_NOTE = ("# data_files below is relative to this file's folder (so the e
 def write_eval(out: Path, res, staging: Path) -> None:
     """results + provenance (all-or-nothing, results.write_results), then the built-in task files (named in
     the folder's manifest first, each written atomically)."""
-    from tlm_probe.fileio import atomic_write_text, record
+    from tlm_probe.files.fileio import atomic_write_text, record
     from tlm_probe.results import write_results
 
     write_results(out, res.table, None, res.provenance, kind="eval")

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.config_file import CONFIG, read_tlm_config  # torch-free
 from tlm_probe.models.verify import verify_checkpoint  # torch-free

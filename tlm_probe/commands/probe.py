@@ -122,9 +122,9 @@ def register(app: typer.Typer) -> None:
         if adapter is not None:
             register_adapter(load_adapter_file(adapter))
         check_folder(model)  # an unsupported architecture is refused before the heavy imports below
-        from tlm_probe.folder_lock import folder_lock
+        from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.importance.options import parse_pairs
-        from tlm_probe.probe import ProbeOptions, run_probe
+        from tlm_probe.probe.engine import ProbeOptions, run_probe
         from tlm_probe.results import write_results
 
         if max_tokens < 0:
@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
             kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
             if steps:
-                from tlm_probe.probe_checkpoints import probe_checkpoints
+                from tlm_probe.probe.checkpoints import probe_checkpoints
 
                 res = probe_checkpoints(model, steps, opts, run_probe, **kw)
             else:
@@ -177,7 +177,7 @@ def _steps(model: str, checkpoints: str | None):
         return None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("--checkpoints runs in one process; drop torchrun")
-    from tlm_probe.probe_checkpoints import select_steps
+    from tlm_probe.probe.checkpoints import select_steps
 
     return select_steps(model, checkpoints)
 
@@ -198,7 +198,7 @@ def check_not_weights(data: str) -> None:
 def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
-    from tlm_probe.fileio import check_apart, claim
+    from tlm_probe.files.fileio import check_apart, claim
     from tlm_probe.results import OURS
 
     if exclude_bos and max_tokens == 1:

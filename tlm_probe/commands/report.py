@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
-        from tlm_probe.fileio import check_apart
-        from tlm_probe.folder_lock import folder_lock
+        from tlm_probe.files.fileio import check_apart
+        from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.plotting.style import parse_size
         from tlm_probe.report.html import check_out, render_figures, write_report
         from tlm_probe.report.sections import build_document

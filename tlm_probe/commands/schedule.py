@@ -8,15 +8,23 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tlm_probe.accounting import comparison, count_params
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.schedule_heads import head_result, print_head_table
 from tlm_probe.errors import UserError
-from tlm_probe.head_schedules import COMPONENTS
+from tlm_probe.models.accounting import comparison, count_params
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
-from tlm_probe.presets import preset_config
-from tlm_probe.schedule_rules import Rule
-from tlm_probe.schedules import DEFAULTS, FILE, GROUPED, PARAMS, ScheduleSpec, make_schedule, parse_schedule
+from tlm_probe.models.presets import preset_config
+from tlm_probe.schedules.heads import COMPONENTS
+from tlm_probe.schedules.rules import Rule
+from tlm_probe.schedules.widths import (
+    DEFAULTS,
+    FILE,
+    GROUPED,
+    PARAMS,
+    ScheduleSpec,
+    make_schedule,
+    parse_schedule,
+)
 
 
 def register(app: typer.Typer) -> None:

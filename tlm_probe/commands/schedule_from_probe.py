@@ -1,6 +1,6 @@
 """`tlm schedule --from-probe PROBE_DIR --statistic NAME`: a schedule file from a probe's per-layer statistic.
 
-The arithmetic is schedule_rules.py; this reads the probe folder, picks one model's per-layer values,
+The arithmetic is schedules/rules.py; this reads the probe folder, picks one model's per-layer values,
 and writes the schedule file (JSON, format tlm-schedule) that `tlm train/compare/sweep --schedule FILE`
 read. The file records its source: the probe folder, the sha256 of its results file, the probed model and
 its content hash, the statistic, the rule, the per-layer values and the ratios before rounding.
@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tlm_probe.content_hash import hash_files
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_write_text
-from tlm_probe.schedule_rules import Rule, check_rule, widths_from_statistic
-from tlm_probe.schedules import SCHEDULE_FORMAT, schedule_file_dict
+from tlm_probe.files.content_hash import hash_files
+from tlm_probe.files.fileio import atomic_write_text
+from tlm_probe.schedules.rules import Rule, check_rule, widths_from_statistic
+from tlm_probe.schedules.widths import SCHEDULE_FORMAT, schedule_file_dict
 
 
 def check_out(out: Path | None) -> Path:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from tlm_probe.accounting import comparison, count_params, kv_cache_bytes_per_token
 from tlm_probe.commands.common import console
+from tlm_probe.models.accounting import comparison, count_params, kv_cache_bytes_per_token
 from tlm_probe.models.config import TLMConfig
-from tlm_probe.schedules import ScheduleSpec, monotone_label
+from tlm_probe.schedules.widths import ScheduleSpec, monotone_label
 
 # component -> (per-layer value of a config, uniform's value, what the values count)
 COUNTS = {

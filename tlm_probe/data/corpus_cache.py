@@ -3,7 +3,7 @@
 Building builtin:pydoc parses ~170 stdlib files (seconds per run); the result depends only on the Python
 installation and on how we build it, so the key is the interpreter version, the stdlib folder and
 CORPUS_VERSION (bump it whenever a builder changes what it yields). Storage, atomicity and verification are
-tlm_probe.disk_cache's; a miss or an unusable cache just builds the corpus as before.
+tlm_probe.files.disk_cache's; a miss or an unusable cache just builds the corpus as before.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterable
 
-from tlm_probe import disk_cache
+from tlm_probe.files import disk_cache
 
 CORPUS_VERSION = 1
 

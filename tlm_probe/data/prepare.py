@@ -17,8 +17,8 @@ from tlm_probe.data.env_corpus import corpus_manifest
 from tlm_probe.data.sources import has_test_split, iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import check_apart, claim, publish, temp_folder
-from tlm_probe.folder_lock import folder_lock
+from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
+from tlm_probe.files.folder_lock import folder_lock
 from tlm_probe.tokenizer import make_tokenizer, parse_bpe
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.data.env_corpus import env_documents
 from tlm_probe.errors import UserError
-from tlm_probe.jsonfile import decode_utf8
+from tlm_probe.files.jsonfile import decode_utf8
 
 SPLITS = ("train", "val", "test", "all")
 VAL_PERCENT = 5

@@ -19,7 +19,7 @@ import torch
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import check_shard_ids, is_prepared, lazy_token_ids, load_token_ids
 from tlm_probe.errors import UserError
-from tlm_probe.jsonfile import int_field, read_json_object
+from tlm_probe.files.jsonfile import int_field, read_json_object
 from tlm_probe.tokenizer import META as TOKENIZER_META
 from tlm_probe.tokenizer import load_saved_tokenizer, make_tokenizer
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_path
-from tlm_probe.jsonfile import int_field
+from tlm_probe.files.fileio import atomic_path
+from tlm_probe.files.jsonfile import int_field
 
 MAGIC = b"TLMTOK01"
 HEADER_BYTES = 256

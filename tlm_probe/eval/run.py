@@ -215,7 +215,7 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
 
     from tlm_probe import __version__
     from tlm_probe.code_version import code_commit
-    from tlm_probe.content_hash import content_hash
+    from tlm_probe.files.content_hash import content_hash
 
     pm = scorer.pm
     return {

@@ -27,7 +27,7 @@ from tlm_probe import __version__
 from tlm_probe.errors import UserError
 from tlm_probe.export.gguf_vocab import add_vocab, vocab_metadata
 from tlm_probe.export.support import LayerShapes, check_exportable, check_state_shapes, rope_interleave
-from tlm_probe.fileio import atomic_path
+from tlm_probe.files.fileio import atomic_path
 
 MARKER = "tlm_probe.exported_by"
 ALL_F32 = 0  # general.file_type: LLAMA_FTYPE_ALL_F32

@@ -11,8 +11,8 @@
 per model (layer = -1): spearman_<proxy> against the MLP zero-ablation effect (agreement.py), and
 layer x layer (matrices table): angular_distance[_last], cka_linear, drop_block_best[_last] (tables.py).
 
-catalogue.py says what each statistic needs; suite.py is the second pass that probe.py runs on a bounded
-set of the probed sequences. Nothing here is loaded by name: probe.py imports it.
+catalogue.py says what each statistic needs; suite.py is the second pass that probe/engine.py runs on a
+bounded set of the probed sequences. Nothing here is loaded by name: probe/engine.py imports it.
 """
 
 from tlm_probe.importance.agreement import TARGETS, spearman_rows

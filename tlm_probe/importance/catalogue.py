@@ -1,7 +1,7 @@
 """Every importance statistic: what it needs from the passes, where it cannot be computed, its CI method.
 
-probe.py reads this table to validate `--stats` names before loading a model, to run only the passes the
-asked statistics need, and to write the reasons and CI methods into provenance.
+probe/engine.py reads this table to validate `--stats` names before loading a model, to run only the
+passes the asked statistics need, and to write the reasons and CI methods into provenance.
 """
 
 from __future__ import annotations

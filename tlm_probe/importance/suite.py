@@ -1,4 +1,4 @@
-"""The importance pass: probe.py's second pass over a bounded set of the probed batches.
+"""The importance pass: probe/engine.py's second pass over a bounded set of the probed batches.
 
 Only the parts the asked statistics need run (catalogue.NEEDS):
 1. a clean forward per batch through the probe's tap hooks: residual streams (angular distance,

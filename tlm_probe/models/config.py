@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.head_schedules import head_counts, kv_counts, mem_unit, mem_widths
-from tlm_probe.schedules import ScheduleSpec, make_schedule, parse_schedule
+from tlm_probe.schedules.heads import head_counts, kv_counts, mem_unit, mem_widths
+from tlm_probe.schedules.widths import ScheduleSpec, make_schedule, parse_schedule
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
@@ -259,7 +259,7 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpe
                          **kwargs) -> TLMConfig:
     """A config whose per-layer widths come from a schedule with mean exactly d_ff, and, when `heads` /
     `kv` are given, whose per-layer query / key-value heads come from those schedules with means exactly
-    n_heads / kv_heads (head_schedules.py).
+    n_heads / kv_heads (schedules/heads.py).
 
     d_ff is the block's MLP budget as one MLP's width. Hope-attention splits it evenly over its K
     continuum-memory levels (each level of block l gets width d_l, the schedule applied to d_ff/K), so

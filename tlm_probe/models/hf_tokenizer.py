@@ -6,7 +6,8 @@ A BPE with no merges over 256 entries: ASCII bytes are their own characters, eve
 through byte fallback (`<0xC3>` ...), so any text encodes to exactly its UTF-8 bytes and decodes back. NUL is
 the eos token, and being already in the vocabulary it keeps id 0. New byte runs carry it as tokenizer.json;
 earlier runs (only tlm_tokenizer.json) get it from `TLMByteTokenizer`, which hf.py registers with
-AutoTokenizer for model_type "tlm", so they load without any file being written into them.
+AutoTokenizer for model_type "tlm" (tlm_probe.register_with_transformers()), so they load without any file
+being written into them.
 """
 
 from __future__ import annotations

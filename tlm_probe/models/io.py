@@ -17,7 +17,7 @@ from safetensors.torch import load_model, save_model
 
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_path, atomic_write_text
+from tlm_probe.files.fileio import atomic_path, atomic_write_text
 from tlm_probe.models.config_file import CONFIG, read_config_json  # noqa: F401 (re-exported)
 from tlm_probe.models.safetensors_header import read_safetensors_header  # noqa: F401 (re-exported)
 from tlm_probe.models.tlm import TaperedLM

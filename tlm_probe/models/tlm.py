@@ -7,7 +7,7 @@ The token mixer (models/mixers.py: attention, gated attention, Titans, Hope-atte
 `blocks.{l}.attn` and its output is `hook_attn_out`; Hope-attention's MLP is its continuum memory.
 A block with d_l = 0 has no MLP: its MLP matrices are empty and mlp_out is exactly 0 (models/mlp.py). It
 keeps its pre-MLP norm ln2 (d weights whose gradient is exactly 0), so every schedule of one budget has
-the same module tree, state-dict names and parameter count (accounting.py counts it likewise).
+the same module tree, state-dict names and parameter count (models/accounting.py counts it likewise).
 """
 
 from __future__ import annotations

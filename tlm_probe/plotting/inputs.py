@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
-from tlm_probe.jsonfile import read_json_object
+from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.results import ProbeResult, read_metrics, read_results
-from tlm_probe.schedules import make_schedule, parse_schedule
+from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
 LOSS_KEYS = ("train_loss", "val_loss")
 COMPARE_TABLES = ("results", "summary", "paired")

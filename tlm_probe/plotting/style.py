@@ -17,7 +17,7 @@ from cycler import cycler
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_path
+from tlm_probe.files.fileio import atomic_path
 
 PALETTE = "colorblind"
 FORMATS = ("png", "pdf", "svg")

@@ -3,7 +3,7 @@
 An accumulator receives, per batch, each layer's LayerPieces (only counted tokens) and, after the forward
 pass, the whole Batch. Its state is one float64 tensor of SUMS, so merging (batches, processes,
 all-reduce) is addition: `all_reduce_()` is its cross-rank reduction. The importance statistics are not
-accumulators of this stream: they are probe.py's second pass (tlm_probe.importance).
+accumulators of this stream: they are probe/engine.py's second pass (tlm_probe.importance).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from tlm_probe.schedules import SHAPES, parse_schedule
+from tlm_probe.schedules.widths import SHAPES, parse_schedule
 
 GRID_SHAPES = tuple(s for s in SHAPES if s != "uniform")
 SWEEP_COLUMNS = ["mixer", "arm", "shape", "start", "end", "ratio", "n_pairs", "delta", "ci_low", "ci_high",

@@ -21,8 +21,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import follow_umask, replace_entry, temp_folder
-from tlm_probe.jsonfile import int_field, read_json_object
+from tlm_probe.files.fileio import follow_umask, replace_entry, temp_folder
+from tlm_probe.files.jsonfile import int_field, read_json_object
 
 STATE_DIR = "state"
 PREFIX = "step_"

@@ -26,10 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tlm_probe.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import Interrupted, UserError
-from tlm_probe.fileio import (
+from tlm_probe.files.fileio import (
     atomic_write_text,
     check_apart,
     check_kind,
@@ -38,9 +37,10 @@ from tlm_probe.fileio import (
     record,
     remove_owned,
 )
-from tlm_probe.head_schedules import split_components
-from tlm_probe.jsonfile import read_json_object
+from tlm_probe.files.jsonfile import read_json_object
+from tlm_probe.models.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.models.device import resolve_device
+from tlm_probe.schedules.heads import split_components
 from tlm_probe.seeds import check_seed
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
@@ -106,7 +106,7 @@ class Arm:
 
     def config(self, base: TrainConfig, seed: int | None = None) -> TrainConfig:
         """The arm's run: its schedule is the MLP's ('cosine:1.5:0.5'), or names components
-        ('heads=cosine:1.5:0.5+kv=...'; head_schedules.split_components); a component it does not name
+        ('heads=cosine:1.5:0.5+kv=...'; schedules.heads.split_components); a component it does not name
         keeps the base's (--heads-schedule / --kv-schedule; the MLP: uniform)."""
         parts = split_components(self.schedule)
         tc = base.replace(mixer=self.mixer, schedule=parts.get("mlp", "uniform"),

@@ -10,12 +10,12 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from tlm_probe.accounting import count_params
 from tlm_probe.errors import UserError
-from tlm_probe.jsonfile import decode_utf8
+from tlm_probe.files.jsonfile import decode_utf8
+from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
-from tlm_probe.presets import PRESETS, preset_config
-from tlm_probe.schedules import check_params, parse_schedule
+from tlm_probe.models.presets import PRESETS, preset_config
+from tlm_probe.schedules.widths import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
 
 try:

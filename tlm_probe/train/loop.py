@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from tlm_probe.accounting import count_params, train_flops_per_token
 from tlm_probe.data.stream import BatchOrder, eval_windows, target_bytes
 from tlm_probe.errors import Interrupted, UserError
-from tlm_probe.fileio import atomic_write_text
+from tlm_probe.files.fileio import atomic_write_text
+from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.models.device import resolve_device
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.titans import clip_fraction

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tlm_probe.fileio import append_line, atomic_write_text
+from tlm_probe.files.fileio import append_line, atomic_write_text
 from tlm_probe.results import METRICS as FILE
 from tlm_probe.results import metrics_lines
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import (
+from tlm_probe.files.fileio import (
     atomic_write_text,
     check_apart,
     check_kind,
@@ -22,8 +22,8 @@ from tlm_probe.fileio import (
     replace_entry,
     temp_folder,
 )
-from tlm_probe.folder_lock import folder_lock
-from tlm_probe.jsonfile import read_json_object
+from tlm_probe.files.folder_lock import folder_lock
+from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import CONFIG, WEIGHTS
@@ -95,7 +95,7 @@ def check_memory(tc: TrainConfig, cfg: TLMConfig) -> None:
     of 10**9 or a 2M-entry tokenizer.json otherwise failed in the allocator after the run folder was
     begun). A lower bound: 16 bytes per parameter (float32 weights and gradients, AdamW's two moments) and
     three float32 copies of one micro-batch's logits (logits, log-softmax, their gradient)."""
-    from tlm_probe.accounting import count_params
+    from tlm_probe.models.accounting import count_params
     from tlm_probe.models.device import resolve_device
 
     try:

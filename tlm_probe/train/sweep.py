@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from tlm_probe.errors import UserError
-from tlm_probe.schedules import ZOO, check_params, parse_schedule
+from tlm_probe.schedules.widths import ZOO, check_params, parse_schedule
 from tlm_probe.stats.sweep import GRID_SHAPES
 
 

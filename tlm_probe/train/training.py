@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import DiskFull, remove_owned
+from tlm_probe.files.fileio import DiskFull, remove_owned
 from tlm_probe.progress import NotebookProgress
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders

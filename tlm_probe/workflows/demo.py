@@ -19,7 +19,7 @@ import numpy as np
 
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.fileio import atomic_write_text, claim, record
+from tlm_probe.files.fileio import atomic_write_text, claim, record
 from tlm_probe.train.compare import compare, make_arms, run_name
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
@@ -116,7 +116,7 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
     import pandas as pd
 
     from tlm_probe.plotting import plot_depth, save_figure
-    from tlm_probe.probe import probe
+    from tlm_probe.probe.engine import probe
     from tlm_probe.results import write_results
 
     tables, folders = [], {}

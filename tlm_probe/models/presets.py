@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig, config_with_schedule
-from tlm_probe.schedules import ScheduleSpec
+from tlm_probe.schedules.widths import ScheduleSpec
 
 LLAMA3_VOCAB = 128_256
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from tlm_probe.schedules import ScheduleError, allocate
+from tlm_probe.schedules.widths import ScheduleError, allocate
 
 TRANSFORMS: dict[str, Callable[[float], float]] = {
     "x": lambda x: x,

@@ -1,5 +1,5 @@
 """Writing files safely: atomic writes and manifests of written files (the one copy of each; the folder
-lock that guards them is tlm_probe/folder_lock.py).
+lock that guards them is tlm_probe/files/folder_lock.py).
 
 - Atomic: a file (or folder) is written under a temporary name next to its final one and renamed into
   place, so a crash never leaves it half-written; a failed write removes its temporary. Outputs follow the
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from tlm_probe.errors import UserError
-from tlm_probe.ownership import (  # noqa: F401 (check_apart, manifest_kind: for the commands)
+from tlm_probe.files.ownership import (  # noqa: F401 (check_apart, manifest_kind: for the commands)
     MANIFEST,
     check_apart,
     check_kind,

@@ -3,7 +3,7 @@ to another per-layer integer). Pure: imports no model code.
 
 Query heads (component "heads"): the unit is one GQA group, g = n_heads / kv_heads query heads sharing one
 key/value head. Layer l gets u_l groups, h_l = g·u_l, by the same shapes, grouped controls, zoo, explicit
-counts and schedule files as the MLP widths (schedules.py: largest remainder, so Σ h_l = L·n_heads
+counts and schedule files as the MLP widths (schedules/widths.py: largest remainder, so Σ h_l = L·n_heads
 exactly). Alone, a heads schedule keeps the group size: kv_l = u_l (so Σ kv_l = L·kv_heads too; plain
 multi-head attention stays multi-head, every query head with its own key/value head).
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from tlm_probe.schedules import (
+from tlm_probe.schedules.widths import (
     FILE,
     GROUPED,
     SHAPE_BUILDERS,

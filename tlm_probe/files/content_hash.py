@@ -1,9 +1,9 @@
 """The content hash of a checkpoint's weights (provenance), cached by each file's (path, size, mtime).
 
 sha256 over the weight files (names and bytes, sorted by name) costs about a second per GB on every probe.
-The value is stored in tlm_probe.disk_cache under a key made of the folder's resolved path and each weight
-file's name, size, mtime_ns, ctime_ns and inode: rewriting, replacing or touching a file changes the key,
-so a cached hash is only reused for the very same bytes on disk.
+The value is stored in tlm_probe.files.disk_cache under a key made of the folder's resolved path and
+each weight file's name, size, mtime_ns, ctime_ns and inode: rewriting, replacing or touching a file
+changes the key, so a cached hash is only reused for the very same bytes on disk.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tlm_probe import disk_cache
+from tlm_probe.files import disk_cache
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 

@@ -34,7 +34,7 @@ from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.errors import UserError
-from tlm_probe.probe_rows import (
+from tlm_probe.probe.rows import (
     NO_MLP_NOTE,
     agreement_rows,
     matrix_table,
