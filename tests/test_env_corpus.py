@@ -78,3 +78,15 @@ def test_prepare_writes_test_split_and_content_hashes(tmp_path, monkeypatch):
 
     test_ids = np.asarray(load_token_ids(tmp_path / "out", "test"))
     assert len(test_ids) == sum(len(t.encode()) + 1 for t in want["test"])  # bytes + one EOS each
+
+
+def test_env_corpus_is_a_frozen_list_and_refuses_another_environment(monkeypatch, tmp_path):
+    """Installing another package changes nothing (the list is frozen); a listed one at another version
+    is one error naming it, not a silently different corpus."""
+    names = [n for n, _ in env_corpus.pinned()]
+    assert "import-linter" not in names and "grimp" not in names  # dev tools added after the study began
+    manifest = tmp_path / "m.txt"
+    manifest.write_text("# test\ntorch==0.0.1\n")
+    monkeypatch.setattr(env_corpus, "MANIFEST", manifest)
+    with pytest.raises(UserError, match=r"builtin:env reads torch==0.0.1 \(2\.13"):
+        next(env_corpus.env_documents())

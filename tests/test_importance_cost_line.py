@@ -64,6 +64,7 @@ def closed_form(folder, R: int, kinds: int, share: float, grads: int) -> dict:
 
 def run(folder, out, stats: str, *options: str):
     args = ["probe", str(folder), "--stats", stats, "--out", str(out), "--max-tokens", str(12 * SEQ_LEN),
+            "--split", "all",  # the text this count was worked out on (the default reads val)
             "--seq-len", str(SEQ_LEN), "--batch-size", str(BATCH), "--threads", "1"]
     for o in options:
         args += ["--importance-option", o]

@@ -133,10 +133,9 @@ DEVICE_HELP = "auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:
 def device_option(device: str) -> str:
     """The --device of every command: 'auto' resolved here (the loaders take a real device), any other
     name checked; a device this machine lacks is one error line."""
-    from tlm_probe.models.device import resolve_device
+    from tlm_probe.models.device import resolve_device_name
 
-    resolved = resolve_device(device)
-    return str(resolved) if device == "auto" else device
+    return resolve_device_name(device)
 
 
 def renamed(value, old_value, default, new: str, old: str):

@@ -93,7 +93,8 @@ def option(f: dataclasses.Field, kind, doc: str) -> inspect.Parameter:
     doc, stated = split_default(doc)
     show: bool | str = stated if stated is not None else default not in (None, 0, "", False, (), [])
     value = list(default) if isinstance(default, tuple) else default
-    opt = typer.Option(value, *decls, help=doc, show_default=show, hidden=f.metadata.get(HIDDEN, False))
+    help_ = f.metadata.get("help") or doc  # a help made elsewhere (e.g. --overwrite's, from one table)
+    opt = typer.Option(value, *decls, help=help_, show_default=show, hidden=f.metadata.get(HIDDEN, False))
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind)
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from tlm_probe.commands.common import (
-    DEVICE_HELP,
     command,
     console,
     device_option,
@@ -21,8 +21,11 @@ from tlm_probe.commands.common import (
     interrupt_code,
     print_json,
 )
-from tlm_probe.commands.overwrite import overwrite_option
+from tlm_probe.commands.flags import JsonOut, Loading, Threads
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
+from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.threads import torch_threads
 
 SUMMARY_STATS = (
@@ -45,70 +48,39 @@ IMPORTANCE_SUMMARY = (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProbeRun(Loading, Threads, JsonOut):
+    """`tlm probe`'s settings beside ProbeOptions: where it writes and how the model is served."""
+
+    out: Path
+    """Result folder: results.csv/.parquet, provenance.json."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("probe")})
+    """See overwrite.py."""
+    adapter: Path | None = None
+    """JSON adapter row (layers, mlp, mlp_down, final_norm, lm_head, block_kind, taps) that serves or
+    overrides its model_types; proved by the guardrails before any statistic."""
+    discover: bool = False
+    """For a model type with no adapter row: infer one from the module tree and prove it by invariants on
+    the loaded model before any statistic (refused, naming the failed invariant)."""
+    importance_option: tuple[str, ...] = ()
+    """Importance setting KEY=VALUE, repeatable (e.g. freq_threshold=0.001, sample_size=4096)."""
+    checkpoints: str | None = None
+    """MODEL is a `tlm train` run: probe its kept checkpoints (state/step_*) instead, 'all' or steps
+    '100,200'; one table with a step column (tlm plot --kind trajectory draws it)."""
+
+
 def register(app: typer.Typer) -> None:
     @command(
         app,
         "probe",
         "tlm probe runs/demo/cosine --data builtin:pydoc --out results/cosine --max-tokens 20000",
     )
+    @with_options(options=ProbeOptions, run=ProbeRun)
     def probe(
         model: str = typer.Argument(..., help="Checkpoint folder (ours or Hugging Face) or a hub name."),
-        data: str = typer.Option(
-            "builtin:pydoc",
-            help="builtin:pydoc | builtin:stdlib | text file/folder/glob | "
-            "file.jsonl[:field] | hf:NAME[:split] | token ids (.npy, .pt, .tok, folder).",
-        ),
-        out: Path = typer.Option(
-            ..., "--out", "-o", help="Result folder: results.csv/.parquet, provenance.json."
-        ),
-        backend: str = typer.Option("native", help="native | transformer-lens | nnsight"),
-        stats: str = typer.Option(
-            "alignment", help="Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."
-        ),
-        exclude_bos: bool = typer.Option(False, "--exclude-bos", help="Leave position 0 out of every mean."),
-        seq_len: int = typer.Option(
-            0,
-            help="Tokens per sequence (0: a 2-D token array's row length, else 256 or the model's context "
-            "if shorter). Rows of a 2-D array are never packed together; a longer --seq-len is refused.",
-        ),
-        max_tokens: int = typer.Option(65_536, help="Stop after this many tokens (0: all the data)."),
-        batch_size: int = typer.Option(8, help="Sequences per forward pass."),
-        device: str = typer.Option("auto", help=DEVICE_HELP),
-        dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
-        split: str = typer.Option("all", help="train | val | all (for sources with a split)."),
-        trust_remote_code: bool = typer.Option(
-            False, "--trust-remote-code", help="Run a hub model's own code."
-        ),
-        unsafe_pickle: bool = typer.Option(False, "--unsafe-pickle", help="Allow pickle (.bin/.pt) weights."),
-        threads: int = typer.Option(
-            0,
-            help="CPU threads for PyTorch during the run (0: PyTorch's default; 1 is fastest when busy).",
-        ),
-        json_out: bool = typer.Option(
-            False, "--json", help="Print the result rows as JSON instead of a table."
-        ),
-        overwrite: bool = overwrite_option("probe"),
-        adapter: Path = typer.Option(
-            None,
-            "--adapter",
-            help="JSON adapter row (layers, mlp, mlp_down, final_norm, lm_head, block_kind, taps) that "
-            "serves or overrides its model_types; proved by the guardrails before any statistic.",
-        ),
-        discover: bool = typer.Option(
-            False,
-            "--discover",
-            help="For a model type with no adapter row: infer one from the module tree and prove it by "
-            "invariants on the loaded model before any statistic (refused, naming the failed invariant).",
-        ),
-        importance_option: list[str] = typer.Option(
-            [],
-            "--importance-option",
-            help="Importance setting KEY=VALUE, repeatable (e.g. freq_threshold=0.001, sample_size=4096).",
-        ),
-        checkpoints: str = typer.Option(
-            None, help="MODEL is a `tlm train` run: probe its kept checkpoints (state/step_*) instead, 'all' "
-            "or steps '100,200'; one table with a step column (tlm plot --kind trajectory draws it).",
-        ),
+        *,
+        options: ProbeOptions,
+        run: ProbeRun,
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
         from tlm_probe.capture.adapters import (
@@ -118,39 +90,25 @@ def register(app: typer.Typer) -> None:
             register_adapter,
         )
 
-        enable_discovery(discover)
-        if adapter is not None:
-            register_adapter(load_adapter_file(adapter))
+        enable_discovery(run.discover)
+        if run.adapter is not None:
+            register_adapter(load_adapter_file(run.adapter))
         check_folder(model)  # an unsupported architecture is refused before the heavy imports below
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.importance.options import parse_pairs
-        from tlm_probe.probe.engine import ProbeOptions, run_probe
+        from tlm_probe.probe.engine import run_probe
         from tlm_probe.results import write_results
 
-        if max_tokens < 0:
-            raise UserError(f"--max-tokens must be >= 0, got {max_tokens}")
-        check_not_weights(data)
-        device = device_option(device)
-        opts = ProbeOptions(
-            data=data,
-            stats=stats,
-            backend=backend,
-            seq_len=seq_len or None,
-            max_tokens=max_tokens or None,
-            batch_size=batch_size,
-            exclude_bos=exclude_bos,
-            device=device,
-            dtype=dtype,
-            split=split,
-            importance=parse_pairs(importance_option),
-        )
-        if threads < 0:
-            raise UserError(f"--threads must be >= 0, got {threads}")
-        check_out(out, overwrite, max_tokens, exclude_bos, inputs=(model, data))
-        steps = _steps(model, checkpoints)
+        check_not_weights(options.data)
+        opts = replace(options, device=device_option(options.device),
+                       importance=parse_pairs(list(run.importance_option)))
+        out = run.out
+        check_out(out, run.overwrite, opts.max_tokens, opts.exclude_bos, inputs=(model, opts.data))
+        steps = _steps(model, run.checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
-        with folder_lock(out) if main else contextlib.nullcontext(), _threads(threads), _interrupt(out):
-            kw = dict(progress=not json_out, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+        with folder_lock(out) if main else contextlib.nullcontext(), _threads(run.threads), _interrupt(out):
+            kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
+                      unsafe_pickle=run.unsafe_pickle)
             if steps:
                 from tlm_probe.probe.checkpoints import probe_checkpoints
 
@@ -163,7 +121,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError("no tokens were measured (too few tokens for --max-tokens/--seq-len with "
                                 "--exclude-bos?); nothing written")
             write_results(out, res.table, res.matrices, res.provenance)
-        if json_out:
+        if run.json_out:
             print_json(
                 {"out": str(out), "provenance": res.provenance, "results": res.table.to_dict("records")}
             )

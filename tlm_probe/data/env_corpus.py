@@ -2,13 +2,17 @@
 
 The corpus the confirmatory study trains on (issue 31): large enough (tens of millions of BPE tokens) that
 a 0.7M-parameter model sees every training token at most once, offline, and identical on every machine
-that ran the README set-up, because every distribution in that environment is pinned by constraints.txt.
+that ran the README set-up. The distributions it reads are a frozen list, env_corpus_v1.txt (name==version,
+all pinned by constraints.txt), so adding a dependency to the project later changes nothing here; a
+listed distribution that is missing or at another version is an error naming it, never a silently
+different corpus.
 
 A document is one file (.py, .pyi, .md, .rst, .txt) listed in a distribution's RECORD, read as UTF-8.
-Left out: the bootstrap tools that come with the interpreter rather than the pins (pip, setuptools,
-wheel), tlm_probe itself (it changes with every commit), *.dist-info metadata, and files over MAX_BYTES
-(generated tables, not prose or code). Files are visited in (distribution name, path) order and a file
-whose text was already seen (same BLAKE2b digest) is skipped: vendored copies are one document.
+The list left out the bootstrap tools that come with the interpreter rather than the pins (pip,
+setuptools, wheel) and tlm_probe itself (it changes with every commit); *.dist-info metadata and files over
+MAX_BYTES (generated tables, not prose or code) are skipped. Files are visited in (distribution name,
+path) order and a file whose text was already seen (same BLAKE2b digest) is skipped: vendored copies are
+one document.
 `corpus_manifest()` names the distributions and versions, which `tlm data prepare` records in meta.json
 beside the content hash of every split.
 """
@@ -20,24 +24,37 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
+from tlm_probe.errors import UserError
+
 SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
 MAX_BYTES = 1_000_000
-EXCLUDED = frozenset({"pip", "setuptools", "wheel", "tlm-probe", "tlm_probe"})
-"""Distributions left out: interpreter bootstrap tools and this package itself."""
+MANIFEST = Path(__file__).with_name("env_corpus_v1.txt")
 
 
 def _canonical(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+def pinned() -> list[tuple[str, str]]:
+    """(name, version) of every distribution the corpus reads, in reading order (MANIFEST)."""
+    lines = [ln.strip() for ln in MANIFEST.read_text().splitlines()]
+    return [tuple(ln.split("==")) for ln in lines if ln and not ln.startswith("#")]
+
+
 def _distributions() -> list[metadata.Distribution]:
-    """Installed distributions (first of each name on sys.path), sorted by canonical name."""
-    seen: dict[str, metadata.Distribution] = {}
+    """The installed distributions of MANIFEST (first of each name on sys.path), in its order."""
+    installed: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions():
-        name = _canonical(dist.metadata["Name"] or "")
-        if name and name not in EXCLUDED and name not in seen:
-            seen[name] = dist
-    return [seen[k] for k in sorted(seen)]
+        installed.setdefault(_canonical(dist.metadata["Name"] or ""), dist)
+    out = []
+    for name, version in pinned():
+        dist = installed.get(name)
+        if dist is None or dist.version != version:
+            found = "not installed" if dist is None else f"{dist.version} is installed"
+            raise UserError(f"builtin:env reads {name}=={version} ({found}): run the README set-up "
+                            "(pip install -c constraints.txt) to get the environment it is made from")
+        out.append(dist)
+    return out
 
 
 def corpus_manifest() -> list[str]:

@@ -22,6 +22,13 @@ from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8
 
 SPLITS = ("train", "val", "test", "all")
+SPLIT_CHOICES = ("auto", *SPLITS)
+SPLIT_HELP = (
+    "auto | val | train | test | all: the documents read from a source with a hash split (token files have "
+    "none). auto reads val where a model may have trained on the source (the built-in corpora, a prepared "
+    "folder, the source a tlm run records in its data.json) and all of any other source, so that "
+    "training text is never mixed in unasked."
+)
 VAL_PERCENT = 5
 """Share of documents (by hash) held out for validation."""
 TEST_PERCENT = {"builtin:env": 5}
@@ -57,6 +64,34 @@ def split_of(text: str, test_percent: int = 0) -> str:
     if band < VAL_PERCENT:
         return "val"
     return "test" if band < VAL_PERCENT + test_percent else "train"
+
+
+def resolve_split(split: str, source, model=None) -> str:
+    """The split `auto` stands for (see SPLIT_HELP); any other split is returned as given."""
+    if split != "auto":
+        return split
+    if not isinstance(source, str | Path):  # an in-memory array or list of texts: no split to take
+        return "all"
+    text = str(source)
+    if text.startswith("builtin:") or _prepared(text) or text in _trained_on(model):
+        return "val"
+    return "all"
+
+
+def _prepared(source: str) -> bool:
+    path = Path(source)
+    return path.is_dir() and (path / "meta.json").is_file() and (path / "train").is_dir()
+
+
+def _trained_on(model) -> set[str]:
+    """The data source(s) a tlm run folder records in data.json (empty for any other model)."""
+    if not isinstance(model, str | Path) or not (Path(model) / "data.json").is_file():
+        return set()
+    try:
+        recorded = json.loads((Path(model) / "data.json").read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {str(recorded), str(Path(str(recorded)).resolve())} if isinstance(recorded, str) else set()
 
 
 def has_test_split(source: str) -> bool:

@@ -27,3 +27,9 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def resolve_device_name(name: str) -> str:
+    """The device a run uses, as a name: 'auto' becomes cuda or cpu; any other name is checked and kept."""
+    resolved = resolve_device(name)
+    return str(resolved) if name == "auto" else name

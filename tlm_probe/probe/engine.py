@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,10 @@ from tlm_probe.capture.backends import BACKENDS
 from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
+from tlm_probe.data.sources import resolve_split
 from tlm_probe.errors import UserError
+from tlm_probe.models.device import resolve_device_name
+from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.probe.rows import (
     NO_MLP_NOTE,
     agreement_rows,
@@ -51,37 +54,6 @@ from tlm_probe.threads import torch_threads
 DEFAULT_SEQ_LEN = 256
 NEURON_STATS = ("dead_neuron_frac", "stable_rank_mlp_out")
 """Importance statistics that read the MLP neurons (the mlp_post tap) or the down projection's weights."""
-
-
-@dataclass
-class ProbeOptions:
-    """Everything that shapes a probe run besides the model (recorded in provenance)."""
-
-    data: str = "builtin:pydoc"
-    """Data source: builtin:pydoc, a text file/folder/glob, file.jsonl[:field], hf:NAME, or token ids."""
-    stats: str = "alignment"
-    """Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."""
-    backend: str = "native"
-    """native | transformer-lens | nnsight"""
-    seq_len: int | None = None
-    """Tokens per sequence (None: the row length of a 2-D token array, else 256 or the model's context if
-    shorter)."""
-    max_tokens: int | None = 65_536
-    """Stop after this many tokens (None: all the data)."""
-    batch_size: int = 8
-    """Sequences per forward pass."""
-    exclude_bos: bool = False
-    """Leave position 0 out of every token mean."""
-    device: str = "cpu"
-    dtype: str = "float32"
-    split: str = "all"
-    """train | val | all, for sources with a deterministic split."""
-    guardrails: bool = True
-    """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
-    length_bucketing: bool = True
-    """Batch sequences of similar length together (less padding) when every statistic ignores order."""
-    importance: dict = field(default_factory=dict)
-    """Options of the importance set (tlm_probe.importance.options.ImportanceOptions fields)."""
 
 
 SETS = {"alignment": tuple(ALIGNMENT), "importance": imp.STATISTICS}
@@ -155,7 +127,7 @@ def run_probe(
     imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})
     backend_cls = _backend(opts.backend)
     rank, world, created = _dist()
-    opts = replace(opts, device=_rank_device(opts.device, world))
+    opts = replace(opts, device=_rank_device(resolve_device_name(opts.device), world))
     pm = (
         model
         if isinstance(model, ProbeModel)
@@ -163,6 +135,8 @@ def run_probe(
             model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle
         )
     )
+    where_from = getattr(model, "path", None) or model  # a run folder names the data it trained on
+    opts = replace(opts, split=resolve_split(opts.split, opts.data, where_from))  # provenance: the split read
     source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
     natural = sq.row_length(source, opts.split)  # a 2-D token array: its rows are the sequences
     default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
@@ -174,7 +148,8 @@ def run_probe(
     backend = backend_cls(sink) if accs else None
     keep = imp_opts.max_sequences if plan.importance else 0
     where = str(opts.data)[:80]
-    seqs = sq.limit_tokens(sq.token_sequences(pm, source, opts.seq_len, opts.split, where), opts.max_tokens)
+    seqs = sq.token_sequences(pm, source, opts.seq_len, opts.split, where)
+    seqs = sq.limit_tokens(seqs, opts.max_tokens or None)  # 0: all
     digest = hashlib.sha256()
     stream = _Stream(pm, sink, backend, opts, keep, rank, world)
     stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)
@@ -261,7 +236,7 @@ class _Stream:
     def run(self, seqs, progress: bool) -> None:
         if _order_free(self.opts, self.sink.accumulators if self.sink is not None else [], self.keep):
             seqs = bucket_by_length(seqs, self.opts.batch_size)
-        bar = Ticker("probing", self.opts.max_tokens, "tokens", enabled=progress)
+        bar = Ticker("probing", self.opts.max_tokens or None, "tokens", enabled=progress)
         held = getattr(self.backend, "held", contextlib.nullcontext)  # hooks kept for the whole stream
         with bar, torch.inference_mode(), held():
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
@@ -334,44 +309,30 @@ def _tracker(progress: bool):
 @renamed_keywords(allow_pickle="unsafe_pickle")
 def probe(
     model: str | Path | ProbeModel,
-    data="builtin:pydoc",
+    data=None,
+    options: ProbeOptions | None = None,
     *,
-    stats: str = "alignment",
-    backend: str = "native",
-    seq_len: int | None = None,
-    max_tokens: int | None = 65_536,
-    batch_size: int = 8,
-    exclude_bos: bool = False,
-    device: str = "cpu",
-    dtype: str = "float32",
-    split: str = "all",
     progress: bool = False,
     trust_remote_code: bool = False,
     unsafe_pickle: bool = False,
-    importance: dict | None = None,
     full: bool = False,
     threads: int = 0,
+    **fields,
 ) -> pd.DataFrame | ProbeResult:
     """Probe a model; returns the tidy result table with its provenance in df.attrs["provenance"].
 
-    With full=True, a ProbeResult (table, matrices, provenance): the layer x layer matrices are not put in
-    attrs, because pandas compares attrs when concatenating tables of several models.
-    The keywords are the options of `tlm probe` (unsafe_pickle: --unsafe-pickle; threads: --threads, torch's
-    CPU threads for this call only, 0 leaves them); allow_pickle= is the deprecated name of unsafe_pickle=.
+    `options` is a ProbeOptions (`tlm probe`'s options), or give its fields as keywords (`stats=`,
+    `split=`, `importance={...}`, ...), which replace those of `options`. With full=True, a ProbeResult
+    (table, matrices, provenance): the layer x layer matrices are not put in attrs, because pandas
+    compares attrs when concatenating tables of several models. unsafe_pickle: --unsafe-pickle; threads:
+    --threads, torch's CPU threads for this call only (0 leaves them); allow_pickle= is the deprecated name
+    of unsafe_pickle=.
     """
-    opts = ProbeOptions(
-        data=data,
-        stats=stats,
-        backend=backend,
-        seq_len=seq_len,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-        exclude_bos=exclude_bos,
-        device=device,
-        dtype=dtype,
-        split=split,
-        importance=dict(importance or {}),
-    )
+    if data is not None:
+        fields["data"] = data
+    if "importance" in fields:
+        fields["importance"] = dict(fields["importance"] or {})
+    opts = replace(options or ProbeOptions(), **fields)
     with torch_threads(threads, "threads"):
         res = run_probe(
             model, opts, progress=progress, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle

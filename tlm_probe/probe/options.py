@@ -1,0 +1,60 @@
+"""ProbeOptions: what shapes a probe run besides the model (recorded in provenance). Kept apart from the
+engine and its torch imports, so that the CLI builds `tlm probe`'s options from it at start-up for free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
+from tlm_probe.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeOptions:
+    """Everything that shapes a probe run besides the model. `tlm probe`'s options are generated from these
+    fields (commands/options.py): one default and one help for the library and the CLI."""
+
+    data: str = "builtin:pydoc"
+    """builtin:pydoc | builtin:stdlib | builtin:env | text file/folder/glob | file.jsonl[:field] |
+    hf:NAME[:split] | token ids (.npy, .pt, .tok, folder)."""
+    split: str = field(default="auto", metadata={"help": SPLIT_HELP})
+    """See data/sources.py SPLIT_HELP."""
+    stats: str = "alignment"
+    """Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."""
+    backend: str = "native"
+    """native | transformer-lens | nnsight"""
+    seq_len: int = 0
+    """Tokens per sequence (0: a 2-D token array's row length, else 256 or the model's context if
+    shorter). Rows of a 2-D array are never packed together; a longer --seq-len is refused."""
+    max_tokens: int = 65_536
+    """Stop after this many tokens (0: all the data)."""
+    batch_size: int = 8
+    """Sequences per forward pass."""
+    exclude_bos: bool = False
+    """Leave position 0 out of every mean."""
+    device: str = "auto"
+    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
+    dtype: str = "float32"
+    """float32 | float64 | bfloat16 | float16"""
+    guardrails: bool = field(default=True, metadata={"cli": False})
+    """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
+    length_bucketing: bool = field(default=True, metadata={"cli": False})
+    """Batch sequences of similar length together (less padding) when every statistic ignores order."""
+    importance: dict = field(default_factory=dict, metadata={"cli": False})
+    """Options of the importance set (tlm_probe.importance.options.ImportanceOptions fields); the CLI's
+    repeatable --importance-option KEY=VALUE fills it."""
+
+    def __post_init__(self):
+        check_options(self)
+
+
+def check_options(opts: ProbeOptions) -> None:
+    """Values no probe can run with: one UserError line each, before anything is loaded."""
+    for name, zero in (("max_tokens", "all"), ("seq_len", "the default")):
+        value = getattr(opts, name)
+        if value is not None and value < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: {zero}), got {value}")
+    if opts.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    if opts.split not in SPLIT_CHOICES:
+        raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
