@@ -12,7 +12,6 @@ import sys
 
 import typer
 from rich.console import Console
-from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer's own click (typer >= 0.20)
 from typer.core import TyperCommand, TyperGroup
 
 from tlm_probe.errors import Interrupted, UserError
@@ -111,13 +110,20 @@ class OneLineUsage(TyperGroup):
             return super().invoke(ctx)
 
 
+def _is_usage_error(e: BaseException) -> bool:
+    """A usage error of the parser typer runs (its UsageError and subclasses), told by class name: typer
+    exports no public name for it, and its private module is no API to import."""
+    names = {c.__name__ for c in type(e).__mro__}
+    return "UsageError" in names and "NoArgsIsHelpError" not in names
+
+
 @contextlib.contextmanager
 def _one_line_usage():
     try:
         yield
-    except NoArgsIsHelpError:
-        raise
-    except UsageError as e:
+    except Exception as e:
+        if not _is_usage_error(e):
+            raise
         where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
         say(f"error: {' '.join(e.format_message().split())}{where}")
         raise typer.Exit(e.exit_code) from None

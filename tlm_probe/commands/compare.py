@@ -4,6 +4,7 @@ tidy tables out. A sweep is a comparison whose arms include a grid of shape x st
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
@@ -11,12 +12,17 @@ from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
-from tlm_probe.commands.overwrite import overwrite_option
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
 from tlm_probe.train.config import TrainConfig
 
 PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
+SCHEDULES_HELP = ("Comma-separated schedule specs of the MLP widths, or of named components joined by '+' "
+                  "(heads=cosine:1.5:0.5, mlp=cosine+kv=linear:1.5:0.5); uniform is the baseline "
+                  f"(default: {PAPER_ARMS}; with --shapes: uniform).")
 SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.5:0.5,1.75:0.25 "
                  "--seeds 0,1,2 --steps 300 --out runs/sweep")
 
@@ -52,30 +58,39 @@ COMPARE_FIELDS = (
 SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}
 
 
+@dataclass(frozen=True, kw_only=True)
+class CompareRun(JsonOut):
+    """`tlm compare` / `tlm sweep`: the arms, the seeds and where the comparison goes (the model and
+    training options are TrainConfig's)."""
+
+    out: Path
+    """Comparison folder (runs/, results.csv, ...)."""
+    schedules: str | None = field(default=None, metadata={"help": SCHEDULES_HELP})
+    """See SCHEDULES_HELP."""
+    shapes: str | None = None
+    """Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."""
+    ratios: str = "1.25:0.75,1.5:0.5,1.75:0.25"
+    """Sweep grid: start:end ratios."""
+    seeds: str = "0,1,2"
+    """Comma-separated seeds (initial weights and batch order)."""
+    mixers: str | None = None
+    """Comma-separated token mixers: a mixer x schedule grid of arms (overrides --mixer)."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("compare")})
+    """See commands/overwrite.py."""
+    eval_tasks: str = ""
+    """After each run, `tlm eval` these tasks (e.g. pydoc-mc,pydoc-lastword) into RUN/eval/; adds
+    task:metric columns to the tables and paired tests."""
+    eval_limit: int | None = None
+    """Documents per --eval-tasks task (default: all)."""
+
+
 def _compare_command():
     @with_config_options(TrainConfig, COMPARE_FIELDS, SHOWN)
+    @with_options(run=CompareRun)
     def compare_cmd(
-        out: Path = typer.Option(..., "--out", "-o", help="Comparison folder (runs/, results.csv, ...)."),
-        schedules: str = typer.Option(
-            None, help="Comma-separated schedule specs of the MLP widths, or of named components joined by "
-            "'+' (heads=cosine:1.5:0.5, mlp=cosine+kv=linear:1.5:0.5); uniform is the baseline.",
-            show_default=f"{PAPER_ARMS}; with --shapes: uniform"
-        ),
-        shapes: str = typer.Option(None, help="Sweep grid: shapes (cosine,linear,sigmoid) x --ratios."),
-        ratios: str = typer.Option("1.25:0.75,1.5:0.5,1.75:0.25", help="Sweep grid: start:end ratios."),
-        seeds: str = typer.Option("0,1,2", help="Comma-separated seeds (initial weights and batch order)."),
-        mixers: str = typer.Option(
-            None, help="Comma-separated token mixers: a mixer x schedule grid of arms (overrides --mixer)."
-        ),
         config: Config = None,
-        overwrite: bool = overwrite_option("compare"),
-        json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
-        eval_tasks: str = typer.Option(
-            "", help="After each run, `tlm eval` these tasks (e.g. pydoc-mc,pydoc-lastword) into RUN/eval/; "
-            "adds task:metric columns to the tables and paired tests."
-        ),
-        eval_limit: int = typer.Option(None, help="Documents per --eval-tasks task.", show_default="all"),
         *,
+        run: CompareRun,
         config_flags: dict,
     ):
         """Train each schedule (or each --shapes x --ratios grid arm) of each mixer with each seed on the same
@@ -86,17 +101,18 @@ def _compare_command():
         from tlm_probe.train.compare import make_arms, parse_list, parse_seeds
 
         base = build_config(config, config_flags)
+        mixers, out = run.mixers, run.out
         mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
         for m in mixer_list:  # a bad name fails here, with the list of mixers
             base.replace(mixer=m)
-        arms = make_arms(mixer_list, arm_list(schedules, shapes, ratios))
-        seed_list = parse_seeds(seeds)
-        after_run = _eval_hook(eval_tasks, eval_limit) if eval_tasks else None
-        result = run_compare(base, arms, seed_list, out, overwrite, after_run)
+        arms = make_arms(mixer_list, arm_list(run.schedules, run.shapes, run.ratios))
+        seed_list = parse_seeds(run.seeds)
+        after_run = _eval_hook(run.eval_tasks, run.eval_limit) if run.eval_tasks else None
+        result = run_compare(base, arms, seed_list, out, run.overwrite, after_run)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
-        heatmap = write_sweep(out) if shapes else None
-        if json_out:
+        heatmap = write_sweep(out) if run.shapes else None
+        if run.json_out:
             print_json(result | ({"sweep_heatmap": str(heatmap)} if heatmap else {}))
         else:
             print_summary(result)

@@ -2,60 +2,68 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, with_config_options
-from tlm_probe.commands.overwrite import overwrite_option
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.train.config import TrainConfig
+
+# the TrainConfig fields `tlm demo` offers (the mixer and its settings, steps, device, threads)
+DEMO_FIELDS = ("mixer", "steps", "device", "threads", *MIXER_FIELDS)
+SHOWN = {"steps": {"help": "Training steps per model.", "show": "300; 20 with --quick"}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoRun(JsonOut):
+    """`tlm demo`'s own settings (the model's are TrainConfig's)."""
+
+    out: Path = Path("tlm-demo")
+    """Folder to write (a comparison folder)."""
+    quick: bool = False
+    """A tiny model and 20 steps: seconds, for testing."""
+    seeds: str = "0"
+    """Comma-separated seeds (more seeds give a paired test)."""
+    probe: bool = True
+    """Probe both models and draw the alignment figure (--no-probe skips it)."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("demo")})
+    """See commands/overwrite.py."""
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "demo", "tlm demo --out demo")
-    @with_config_options(TrainConfig, MIXER_FIELDS)
-    def demo_cmd(
-        out: Path = typer.Option(
-            Path("tlm-demo"), "--out", "-o", help="Folder to write (a comparison folder)."
-        ),
-        steps: int = typer.Option(None, help="Training steps per model.",
-                                   show_default="300; 20 with --quick"),
-        quick: bool = typer.Option(False, "--quick", help="A tiny model and 20 steps: seconds, for testing."),
-        seeds: str = typer.Option("0", help="Comma-separated seeds (more seeds give a paired test)."),
-        mixer: str = typer.Option(
-            "attention", help="Token mixer: attention | gated_attention | titans | hope_attention."
-        ),
-        device: str = typer.Option("auto", help="auto | cpu | cuda."),
-        threads: int = typer.Option(0, help="CPU threads (0: all cores; 1 is faster on a busy machine)."),
-        no_probe: bool = typer.Option(False, "--no-probe", help="Skip probing and the alignment figure."),
-        overwrite: bool = overwrite_option("demo"),
-        json_out: bool = typer.Option(False, "--json", help="Print demo.json to stdout."),
-        *,
-        config_flags: dict,
-    ):
+    @with_config_options(TrainConfig, DEMO_FIELDS, SHOWN)
+    @with_options(run=DemoRun)
+    def demo_cmd(*, run: DemoRun, config_flags: dict):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
         from tlm_probe.train.compare import parse_seeds
         from tlm_probe.workflows.demo import run_demo
 
+        flags = dict(config_flags)
+        out = run.out
         try:
             doc = run_demo(
                 out,
-                quick=quick,
-                steps=steps,
-                seeds=parse_seeds(seeds),
-                overwrite=overwrite,
-                device=device,
-                probe=not no_probe,
-                mixer=mixer,
-                threads=threads,
-                mixer_settings=config_flags,
+                quick=run.quick,
+                steps=flags.pop("steps", None),
+                seeds=parse_seeds(run.seeds),
+                overwrite=run.overwrite,
+                device=flags.pop("device", "auto"),
+                probe=run.probe,
+                mixer=flags.pop("mixer", "attention"),
+                threads=flags.pop("threads", 0),
+                mixer_settings=flags,
             )
         except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
             err_console.print(f"interrupted; re-run the same command to continue in {out}")
             raise typer.Exit(interrupt_code(e)) from None
-        if json_out:
+        if run.json_out:
             print_json(doc)
             return
         for row in doc["summary"]:

@@ -90,11 +90,10 @@ def option(f: dataclasses.Field, kind, doc: str) -> inspect.Parameter:
     decls = [flag, *([SHORT[f.name]] if f.name in SHORT else [])]
     if kind is bool and default is True:
         decls = [f"{flag}/--no-{flag[2:]}"]
-    doc, stated = split_default(doc)
+    doc, stated = split_default(f.metadata.get("help") or doc)  # a help made elsewhere: --overwrite's
     show: bool | str = stated if stated is not None else default not in (None, 0, "", False, (), [])
     value = list(default) if isinstance(default, tuple) else default
-    help_ = f.metadata.get("help") or doc  # a help made elsewhere (e.g. --overwrite's, from one table)
-    opt = typer.Option(value, *decls, help=help_, show_default=show, hidden=f.metadata.get(HIDDEN, False))
+    opt = typer.Option(value, *decls, help=doc, show_default=show, hidden=f.metadata.get(HIDDEN, False))
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind)
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
-from tlm_probe.commands.overwrite import overwrite_option
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
@@ -25,28 +28,36 @@ SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},
          "steps": {"help": "Optimizer steps.", "show": "300 when neither --steps nor --tokens is given"}}
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainRun(JsonOut):
+    """`tlm train`'s settings beside TrainConfig: where the run goes and how this process runs it."""
+
+    out: Path
+    """Run folder to write (checkpoint + metrics)."""
+    fsdp: bool = False
+    """Under torchrun: shard with FSDP2 instead of DDP."""
+    stop_at: int | None = None
+    """Checkpoint and stop after this step (resume later)."""
+    resume: bool = False
+    """Continue the run in --out from its checkpoint."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("train")})
+    """See commands/overwrite.py."""
+
+
 def register(app: typer.Typer) -> None:
     @command(app, "train", "tlm train --schedule cosine:1.5:0.5 --steps 300 --out runs/cosine")
     @with_config_options(TrainConfig, TRAIN_FIELDS, SHOWN)
-    def train(
-        out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (checkpoint + metrics)."),
-        config: Config = None,
-        fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard with FSDP2 instead of DDP."),
-        stop_at: int = typer.Option(None, help="Checkpoint and stop after this step (resume later)."),
-        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
-        overwrite: bool = overwrite_option("train"),
-        json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
-        *,
-        config_flags: dict,
-    ):
+    @with_options(run=TrainRun)
+    def train(config: Config = None, *, run: TrainRun, config_flags: dict):
         """Train one tapered (or uniform) model and write a checkpoint folder."""
         tc = build_config(config, config_flags)
         from tlm_probe.train import distributed as dist
         from tlm_probe.train.training import run_training
 
-        summary = run_training(tc, out, resume=resume, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
+        summary = run_training(tc, run.out, resume=run.resume, overwrite=run.overwrite, fsdp=run.fsdp,
+                               stop_at=run.stop_at)
         dist.shutdown()
-        _print_summary(summary, json_out)
+        _print_summary(summary, run.json_out)
 
 
 def build_config(config_file: Path | None, flags: dict) -> TrainConfig:

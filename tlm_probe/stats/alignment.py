@@ -12,25 +12,30 @@ import torch
 
 from tlm_probe.errors import UserError
 from tlm_probe.stats.accumulator import Accumulator
-from tlm_probe.stats.alignment_fast import layer_values, plan
+from tlm_probe.stats.alignment_fast import FORMULAS, layer_values, plan
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
 from tlm_probe.stats.workspace import Workspace
 
-# name -> (pieces it reads, per-token value)
+# the per-token value of each kind of formula (stats.alignment_fast.FORMULAS, the one table of the
+# alignment statistics): the reference path, one statistic at a time, that the fast path must equal
+REFERENCE: dict[str, Callable[[LayerPieces, str, str], torch.Tensor]] = {
+    "cos": lambda p, a, b: p.cos(a, b),
+    # |cos|: an MLP that writes against the stream (cos < 0) is as aligned with it as one that writes
+    # along it; the signed mean can hide both behind a value near 0
+    "|cos|": lambda p, a, b: p.cos(a, b).abs(),
+    "1-cos": lambda p, a, b: 1 - p.cos(a, b),
+    "ratio": lambda p, a, b: p.ratio(a, b),
+}
+
+
+def _reference(kind: str, a: str, b: str) -> Callable[[LayerPieces], torch.Tensor]:
+    return lambda pieces: REFERENCE[kind](pieces, a, b)
+
+
+# name -> (pieces it reads, per-token value), made from FORMULAS: nothing to keep in step by hand
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tensor]]] = {
-    "align_mlp_mid": (("mlp_out", "resid_mid"), lambda p: p.cos("mlp_out", "resid_mid")),
-    "align_mlp_pre": (("mlp_out", "resid_pre"), lambda p: p.cos("mlp_out", "resid_pre")),
-    # |cos|: an MLP that writes against the stream (cos < 0) is as aligned with it as one that writes along
-    # it; the signed mean can hide both behind a value near 0
-    "align_abs_mlp_mid": (("mlp_out", "resid_mid"), lambda p: p.cos("mlp_out", "resid_mid").abs()),
-    "align_abs_mlp_pre": (("mlp_out", "resid_pre"), lambda p: p.cos("mlp_out", "resid_pre").abs()),
-    "align_attn_pre": (("attn_out", "resid_pre"), lambda p: p.cos("attn_out", "resid_pre")),
-    "norm_ratio_mlp": (("mlp_out", "resid_mid"), lambda p: p.ratio("mlp_out", "resid_mid")),
-    "block_influence": (("resid_pre", "resid_post"), lambda p: 1 - p.cos("resid_pre", "resid_post")),
-    "mlp_influence": (("resid_mid", "resid_post"), lambda p: 1 - p.cos("resid_mid", "resid_post")),
-    "attn_influence": (("resid_pre", "resid_mid"), lambda p: 1 - p.cos("resid_pre", "resid_mid")),
-    "resid_norm_growth": (("resid_pre", "resid_post"), lambda p: p.ratio("resid_post", "resid_pre")),
+    name: ((a, b), _reference(kind, a, b)) for name, (kind, a, b) in FORMULAS.items()
 }
 
 

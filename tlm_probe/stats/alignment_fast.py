@@ -1,6 +1,7 @@
 """All alignment statistics of every layer of a batch from their dot products, in a few tensor operations.
 
-Each statistic of stats.alignment.STATISTICS is a cosine, one minus a cosine, or a ratio of norms of two
+FORMULAS is the one table of the alignment statistics (stats.alignment.STATISTICS, the one-by-one
+reference path, is made from it). Each is a cosine, one minus a cosine, or a ratio of norms of two
 pieces, so a layer needs only the dot products of a few pairs of pieces (`Plan.pairs`: the squared norm of
 every piece read, then the cross terms). Evaluating the statistics one by one costs ~60 small operations per
 layer, which on narrow models (64-384 wide) is a visible share of the forward pass; here the dot products of
