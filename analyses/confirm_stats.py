@@ -15,6 +15,7 @@ Every number of the README's confirmatory section comes from here and only from 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,9 @@ TAU = 0.024
 MAIN_LR = "3e-3"
 
 
+RUN_COLUMNS = ["name", "arm", "seed", "lr", "source", "test_nll", "val_loss", "widths", "centroid"]
+
+
 def load_runs(results: Path) -> pd.DataFrame:
     """One row per finished run: name, arm, seed, lr, test_nll, val_loss, widths, centroid."""
     rows = []
@@ -40,10 +44,10 @@ def load_runs(results: Path) -> pd.DataFrame:
         nll = float(test.loc[test["metric"] == "token_nll", "value"].iloc[0])
         widths = _widths(cfg)
         rows.append({"name": run.name, "arm": _arm(run.name), "seed": int(run.name.rsplit("-s", 1)[1]),
-                     "lr": run.name.split("-", 1)[0][2:] if run.name.startswith("lr") else MAIN_LR,
+                     "lr": _lr(run.name),
                      "source": run.name.startswith("source-"), "test_nll": nll,
                      "val_loss": _final_val(info), "widths": widths, "centroid": centroid(widths)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
 def _widths(cfg: dict) -> list[int]:
@@ -56,9 +60,18 @@ def _final_val(info: dict) -> float:
     return float(info["val_loss"]) if isinstance(info.get("val_loss"), int | float) else float("nan")
 
 
+LR_NAME = re.compile(r"^lr(\d[\d.]*(?:e-?\d+)?)-")
+"""A learning-rate-check run: lr<LR>-<arm>-s<seed> (analyses.confirm.jobs)."""
+
+
+def _lr(name: str) -> str:
+    m = LR_NAME.match(name)
+    return m.group(1) if m else MAIN_LR
+
+
 def _arm(name: str) -> str:
-    body = name.rsplit("-s", 1)[0]
-    body = body.split("-", 1)[1] if name.startswith(("lr", "source-")) else body
+    body = LR_NAME.sub("", name).rsplit("-s", 1)[0]
+    body = body.removeprefix("source-")
     return {"cosine_1.5_0.5": "cosine:1.5:0.5", "probe-derived": "probe-derived.json"}.get(body, body)
 
 
@@ -138,7 +151,7 @@ def pooled_model(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for j, arm in enumerate(arms):
         b, s = float(beta[k + j]), float(se[k + j])
-        rows.append({"arm": arm, "coef": b, "se": s, "dof": dof, "t": b / s,
+        rows.append({"arm": arm, "coef": b, "se": s, "dof": int(dof), "t": b / s,
                      "p": float(2 * stats.t.sf(abs(b / s), dof))})
     out = pd.DataFrame(rows)
     out["p_holm"] = holm(out["p"].tolist())
@@ -153,8 +166,8 @@ def centroid_slope(df: pd.DataFrame) -> dict:
     x = np.column_stack([_seed_dummies(runs), runs["centroid"].to_numpy()])
     beta, se, dof = _ols(runs["test_nll"].to_numpy(), x)
     b, s = float(beta[-1]), float(se[-1])
-    return {"slope": b, "se": s, "dof": dof, "t": b / s, "p": float(2 * stats.t.sf(abs(b / s), dof)),
-            "n_runs": len(runs)}
+    return {"slope": b, "se": s, "dof": int(dof), "t": b / s, "p": float(2 * stats.t.sf(abs(b / s), dof)),
+            "n_runs": int(len(runs))}
 
 
 def power_of(d_z: float, n: int, alpha: float) -> float:
@@ -179,21 +192,61 @@ def lr_check(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MAIN_RUNS = 36
+"""4 arms x 9 seeds: the pre-registration allows no analysis before all of them have finished."""
+
+
+def is_complete(df: pd.DataFrame) -> bool:
+    runs = main_runs(df)
+    return len(runs) >= MAIN_RUNS and runs.groupby("arm")["seed"].nunique().min() >= 9
+
+
+def status_lines(df: pd.DataFrame, results: Path) -> list[str]:
+    """STATUS.md: which runs have finished (no outcome: that waits for all of them)."""
+    main, lr = main_runs(df), df[(df["lr"] != MAIN_LR) & ~df["source"]]
+    derivation = results / "derivation.json"
+    lines = ["# Confirmatory study: status", "",
+             "Made by `python -m analyses.confirm collect` from `runs/*` (each finished run's files).", "",
+             f"- main runs finished: {len(main)} of {MAIN_RUNS}"]
+    for arm in ("uniform", *PRIMARY):
+        seeds = sorted(main.loc[main["arm"] == arm, "seed"])
+        lines.append(f"  - {arm}: {len(seeds)} of 9 seeds ({', '.join(map(str, seeds)) or 'none yet'})")
+    lines.append(f"- learning-rate check (lr 1.5e-3): {len(lr)} of 4 runs")
+    source = "finished" if df["source"].any() else "not yet"
+    lines.append(f"- source model for the probe-derived arm: {source}")
+    if derivation.is_file():
+        d = json.loads(derivation.read_text())
+        c = d["chosen"]
+        stable = "stable" if d["all_stable"] else "NOT stable"
+        lines.append(f"- probe-derived schedule (frozen): {c['widths_both']}; the halves differ by at most "
+                     f"{c['max_diff_units']:g} rounding unit(s): {stable}"
+                     f" (candidate: {c['statistic']}, power {c['power']}, ratios {c['min']}-{c['max']}, "
+                     f"{c['rows']} windows of {d['seq_len']} training tokens per half)")
+    closing = ("All main runs have finished: the pre-registered analysis is in contrasts.csv, pooled.csv, "
+               "analysis.json and lr_check.csv." if is_complete(df) else
+               "The pre-registered analysis runs once all main runs have finished; until then no contrast "
+               "is computed (no interim look).")
+    return [*lines, "", closing]
+
+
 def write_all(results: Path) -> dict:
-    """Write the tables beside the runs; returns the power summary."""
+    """runs.csv and STATUS.md always; the pre-registered tables only once every main run has finished.
+    Returns the analysis summary ({} before that)."""
     df = load_runs(results)
-    tables = {"runs.csv": df.assign(widths=df["widths"].map(lambda w: " ".join(map(str, w)))),
-              "contrasts.csv": primary_contrasts(df), "pooled.csv": pooled_model(df),
+    flat = df.assign(widths=df["widths"].map(lambda w: " ".join(map(str, w))))
+    flat.to_csv(results / "runs.csv", index=False, float_format="%.6g")
+    (results / "STATUS.md").write_text("\n".join(status_lines(df, results)).rstrip() + "\n")
+    if not is_complete(df):
+        return {}
+    tables = {"contrasts.csv": primary_contrasts(df), "pooled.csv": pooled_model(df),
               "lr_check.csv": lr_check(df)}
     for name, table in tables.items():
         table.to_csv(results / name, index=False, float_format="%.6g")
     contrasts = tables["contrasts.csv"]
-    n = int(contrasts["n_pairs"].min()) if not contrasts.empty else 0
-    summary = {"centroid_slope": centroid_slope(df)}
-    if n >= 2:
-        dz = detectable_dz(n)
-        sd = float(contrasts["diff_sd"].median())
-        summary["power"] = {"n_pairs": n, "alpha": ALPHA / len(PRIMARY), "detectable_d_z": dz,
-                            "median_diff_sd": sd, "detectable_nats": dz * sd}
+    n = int(contrasts["n_pairs"].min())
+    dz, sd = detectable_dz(n), float(contrasts["diff_sd"].median())
+    summary = {"centroid_slope": centroid_slope(df),
+               "power": {"n_pairs": n, "alpha": ALPHA / len(PRIMARY), "detectable_d_z": dz,
+                         "median_diff_sd": sd, "detectable_nats": dz * sd}}
     (results / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
