@@ -229,10 +229,23 @@ def status_lines(df: pd.DataFrame, results: Path) -> list[str]:
     return [*lines, "", closing]
 
 
+def trajectories(results: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """Every run's validation loss over training (the eval lines of its metrics.jsonl), one row a point."""
+    rows = []
+    for run in df.itertuples():
+        for line in (results / "runs" / run.name / "metrics.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("kind") == "eval":
+                rows.append({"name": run.name, "arm": run.arm, "seed": run.seed, "lr": run.lr,
+                             "step": rec["step"], "tokens": rec["tokens"], "val_loss": rec["val_loss"]})
+    return pd.DataFrame(rows, columns=["name", "arm", "seed", "lr", "step", "tokens", "val_loss"])
+
+
 def write_all(results: Path) -> dict:
-    """runs.csv and STATUS.md always; the pre-registered tables only once every main run has finished.
-    Returns the analysis summary ({} before that)."""
+    """runs.csv, trajectories.csv and STATUS.md always; the pre-registered tables only once every main run
+    has finished. Returns the analysis summary ({} before that)."""
     df = load_runs(results)
+    trajectories(results, df).to_csv(results / "trajectories.csv", index=False, float_format="%.6g")
     flat = df.assign(widths=df["widths"].map(lambda w: " ".join(map(str, w))))
     flat.to_csv(results / "runs.csv", index=False, float_format="%.6g")
     (results / "STATUS.md").write_text("\n".join(status_lines(df, results)).rstrip() + "\n")
