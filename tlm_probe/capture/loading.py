@@ -23,6 +23,7 @@ from tlm_probe.capture.adapters import (
     split_stack,
     stack_adapter,
 )
+from tlm_probe.capture.dispatch import from_pretrained_kwargs
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.capture.seq2seq import decoder_start
 from tlm_probe.capture.widths import check_declared, declared_widths, layer_mlp, neuron_refusal
@@ -129,15 +130,24 @@ def load_probe_model(
     dtype: str = "float32",
     trust_remote_code: bool = False,
     unsafe_pickle: bool = False,
+    device_map: str = "",
+    max_memory: str = "",
 ) -> ProbeModel:
     """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed.
-    MODEL:decoder probes the decoder stack of an encoder-decoder (T5) as its own model, named so."""
+    MODEL:decoder probes the decoder stack of an encoder-decoder (T5) as its own model, named so.
+    device_map / max_memory: dispatch the blocks over devices, CPU and disk (capture/dispatch.py)."""
+    dispatch = from_pretrained_kwargs(device_map, max_memory) if device_map else {}
+    if max_memory and not device_map:
+        raise UserError("--max-memory caps a dispatch: give --device-map too (e.g. --device-map auto)")
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     check_device(device)
     source, stack = split_stack(str(path_or_name))
     if stack is not None and not Path(str(path_or_name)).exists():  # a folder named "x:decoder" is a folder
         return _load_stack(source, stack, dtype, device, trust_remote_code, unsafe_pickle)
+    if dispatch and (stack is not None or str(path_or_name).endswith(GGUF_SUFFIX)):
+        raise UserError("--device-map serves checkpoint folders and hub models, not a .gguf file or one "
+                        "stack of an encoder-decoder")
     if str(path_or_name).endswith(GGUF_SUFFIX):
         from tlm_probe.capture.gguf import load_gguf
         from tlm_probe.capture.widths import gguf_widths
@@ -152,6 +162,8 @@ def load_probe_model(
         raw = read_config_json(folder)
         # a folder called "model" says nothing: name it after its parent
         name = folder.resolve().parent.name if folder.name in GENERIC_NAMES else folder.name
+        if raw.get("model_type") == "tlm" and dispatch:
+            return _load_tlm_dispatched(folder, name, dtype, unsafe_pickle, dispatch)
         if raw.get("model_type") == "tlm":
             from tlm_probe.models.io import load_tlm  # imports transformer_lens: only for our checkpoints
 
@@ -171,7 +183,43 @@ def load_probe_model(
         trust_remote_code,
         unsafe_pickle,
         folder if folder.is_dir() else None,
+        dispatch=dispatch,
     )
+
+
+def _load_tlm_dispatched(folder: Path, name: str, dtype: str, unsafe_pickle: bool, dispatch: dict):
+    """Our checkpoint through transformers' loader (TLMForCausalLM: same modules and state-dict names),
+    which is what dispatches; safetensors only, as load_tlm. A strategy name becomes an explicit map here,
+    from accelerate's planner on an empty copy (transformers' own planner cannot follow our tied
+    embedding), blocks kept whole."""
+    from tlm_probe.models.hf import TLMForCausalLM
+
+    _check_weights(folder, unsafe_pickle)
+    dispatch = dict(dispatch)
+    if isinstance(dispatch["device_map"], str):
+        dispatch["device_map"] = _tlm_device_map(TLMForCausalLM, folder, dtype, dispatch)
+    dispatch.pop("max_memory")
+    try:
+        model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **dispatch)
+    except Exception as e:
+        raise UserError(f"cannot dispatch {folder}: {_first_line(e)}") from e
+    return wrap_model(model, _load_tokenizer(folder), name, folder)
+
+
+def _tlm_device_map(cls, folder: Path, dtype: str, dispatch: dict) -> dict:
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from accelerate.utils import get_balanced_memory
+
+    with init_empty_weights():
+        empty = cls(cls.config_class.from_pretrained(str(folder))).to(DTYPES[dtype])
+    no_split, memory = list(cls._no_split_modules), dispatch["max_memory"]
+    if dispatch["device_map"].startswith("balanced"):
+        memory = get_balanced_memory(empty, max_memory=memory, no_split_module_classes=no_split,
+                                     low_zero=dispatch["device_map"] == "balanced_low_0")
+    placed = dict(infer_auto_device_map(empty, max_memory=memory, no_split_module_classes=no_split))
+    if empty.cfg.tie_embeddings and "embed" in placed:  # one tensor: the unembedding goes with the embedding
+        placed["unembed"] = placed["embed"]
+    return placed
 
 
 def _load_stack(
@@ -229,6 +277,7 @@ def _load_hf(
     allow_pickle: bool,
     folder: Path | None,
     stack: str | None = None,
+    dispatch: dict | None = None,
 ) -> ProbeModel:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -254,10 +303,12 @@ def _load_hf(
             dtype=DTYPES[dtype],
             trust_remote_code=trust_remote_code,
             use_safetensors=None if allow_pickle else True,
+            **(dispatch or {}),
         )
     except Exception as e:
         raise UserError(f"cannot load weights of {source!r}: {_first_line(e)}") from e
-    return wrap_model(model.to(device), _load_tokenizer(source), name, folder, adapter=adapter)
+    model = model if dispatch else model.to(device)  # a dispatched model stays where accelerate put it
+    return wrap_model(model, _load_tokenizer(source), name, folder, adapter=adapter)
 
 
 def _load_tokenizer(source: str | Path) -> Any | None:

@@ -30,6 +30,7 @@ from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.backends import BACKENDS
+from tlm_probe.capture.dispatch import input_device, placement
 from tlm_probe.capture.guardrails import NO_MLP, unavailable
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.data.bucketing import bucket_by_length
@@ -108,6 +109,21 @@ def _dist() -> tuple[int, int, bool]:
     return dist.get_rank(), world, created
 
 
+RESIDENT = frozenset({"grad", "grad_per_sequence"})
+"""Needs (importance catalogue) that read or differentiate the weights themselves."""
+
+
+def check_dispatch(opts: ProbeOptions, plan: StatPlan) -> None:
+    """Under --device-map, refuse (before loading) the statistics that need every weight resident: an
+    offloaded block's weights are swapped in for its forward only (gradients, and statistics of the
+    weights themselves, would read placeholders)."""
+    needs = {s: imp.NEEDS[s] for s in plan.importance if s in imp.NEEDS}
+    resident = [s for s, need in needs.items() if not need or need & RESIDENT]
+    if opts.device_map and resident:
+        raise UserError(f"{', '.join(resident)} need(s) every weight resident, which --device-map does not "
+                        "keep; probe them without --device-map")
+
+
 def _rank_device(device: str, world: int) -> str:
     """Under torchrun, plain "cuda" means this rank's GPU."""
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" and world > 1 else device
@@ -124,6 +140,7 @@ def run_probe(
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
     plan = plan_stats(opts.stats)  # names and options first: no model is loaded for a typo
+    check_dispatch(opts, plan)
     imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})
     backend_cls = _backend(opts.backend)
     rank, world, created = _dist()
@@ -132,9 +149,12 @@ def run_probe(
         model
         if isinstance(model, ProbeModel)
         else load_probe_model(
-            model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle
+            model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle,
+            device_map=opts.device_map, max_memory=opts.max_memory,
         )
     )
+    if opts.device_map:  # the ids go where the first block is; accelerate moves them on from there
+        opts = replace(opts, device=input_device(pm.model))
     where_from = getattr(model, "path", None) or model  # a run folder names the data it trained on
     opts = replace(opts, split=resolve_split(opts.split, opts.data, where_from))  # provenance: the split read
     source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
@@ -170,6 +190,9 @@ def run_probe(
     matrices = matrix_table(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started, digest.hexdigest())
     prov["ci_methods"] = imp.CI_METHODS
+    if opts.device_map:
+        prov["dispatch"] = {"device_map": opts.device_map, "max_memory": opts.max_memory,
+                            "placed": placement(pm.model)}
     if refused_here:
         prov["refused"] = refused_here
     no_mlp = [l for l, w in enumerate(pm.d_ff) if w == 0]

@@ -36,6 +36,12 @@ class ProbeOptions:
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
     """float32 | float64 | bfloat16 | float16"""
+    device_map: str = ""
+    """Dispatch a model larger than one device over GPUs, the CPU and disk (transformers' device_map):
+    auto | balanced | balanced_low_0 | sequential | a JSON file {module: device}; empty: one device."""
+    max_memory: str = ""
+    """With --device-map: the most each device may hold, DEVICE=SIZE,... (e.g. cpu=200MB,0=10GiB); the
+    blocks that do not fit are offloaded to disk."""
     guardrails: bool = field(default=True, metadata={"cli": False})
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
     length_bucketing: bool = field(default=True, metadata={"cli": False})

@@ -1,0 +1,86 @@
+"""Models larger than one device: transformers' own `device_map` dispatch (accelerate underneath) places
+each block on a GPU, the CPU or disk, within `max_memory`, and moves every block's weights in just before
+it runs. The probe's hooks see the same module outputs as on one device, so the statistics are the same
+numbers; the inputs go to the device of the first block. Parsing and checking the two options lives here;
+the loaders (capture/loading.py) pass the result to `from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from tlm_probe.errors import UserError
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str, where: str) -> int:
+    m = _SIZE.match(text)
+    if not m or (m.group(2).upper() not in UNITS and m.group(2)):
+        raise UserError(f"{where}: {text!r} is not a size (e.g. 200MB, 1.5GiB, 4096)")
+    return int(float(m.group(1)) * UNITS[m.group(2).upper() or "B"])
+
+
+def parse_max_memory(spec: str) -> dict | None:
+    """'cpu=200MB,0=10GiB' -> {'cpu': 200000000, 0: 10737418240}; '' -> None (no cap)."""
+    if not spec:
+        return None
+    out: dict = {}
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        key, sep, size = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--max-memory: {item!r} is not DEVICE=SIZE (e.g. cpu=200MB,0=10GiB)")
+        key = key.strip()
+        out[int(key) if key.isdigit() else key] = parse_size(size, f"--max-memory {key}")
+    return out
+
+
+def parse_device_map(spec: str):
+    """auto | balanced | balanced_low_0 | sequential, or a JSON file {module name: device}."""
+    if spec in DEVICE_MAPS:
+        return spec
+    path = Path(spec)
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise UserError(f"--device-map {spec}: no such file")
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise UserError(f"--device-map {spec} is not a JSON object of module -> device: {e}") from None
+        if not isinstance(doc, dict) or not all(isinstance(v, str | int) for v in doc.values()):
+            raise UserError(f"--device-map {spec} must map module names to devices (cpu, disk, 0, cuda:1)")
+        return doc
+    raise UserError(f"--device-map must be one of {', '.join(DEVICE_MAPS)} or a .json file, got {spec!r}")
+
+
+def from_pretrained_kwargs(device_map: str, max_memory: str) -> dict:
+    """The keywords of `from_pretrained` that dispatch the model (with an offload folder removed at exit)."""
+    folder = tempfile.mkdtemp(prefix="tlm-offload-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return {"device_map": parse_device_map(device_map), "max_memory": parse_max_memory(max_memory),
+            "offload_folder": folder}
+
+
+def input_device(model) -> str:
+    """Where a dispatched model takes its input ids: the device of its first placed module (disk and CPU
+    offload both compute on the CPU)."""
+    placed = getattr(model, "hf_device_map", None) or {"": "cpu"}
+    first = next(iter(placed.values()))
+    if first in ("cpu", "disk"):
+        return "cpu"
+    return f"cuda:{first}" if isinstance(first, int) else str(first)
+
+
+def placement(model) -> dict[str, int]:
+    """How many top-level placed modules went to each device (provenance: what was offloaded)."""
+    counts: dict[str, int] = {}
+    for device in (getattr(model, "hf_device_map", None) or {}).values():
+        counts[str(device)] = counts.get(str(device), 0) + 1
+    return counts
