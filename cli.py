@@ -10,6 +10,7 @@ from tlm_probe.commands import (
     compare,
     data,
     demo,
+    diff,
     export,
     generate,
     info,
@@ -23,7 +24,7 @@ from tlm_probe.commands import eval as eval_cmd
 from tlm_probe.commands.common import OneLineUsage, stop_on_sigterm
 
 # the order of `tlm --help`
-COMMANDS = (schedule, info, plot, report, train, data, probe, compare, demo, eval_cmd, generate, export)
+COMMANDS = (schedule, info, plot, report, train, data, probe, diff, compare, demo, eval_cmd, generate, export)
 
 app = typer.Typer(
     name="tlm",

@@ -82,7 +82,7 @@ def main() -> None:
         cases = {
             "harness": EvalOptions(tasks=["pydoc-mc", "pydoc-lastword"], limit=args.limit,
                                    batch_size=args.batch_size),
-            "perplexity": EvalOptions(ppl_data=["builtin:pydoc"], ppl_tokens=args.ppl_tokens,
+            "perplexity": EvalOptions(ppl_data=["builtin:pydoc"], max_tokens=args.ppl_tokens,
                                       batch_size=args.batch_size),
         }
         for name, opts in cases.items():

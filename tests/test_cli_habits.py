@@ -70,7 +70,7 @@ def test_generation_slides_the_window_near_the_context_limit(mixer, positions, u
 
     model = _tiny_lm(mixer, positions)
     prompt = [(7 * i + 3) % 49 for i in range(prompt_len)]
-    opts = GenerateOptions(max_new_tokens=30, use_cache=use_cache)
+    opts = GenerateOptions(max_new_tokens=30, cache=use_cache)
     ref = _sliding_reference(model, prompt, 30, 16)
     eos = min(set(range(50)) - set(ref))  # an end-of-text id the model never emits: all 30 ids come back
     got = generate_ids(model, prompt, opts, eos_id=eos, context=16)

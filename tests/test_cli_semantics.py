@@ -141,7 +141,8 @@ def test_defaults_are_shown_one_way_by_typer_not_in_the_help_words():
     assert _option(cmds["train"], "--mem-chunk").show_default == "16"
     assert _option(cmds["demo"], "--steps").show_default == "300; 20 with --quick"
     text = CliRunner().invoke(app, ["schedule", "--help"], terminal_width=200).output
-    assert "[default: (24)]" in text and "(default 24)" not in text
+    assert "[default: (24;" in text and "(default 24)" not in text
+    assert _option(cmds["schedule"], "--layers").show_default == "24; with --from-probe the probe's"
 
 
 def test_a_flag_left_at_its_shown_default_is_left_to_the_config_file(tmp_path):

@@ -92,3 +92,33 @@ def test_bad_token_files(tmp_path):
     np.save(tmp_path / "f.npy", np.ones(3, dtype=np.float32))
     with pytest.raises(UserError):
         load_token_ids(tmp_path / "f.npy")
+
+
+def test_prepare_takes_the_cli_options_object(tmp_path):
+    """tlm data prepare's options are PrepareOptions' fields (one default each), and the library's prepare()
+    takes the same object, or its fields as keywords."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    from cli import app
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.data.options import PrepareOptions
+    from tlm_probe.data.prepare import prepare
+
+    group = typer.main.get_group(app).commands["data"]
+    params = {p.name: p for p in group.commands["prepare"].params}
+    for f in cli_fields(PrepareOptions):
+        assert params[f.name].default == f.default, f.name
+    (tmp_path / "c.txt").write_text("\n\n".join(f"paragraph {i} of the corpus" for i in range(300)))
+    src = str(tmp_path / "c.txt")
+    by_object = prepare(src, tmp_path / "a", PrepareOptions(shard_tokens=500))
+    by_keyword = prepare(src, tmp_path / "b", shard_tokens=500)
+    r = CliRunner().invoke(app, ["data", "prepare", src, "--shard-tokens", "500", "--json",
+                                 "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    assert by_object == by_keyword == json.loads(r.stdout) and by_object["train"]["shards"] > 1
+    for bad, needle in (({"shard_tokens": 0}, "--shard-tokens must be >= 1"),
+                        ({"tokenizer": "bpe:x"}, "bpe:VOCAB_SIZE")):
+        with pytest.raises(UserError, match=needle):
+            prepare(src, tmp_path / "d", **bad)
+    assert not (tmp_path / "d").exists()

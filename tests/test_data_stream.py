@@ -42,7 +42,7 @@ def test_bpe_is_deterministic_roundtrips_and_loads_with_transformers(tmp_path, c
 
 
 def test_prepared_shards_equal_direct_tokenization(tmp_path, corpus):
-    meta = prepare(corpus, tmp_path / "prep", "bpe:400", shard_tokens=2000)
+    meta = prepare(corpus, tmp_path / "prep", tokenizer="bpe:400", shard_tokens=2000)
     assert meta["train"]["shards"] > 1 and meta["vocab_size"] == 400
     header = read_shard_header(tmp_path / "prep" / "train" / "shard_00000.tok")
     tok = load_saved_tokenizer(tmp_path / "prep" / "tokenizer")
@@ -100,7 +100,7 @@ def test_training_from_prepared_shards_carries_the_tokenizer(tmp_path, corpus):
     from tlm_probe.train.loop import Trainer
     from tlm_probe.train.run import plan_run
 
-    prepare(corpus, tmp_path / "prep", "bpe:400", shard_tokens=2000)
+    prepare(corpus, tmp_path / "prep", tokenizer="bpe:400", shard_tokens=2000)
     tc = TrainConfig(data=str(tmp_path / "prep"), d_model=32, n_layers=2, n_heads=2, d_ff=64, seq_len=16,
                      batch_size=2, steps=2, eval_tokens=32, progress=False)
     summary = Trainer(plan_run(tc, tmp_path / "run")).run()

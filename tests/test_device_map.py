@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from models_zoo import build_model
 from typer.testing import CliRunner
 
 from cli import app
-from models_zoo import build_model
 from tlm_probe.capture.dispatch import parse_max_memory
 from tlm_probe.errors import UserError
 from tlm_probe.probe.engine import probe
@@ -68,7 +68,8 @@ def test_dispatch_refusals_are_one_line(tmp_path, ids):
         ("--device-map", "everywhere"): "--device-map must be one of",
     }
     for args, message in cases.items():
-        res = runner.invoke(app, ["probe", str(folder), "--data", str(ids), "--out", str(tmp_path / "o"), *args])
+        args = ["probe", str(folder), "--data", str(ids), "--out", str(tmp_path / "o"), *args]
+        res = runner.invoke(app, args)
         assert res.exit_code == 1, res.output
         assert message in res.output and "Traceback" not in res.output
     assert not (tmp_path / "o").exists()  # refused before anything was written

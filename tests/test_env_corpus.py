@@ -65,7 +65,7 @@ def test_prepare_writes_test_split_and_content_hashes(tmp_path, monkeypatch):
     monkeypatch.setitem(sources.TEST_PERCENT, "builtin:env", 5)
     monkeypatch.setattr(sources, "env_documents", lambda rest="": iter(docs))
     monkeypatch.setattr(prepare, "corpus_manifest", lambda: ["x==1"])
-    meta = prepare.prepare("builtin:env", tmp_path / "out", "byte")
+    meta = prepare.prepare("builtin:env", tmp_path / "out", tokenizer="byte")
     want = {s: [d for d in docs if split_of(d, 5) == s] for s in ("train", "val", "test")}
     for split, texts in want.items():
         assert meta[split]["documents"] == len(texts)

@@ -190,7 +190,8 @@ def test_cli_writes_tidy_results(tiny_run, tmp_path):
     [
         ([], "nothing to evaluate"),
         (["--tasks", "missing.yaml"], "task config not found"),
-        (["--tasks", "pydoc-mc", "--limit", "0"], "--limit"),
+        (["--tasks", "pydoc-mc", "--limit", "-1"], "--limit must be >= 0 (0: all)"),
+        (["--ppl-data", "builtin:pydoc", "--split", "held-out"], "--split must be one of auto"),
     ],
 )
 def test_cli_bad_input_one_line_exit_1(tiny_run, tmp_path, extra, needle):
@@ -237,3 +238,60 @@ def test_task_yaml_and_folder_paths_run_offline(tiny_run, tmp_path, evaluated):
             assert _value(res.table, "my-lastword", metric) == pytest.approx(
                 _value(evaluated.table, "pydoc-lastword", metric), rel=1e-6
             )
+
+
+def test_eval_options_are_the_cli_options():
+    """Issue 32: `tlm eval`'s options are EvalOptions' fields (defaults and all); the old names are hidden
+    aliases, and the library keeps its old keywords and a comma-string of tasks."""
+    import dataclasses
+    import warnings
+
+    import typer.main
+
+    from cli import app
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.eval.run import EvalOptions
+
+    params = {p.name: p for p in typer.main.get_group(app).commands["eval"].params}
+    for f in cli_fields(EvalOptions):
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        assert params[f.name].default == default, f.name
+    assert params["split"].default == "auto" and params["device"].default == "auto"
+    assert params["ppl_split"].hidden and params["ppl_tokens"].hidden and not params["split"].hidden
+    assert {f.name for f in dataclasses.fields(EvalOptions)} == {f.name for f in cli_fields(EvalOptions)}
+
+    opts = EvalOptions(tasks="pydoc-mc, pydoc-lastword", ppl_data=["a.txt"], limit=None)
+    assert opts.tasks == ("pydoc-mc", "pydoc-lastword") and opts.ppl_data == ("a.txt",) and opts.limit == 0
+    assert EvalOptions(tasks=["pydoc-mc,pydoc-lastword", " x "]).tasks == ("pydoc-mc", "pydoc-lastword", "x")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = EvalOptions(ppl_split="all", ppl_tokens=5)
+    assert (old.split, old.max_tokens) == ("all", 5)
+    assert any(issubclass(w.category, DeprecationWarning) and "use split=" in str(w.message) for w in caught)
+    with pytest.raises(TypeError, match="old name of max_tokens"):
+        EvalOptions(max_tokens=10, ppl_tokens=20)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.split = "val"
+
+
+def test_split_auto_is_resolved_per_perplexity_source(tiny_run, tmp_path):
+    """--split auto: val of a built-in corpus (a model may have trained on it), all of the user's own text;
+    the resolved split is what provenance records per source. --ppl-split (the old name) still sets it."""
+    from cli import app
+
+    folder, _ = tiny_run
+    text = tmp_path / "mine.txt"
+    text.write_text("\n\n".join(f"paragraph {i}: some words of my own, number {i}" for i in range(60)))
+    common = ["--ppl-data", "builtin:pydoc", "--ppl-data", str(text), "--max-tokens", "256",
+              "--ppl-context", "32", "--threads", "1", "--json"]
+    res = CliRunner().invoke(app, ["eval", str(folder), *common, "--out", str(tmp_path / "auto")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [(p["source"], p["split"]) for p in doc["provenance"]["perplexity"]] == [
+        ("builtin:pydoc", "val"), (str(text), "all")]
+    assert doc["provenance"]["options"]["split"] == "auto"
+    assert doc["provenance"]["options"]["device"] == "cpu"  # auto, resolved
+    res = CliRunner().invoke(app, ["eval", str(folder), *common, "--ppl-split", "train",
+                                   "--out", str(tmp_path / "old")])
+    assert res.exit_code == 0, res.output
+    assert {p["split"] for p in json.loads(res.stdout)["provenance"]["perplexity"]} == {"train"}

@@ -70,7 +70,7 @@ def test_report_shows_eval_columns_and_eval_folders(evaluated_comparison):
 
     out, _, _ = evaluated_comparison
     ev = out / "runs" / run_name("uniform", 0) / "eval"
-    doc = build_document([out, ev], title="t", size=(4, 3), dpi=40)
+    doc = build_document([out, ev], title="t", size=(400, 300), dpi=40)
     tables = [b for s in doc.sections for b in s.blocks if isinstance(b, Table)]
     assert any("pydoc-lastword:acc_mean" in t.frame.columns for t in tables)
     evaluation = next(s for s in doc.sections if s.title == "Evaluation")

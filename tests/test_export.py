@@ -339,3 +339,19 @@ def _snapshot(root):
 def test_export_is_in_the_help():
     r = CliRunner().invoke(app, ["export", "--help"])
     assert r.exit_code == 0 and "Example: tlm export" in r.output
+
+
+def test_export_options_come_from_one_dataclass():
+    """Issue 32: `tlm export`'s options are ExportRun's fields; exactly one format, refused when made."""
+    import typer.main
+
+    from tlm_probe.commands.export import ExportRun
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.errors import UserError
+
+    params = {p.name: p for p in typer.main.get_group(app).commands["export"].params}
+    assert {f.name for f in cli_fields(ExportRun)} == set(params) - {"checkpoint"}
+    assert params["out"].required and "-o" in params["out"].opts and "--json" in params["json_out"].opts
+    for both in (False, True):
+        with pytest.raises(UserError, match="exactly one of --gguf and --hf-llama"):
+            ExportRun(gguf=both, hf_llama=both, out="x.gguf")

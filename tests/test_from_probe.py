@@ -186,3 +186,73 @@ def test_compare_with_an_absolute_schedule_file_arm_stays_inside_out(tmp_path):
     cfg = json.loads((tmp_path / "cmp" / "runs" / runs[0 if runs[0] != "uniform-s0" else 1] / "config.json")
                      .read_text())
     assert cfg["d_ff"] == [96, 32]
+
+
+# ---- issue 36: the probe table is input, not trusted: one error line, exit 1, nothing written ------------
+def _table(folder, rows, header="model,layer,statistic,value,d_ff"):
+    folder.mkdir()
+    (folder / "results.csv").write_text("\n".join([header, *rows]) + "\n")
+    return folder
+
+
+def _four(values, d_ff=256):
+    return [f"m,{l},s,{v},{d_ff}" for l, v in enumerate(values)]
+
+
+UNTRUSTED = {
+    "header only": ([], [], "holds no per-layer row"),
+    "a row at layer 10**8": (["m,0,s,1.0,256", f"m,{10**8},s,1.0,256"], ["--d-ff", "256"],
+                             "has a row at layer 100,000,000"),
+    "statistic <= 0 everywhere, rule x": (_four([-1.0, 0.0, -0.5, -2.0]), [], "no layer a positive weight"),
+    "d_ff column of 10**18": (_four([1.0, 2.0, 3.0, 4.0], d_ff=10**18), [], "mean MLP width 1,000,000,000"),
+    "a layer with no value": (["m,0,s,1.0,256", "m,3,s,1.0,256"], [], "no value at layer(s) 1, 2"),
+    "a fractional layer": (["m,0,s,1.0,256", "m,0.5,s,1.0,256"], [], "non-integer layer"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTRUSTED))
+def test_an_untrusted_probe_table_is_refused_and_nothing_written(tmp_path, case):
+    import time
+
+    rows, extra, needle = UNTRUSTED[case]
+    probe_dir = _table(tmp_path / "p", rows)
+    out = tmp_path / "s.json"
+    t0 = time.perf_counter()
+    r = runner.invoke(app, ["schedule", "--from-probe", str(probe_dir), "--statistic", "s", "--multiple-of",
+                            "32", "--out", str(out), *extra])
+    assert r.exit_code == 1, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and needle in err and "\n" not in err, err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+    assert time.perf_counter() - t0 < 10  # the layer-10**8 row is refused before a table of its size
+
+
+def test_a_model_refused_after_the_derivation_leaves_no_file(tmp_path):
+    """Before: the file was written, then the model it describes was refused, and the file stayed."""
+    probe_dir = _table(tmp_path / "p", _four([4.0, 2.0, 1.0, 0.5]))
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, ["schedule", "--from-probe", str(probe_dir), "--statistic", "s", "--multiple-of",
+                            "32", "--d-model", "96", "--heads", "5", "--out", str(out)])
+    assert r.exit_code == 1 and "not divisible" in r.stderr, r.output
+    assert not out.exists()
+
+
+def test_derived_spec_is_the_one_read_back_and_layers_must_agree(tmp_path):
+    from tlm_probe.commands.schedule_from_probe import derive_from_probe
+    from tlm_probe.schedules.options import FromProbeOptions
+    from tlm_probe.schedules.widths import read_schedule_file
+
+    probe_dir = _table(tmp_path / "p", _four([4.0, 2.0, 1.0, 0.5]))
+    out = tmp_path / "s.json"
+    derived = derive_from_probe(FromProbeOptions(from_probe=probe_dir, statistic="s", out=out), None, 32)
+    assert not out.exists()  # derived, not written
+    assert derived.write() == out
+    assert read_schedule_file(out).to_dict() == derived.spec.to_dict()
+    base = ["schedule", "--from-probe", str(probe_dir), "--statistic", "s", "--multiple-of", "32", "--json",
+            "--out", str(out)]
+    r = runner.invoke(app, [*base, "--layers", "4"])  # the probe's count: accepted (as analyses/ pass it)
+    assert r.exit_code == 0 and json.loads(r.stdout)["widths"] == json.loads(out.read_text())["widths"]
+    for args, needle in ((["--layers", "6"], "--layers 6 differs from the probe's 4 layers"),
+                         (["--start", "1.2"], "drop --start"), (["--rule", "log"], "unknown rule")):
+        r = runner.invoke(app, [*base, *args])
+        assert r.exit_code == 1 and needle in r.stderr, r.output

@@ -77,7 +77,7 @@ def test_sampling_is_seeded(tmp_path):
     opts = GenerateOptions(max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3)
     a = generate_ids(model, PROMPT[0], opts, eos_id=49, context=64)
     assert a == generate_ids(model, PROMPT[0], opts, eos_id=49, context=64)
-    draws = [GenerateOptions(16, 1.0, 0.9, seed) for seed in range(4)]
+    draws = [GenerateOptions(max_new_tokens=16, temperature=1.0, top_p=0.9, seed=seed) for seed in range(4)]
     others = {tuple(generate_ids(model, PROMPT[0], o, 49, 64)) for o in draws}
     assert len(others) > 1
 
@@ -102,6 +102,44 @@ def test_cli_generate(tmp_path):
     assert doc["completion"] == ByteTokenizer().decode(doc["ids"])
     bad = runner.invoke(app, ["generate", str(folder), "--prompt", "x", "--top-p", "0"])
     assert bad.exit_code == 1 and "--top-p" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_generate_options_are_the_cli_options_and_bad_values_are_one_line(tmp_path):
+    """Issue 32: `tlm generate`'s options are GenerateOptions' fields; issue 36: --seed -1 and an absurd
+    --max-new-tokens are refused in one `error:` line before anything is loaded; --no-cache still works."""
+    import typer.main
+
+    from cli import app
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.generation import MAX_NEW_TOKENS, GenerateOptions
+
+    params = {p.name: p for p in typer.main.get_group(app).commands["generate"].params}
+    for f in cli_fields(GenerateOptions):
+        assert params[f.name].default == f.default, f.name
+    assert params["device"].default == "auto" and "--no-cache" in params["cache"].secondary_opts
+    assert GenerateOptions(use_cache=False).cache is False  # the library's old keyword
+    runner = CliRunner()
+    too_many = "--max-new-tokens must be between 1 and 1,000,000"
+    for args, needle in ((["--seed", "-1"], "--seed must be an integer in [0, 4294967295]"),
+                         (["--seed", str(2**32)], "--seed must be an integer"),
+                         (["--max-new-tokens", str(MAX_NEW_TOKENS + 1)], too_many),
+                         (["--max-new-tokens", "0"], too_many),
+                         (["--temperature", "nan"], "--temperature must be a finite number")):
+        res = runner.invoke(app, ["generate", str(tmp_path / "absent"), "--prompt", "x", *args])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), (args, res.output)
+        assert needle in lines[0], lines
+    from tlm_probe.tokenizer import ByteTokenizer
+
+    torch.manual_seed(0)
+    folder = tmp_path / "run"
+    TLMForCausalLM(TLMHFConfig(**TLMConfig(d_model=32, n_layers=2, n_heads=2, d_ff=(64, 64),
+                                           max_seq_len=32).to_dict())).save_pretrained(folder)
+    ByteTokenizer().save(folder)
+    base = ["generate", str(folder), "--prompt", "def ", "--max-new-tokens", "8", "--json"]
+    cached, uncached = (runner.invoke(app, base + extra) for extra in ([], ["--no-cache"]))
+    assert cached.exit_code == 0 and uncached.exit_code == 0, (cached.output, uncached.output)
+    assert json.loads(cached.stdout)["ids"] == json.loads(uncached.stdout)["ids"]
 
 
 def test_importing_the_hf_module_first_registers_the_auto_classes():

@@ -63,3 +63,44 @@ def test_usage_error_exit_2_and_help_has_example(tmp_path):
     assert runner.invoke(app, ["plot", "--kind", "schedules"]).exit_code == 2  # --out missing
     r = runner.invoke(app, ["plot", "--help"])
     assert r.exit_code == 0 and "Example: tlm plot" in r.stdout
+
+
+def _params(name: str) -> dict:
+    import typer.main
+
+    return {p.name: p for p in typer.main.get_group(app).commands[name].params}
+
+
+def test_plot_options_are_the_library_defaults_and_the_library_takes_them(tmp_path):
+    """`tlm plot`'s figure options are PlotOptions' fields (issue 32): one default for CLI and library."""
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.plotting.figures import build_figure
+    from tlm_probe.plotting.options import DEFAULT_SCHEDULES, PlotOptions
+
+    params = _params("plot")
+    for f in cli_fields(PlotOptions):
+        default = params[f.name].default
+        assert (tuple(default) if isinstance(default, list) else default) == f.default, f.name
+    assert params["schedule"].default == list(DEFAULT_SCHEDULES) and params["out"].required
+    # a library caller's list, single name and (width, height) are held as the CLI gives them
+    opts = PlotOptions(kind="schedules", statistic="val_loss", size=(640, 400), schedule=["uniform"])
+    assert (opts.statistic, opts.size, opts.pixels, opts.schedule) == (
+        ("val_loss",), "640x400", (640, 400), ("uniform",))
+    fig = build_figure([], kind="schedules", size=(640, 400), dpi=80, layers=12, schedule=("uniform",))
+    assert fig.get_size_inches() * fig.dpi == pytest.approx((640, 400))
+    with pytest.raises(TypeError, match="not both"):
+        build_figure([], opts, dpi=80)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"kind": "bars"}, "unknown figure kind 'bars'"),
+    ({"size": "big"}, "--size must look like"),
+    ({"size": (10, 10)}, "out of range"),
+    ({"dpi": 5}, "dpi must be between 10 and 1200"),
+])
+def test_plot_options_refuse_bad_values_when_made(fields, message):
+    from tlm_probe.errors import UserError
+    from tlm_probe.plotting.options import PlotOptions
+
+    with pytest.raises(UserError, match=message):
+        PlotOptions(**fields)

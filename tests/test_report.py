@@ -183,3 +183,24 @@ def test_report_bad_input_is_one_line_exit_1(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]  # nothing written
     assert runner.invoke(app, ["report", "--out", str(tmp_path / "rep")]).exit_code == 2
     assert "Example: tlm report" in runner.invoke(app, ["report", "--help"]).stdout
+
+
+def test_report_options_are_the_library_defaults_and_the_library_takes_them(real_probe_dirs):
+    """`tlm report`'s page options are ReportOptions' fields (issue 32): one default for CLI and library."""
+    import typer.main
+
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.report.options import ReportOptions
+    from tlm_probe.report.sections import build_document
+
+    params = {p.name: p for p in typer.main.get_group(app).commands["report"].params}
+    for f in cli_fields(ReportOptions):
+        assert params[f.name].default == f.default, f.name
+    assert params["out"].required and params["overwrite"].default is False
+    assert ReportOptions(size=(500, 350)).pixels == (500, 350)
+    with pytest.raises(UserError, match="out of range"):
+        ReportOptions(size="4x3")
+    doc = build_document(list(real_probe_dirs.values())[:1], ReportOptions(title="t", size="400x300", dpi=40))
+    assert doc.title == "t" and doc.figures()
+    with pytest.raises(TypeError, match="not both"):
+        build_document(list(real_probe_dirs.values())[:1], ReportOptions(), title="t")

@@ -14,7 +14,8 @@ from test_report import _chromium, _chromium_or_skip
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.plotting.figures import FigureRequest, build_figure
+from tlm_probe.plotting.figures import build_figure
+from tlm_probe.plotting.options import PlotOptions
 from tlm_probe.report.html import Document, FigureBlock, fmt_cell, render_html
 from tlm_probe.report.sections import probe_sections
 from tlm_probe.results import ProbeResult, write_results
@@ -81,15 +82,16 @@ def _probe_folders(tmp_path):
 
 def test_plot_notes_stand_next_to_their_figure(tmp_path):
     dirs, full, part = _probe_folders(tmp_path)
-    req = FigureRequest(kind="depth", statistics=["mlp_influence"], size=(300, 200), dpi=40)
-    build_figure(dirs, req)  # what `tlm plot` prints for this figure
-    assert req.notes == ["skipped tapered-4: no mlp_influence in its results"]
+    notes: list[str] = []
+    build_figure(dirs, PlotOptions(kind="depth", statistic=("mlp_influence",), size="300x200", dpi=40),
+                 notes=notes)  # what `tlm plot` prints for this figure
+    assert notes == ["skipped tapered-4: no mlp_influence in its results"]
     sections = probe_sections([ProbeResult(full, None, {}, dirs[0]), ProbeResult(part, None, {}, dirs[1])],
                               (300, 200), 40)
     blocks = {b.name: b for s in sections for b in s.blocks if isinstance(b, FigureBlock)}
     (depth,) = [b for n, b in blocks.items() if n.endswith("mlp_influence")]
-    assert depth.notes == req.notes
-    assert blocks["importance"].notes == req.notes  # block_influence is there for both; mlp is not
+    assert depth.notes == notes
+    assert blocks["importance"].notes == notes  # block_influence is there for both; mlp is not
     both = ("align_mlp_mid", "block_influence")
     assert [b.notes for n, b in blocks.items() if n.endswith(both)] == [[], []]
     page = render_html(Document("t", sections))

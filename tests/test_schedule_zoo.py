@@ -214,8 +214,10 @@ def test_no_mlp_block_adds_exactly_zero_and_learns_nothing_there():
 def test_no_mlp_checkpoint_hf_and_state_round_trips(tmp_path):
     from transformers import AutoModelForCausalLM
 
+    import tlm_probe
     from tlm_probe.train.checkpoint import load_state, save_state
 
+    tlm_probe.register_with_transformers()  # model_type "tlm" with the Auto classes (the README's step)
     torch.manual_seed(1)
     model = TaperedLM(_middle_cfg()).eval()
     ids = torch.randint(0, 256, (2, 16))

@@ -96,3 +96,88 @@ def test_parse_spec_strings():
 def test_impossible_requests_name_the_value(spec, L, d_ff, match):
     with pytest.raises(ScheduleError, match=match):
         make_schedule(spec, L, d_ff)
+
+
+# ---- tlm schedule's options (issue 32: one dataclass per concept; issue 36: bounded inputs) ---------------
+def _schedule_params() -> dict:
+    import typer.main
+
+    from cli import app
+
+    return {p.name: p for p in typer.main.get_group(app).commands["schedule"].params}
+
+
+def test_schedule_cli_defaults_are_the_dataclasses():
+    from tlm_probe.commands.options import cli_fields
+    from tlm_probe.commands.schedule import ScheduleArch
+    from tlm_probe.schedules.options import FromProbeOptions, ScheduleOptions
+    from tlm_probe.schedules.rules import Rule
+
+    params = _schedule_params()
+    for cls in (ScheduleArch, ScheduleOptions, FromProbeOptions):
+        for f in cli_fields(cls):
+            assert params[f.name].default == f.default, f.name
+    # one default each: the rounding is ScheduleSpec's, the rule's are Rule's
+    assert params["multiple_of"].default == ScheduleSpec().multiple_of
+    rule = Rule()
+    assert [params[k].default for k in ("rule", "power", "min_ratio", "max_ratio", "monotone")] == [
+        rule.transform, rule.power, rule.min_ratio, rule.max_ratio, rule.monotone]
+
+
+def test_schedule_help_states_the_defaults_it_uses():
+    """The architecture flags are None until derived (ARCH_DEFAULTS, or --from-probe): the help states the
+    value in words, which must be the one used; the shape parameters' help is made from ScheduleSpec."""
+    from tlm_probe.commands.schedule import ARCH_DEFAULTS, CONFIG_NAMES
+
+    params = _schedule_params()
+    names = {v: k for k, v in CONFIG_NAMES.items()}
+    for key, value in ARCH_DEFAULTS.items():
+        assert str(params[names.get(key, key)].show_default).split(";")[0] == str(value), key
+    spec = ScheduleSpec()
+    assert params["start"].show_default == f"{spec.start:g}; openelm: 0.5"
+    assert params["end"].show_default == f"{spec.end:g}; openelm: 4"
+    assert params["steepness"].show_default == f"{spec.steepness:g}"
+    assert params["wide_factor"].show_default == f"{spec.wide_factor:g}"
+
+
+def _one_line_error(args: list[str]) -> str:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    r = CliRunner().invoke(app, ["schedule", *args])
+    err = r.stderr.strip()
+    assert r.exit_code == 1 and err.startswith("error: ") and "\n" not in err, (r.exit_code, r.output)
+    return err
+
+
+def test_schedule_defaults_and_openelm_own_defaults():
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    r = json.loads(CliRunner().invoke(app, ["schedule", "--json"]).stdout)
+    assert (r["layers"], r["d_ff"], r["schedule"]["start"], r["schedule"]["end"]) == (24, 4096, 1.5, 0.5)
+    r = json.loads(CliRunner().invoke(app, ["schedule", "--schedule", "openelm", "--json"]).stdout)
+    assert (r["schedule"]["start"], r["schedule"]["end"]) == (0.5, 4.0)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--layers", "1000000", "--component", "heads"], "--layers must be in 1..10,000, got 1,000,000"),
+    (["--layers", "0"], "--layers must be in 1..10,000"),
+    (["--d-ff", str(10**18)], "--d-ff must be in 1..1,048,576"),
+    (["--d-model", "-64"], "--d-model must be in 1..1,048,576"),
+    (["--component", "mlpp"], "unknown component 'mlpp'"),
+    (["--mixer", "rnn"], "unknown mixer 'rnn'"),
+    (["--multiple-of", "0"], "--multiple-of must be in 1..1,048,576"),
+    (["--statistic", "align_mlp_mid"], "--statistic is read only with --from-probe"),
+    (["--out", "x.json", "--model", "m"], "--model, --out are read only with --from-probe"),
+])
+def test_schedule_refuses_out_of_range_architecture_quickly(args, needle):
+    import time
+
+    t0 = time.perf_counter()
+    assert needle in _one_line_error(args)
+    assert time.perf_counter() - t0 < 10  # before: --layers 1000000 --component heads ran for minutes

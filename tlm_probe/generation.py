@@ -4,43 +4,76 @@ Our models decode with a KV cache (tlm_probe/models/hf.py): each step runs only 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import warnings
+from dataclasses import InitVar, dataclass, replace
 from pathlib import Path
 
-import torch
-
-from tlm_probe.capture.loading import DTYPES, _load_tokenizer, check_device, load_probe_model
 from tlm_probe.errors import UserError
-from tlm_probe.eval.scorer import TextCodec, model_max_length
 from tlm_probe.models.config_file import CONFIG, read_config_json
-from tlm_probe.models.verify import verify_checkpoint
+from tlm_probe.seeds import check_seed
+
+# torch, transformers and the loaders are imported where they are used: the CLI builds `tlm generate`'s
+# options from GenerateOptions at start-up, which must stay light
 
 
-@dataclass
+MAX_NEW_TOKENS = 1_000_000
+"""--max-new-tokens above this is refused: far past any model's context, it would only slide for hours."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerateOptions:
+    """How `tlm generate` decodes. Its options are generated from these fields (commands/options.py): one
+    default and one help for the library and the CLI. Checked when made (one UserError line each)."""
+
     max_new_tokens: int = 64
+    """Tokens to generate at most."""
     temperature: float = 0.0
-    """0: greedy decoding; above 0: sampling at this temperature."""
+    """0: greedy; above 0: sample at this temperature."""
     top_p: float = 1.0
-    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    """Nucleus sampling threshold (with --temperature > 0)."""
     seed: int = 0
-    use_cache: bool = True
-    device: str = "cpu"
+    """Seed of the sampler."""
+    cache: bool = True
+    """Decode with a KV cache (--no-cache: recompute every step)."""
+    device: str = "auto"
+    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
+    """float32 | float64 | bfloat16 | float16"""
+    use_cache: InitVar[bool | None] = None
+    """Old name of cache (deprecated)."""
+
+    def __post_init__(self, use_cache):
+        if use_cache is not None:
+            if not self.cache and use_cache:
+                raise TypeError("GenerateOptions() got use_cache= and cache=; use_cache is the old name of "
+                                "cache")
+            warnings.warn("GenerateOptions(use_cache=...) is deprecated; use cache= (as the CLI's --cache/"
+                          "--no-cache)", DeprecationWarning, stacklevel=3)
+            object.__setattr__(self, "cache", use_cache)
+        self.check()
 
     def check(self) -> None:
-        if self.max_new_tokens < 1:
-            raise UserError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise UserError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise UserError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS:,}, "
+                            f"got {self.max_new_tokens}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            # nan passes every comparison; inf divides logits to 0 or nan
+            raise UserError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:  # nan fails this too
             raise UserError(f"--top-p must be in (0, 1], got {self.top_p}")
+        check_seed(self.seed, "--seed")
+        from tlm_probe.capture.loading import DTYPES
+
         if self.dtype not in DTYPES:
             raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
 
 
 def load_generator(source: str, opts: GenerateOptions):
     """(model with .generate, TextCodec, context length)."""
+    from tlm_probe.capture.loading import load_probe_model
+    from tlm_probe.eval.scorer import TextCodec, model_max_length
+
     folder = Path(source)
     if folder.is_dir() and (folder / CONFIG).is_file():
         if read_config_json(folder).get("model_type") == "tlm":
@@ -54,7 +87,10 @@ def load_generator(source: str, opts: GenerateOptions):
 def _load_tlm(folder: Path, opts: GenerateOptions):
     from transformers.utils import logging as hf_logging
 
+    from tlm_probe.capture.loading import DTYPES, _load_tokenizer, check_device
+    from tlm_probe.eval.scorer import TextCodec
     from tlm_probe.models.hf import TLMForCausalLM
+    from tlm_probe.models.verify import verify_checkpoint
 
     check_device(opts.device)
     verify_checkpoint(folder)  # the checks every loader makes, before transformers allocates the model
@@ -63,21 +99,25 @@ def _load_tlm(folder: Path, opts: GenerateOptions):
     return model, TextCodec(_load_tokenizer(folder)), model.cfg.max_seq_len
 
 
-@torch.no_grad()
 def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: int, context: int) -> list[int]:
     """The new ids. The model sees at most its last `context` tokens: while prompt + new ids fit, one
     (KV-cached) generate() call; after that the window slides one token per step, each step a fresh
     forward over the last `context` ids (positions restart at the window, so a cache cannot be kept)."""
+    import torch
+
     window = (prompt_ids or [eos_id])[-context:]
     fits = min(opts.max_new_tokens, context - len(window) + 1)  # the last fitting step sees `context` ids
-    torch.manual_seed(opts.seed)  # once: the sliding steps continue the same random stream
-    new = _generate(model, window, fits, opts, eos_id)
-    while len(new) < opts.max_new_tokens and (not new or new[-1] != eos_id):
-        new += _generate(model, (window + new)[-context:], 1, opts, eos_id)
+    with torch.no_grad():
+        torch.manual_seed(opts.seed)  # once: the sliding steps continue the same random stream
+        new = _generate(model, window, fits, opts, eos_id)
+        while len(new) < opts.max_new_tokens and (not new or new[-1] != eos_id):
+            new += _generate(model, (window + new)[-context:], 1, opts, eos_id)
     return new
 
 
 def _generate(model, ids: list[int], n: int, opts: GenerateOptions, eos_id: int) -> list[int]:
+    import torch
+
     x = torch.tensor([ids], device=next(model.parameters()).device)
     sample = opts.temperature > 0
     out = model.generate(
@@ -88,7 +128,7 @@ def _generate(model, ids: list[int], n: int, opts: GenerateOptions, eos_id: int)
         temperature=opts.temperature if sample else None,
         top_p=opts.top_p if sample else None,
         top_k=0 if sample else None,  # top-p alone: no default top-50 cut
-        use_cache=opts.use_cache,
+        use_cache=opts.cache,
         eos_token_id=eos_id,
         pad_token_id=eos_id,
     )
@@ -106,7 +146,12 @@ def window_note(prompt_tokens: int, new_tokens: int, context: int) -> str | None
 
 
 def generate_text(source: str, prompt: str, opts: GenerateOptions) -> dict:
+    """Continue `prompt`: {prompt, completion, new_tokens, ids, context, window_note}. Device auto is
+    resolved here (a GPU when there is one)."""
+    from tlm_probe.models.device import resolve_device_name
+
     opts.check()
+    opts = replace(opts, device=resolve_device_name(opts.device))
     model, codec, context = load_generator(source, opts)
     ids = codec.encode(prompt)
     vocab = model.get_input_embeddings().num_embeddings

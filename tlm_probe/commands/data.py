@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.commands.overwrite import overwrite_option
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.data.options import PrepareOptions
 from tlm_probe.data.sources import SOURCE_HELP, iter_documents
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareRun(JsonOut):
+    """`tlm data prepare`'s settings beside PrepareOptions: where it writes."""
+
+    out: Path
+    """Folder to write (train/, val/, tokenizer/, meta.json)."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("data prepare")})
+    """See commands/overwrite.py."""
 
 
 def register(app: typer.Typer) -> None:
@@ -19,22 +33,17 @@ def register(app: typer.Typer) -> None:
     app.add_typer(data_app, name="data")
 
     @command(data_app, "prepare", "tlm data prepare builtin:pydoc --tokenizer bpe:4096 --out data/pydoc")
+    @with_options(options=PrepareOptions, run=PrepareRun)
     def prepare_cmd(
         source: str = typer.Argument("builtin:pydoc", help=f"Data source: {SOURCE_HELP}."),
-        out: Path = typer.Option(
-            ..., "--out", "-o", help="Folder to write (train/, val/, tokenizer/, meta.json)."
-        ),
-        tokenizer: str = typer.Option(
-            "byte", help="byte | bpe[:VOCAB] | Hugging Face tokenizer folder/name."
-        ),
-        shard_tokens: int = typer.Option(100_000_000, help="Tokens per shard file."),
-        overwrite: bool = overwrite_option("data prepare"),
-        json_out: bool = typer.Option(False, "--json", help="Print meta.json to stdout."),
+        *,
+        options: PrepareOptions,
+        run: PrepareRun,
     ):
         """Tokenize a source into uint32 memory-mapped shards with a header (dtype, vocab, tokenizer hash)."""
         from tlm_probe.data.prepare import check_inputs, prepare
 
-        check_inputs(source, out, tokenizer, shard_tokens, overwrite)
+        check_inputs(source, run.out, options, run.overwrite)
         columns = [
             SpinnerColumn(),
             TextColumn("tokenizing {task.completed:,} documents"),
@@ -42,27 +51,30 @@ def register(app: typer.Typer) -> None:
         ]
         with Progress(*columns, console=err_console) as bar:
             task = bar.add_task("docs", total=None)
-            meta = prepare(source, out, tokenizer, shard_tokens, overwrite, lambda: bar.advance(task))
-        if json_out:
+            meta = prepare(source, run.out, options, overwrite=run.overwrite,
+                           on_doc=lambda: bar.advance(task))
+        if run.json_out:
             print_json(meta)
         else:
             console.print(
-                f"{out}: train {meta['train']['tokens']:,} tokens, val {meta['val']['tokens']:,} tokens "
+                f"{run.out}: train {meta['train']['tokens']:,} tokens, val {meta['val']['tokens']:,} tokens "
                 f"({meta['tokenizer']}, vocab {meta['vocab_size']:,})",
                 highlight=False,
             )
 
     @command(data_app, "info", "tlm data info builtin:pydoc --json")
+    @with_options(run=JsonOut)
     def info_cmd(
         source: str = typer.Argument("builtin:pydoc", help=f"Data source: {SOURCE_HELP}."),
-        json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+        *,
+        run: JsonOut,
     ):
         """Count the documents and UTF-8 bytes of each split of a source."""
         result = {"source": source}
         for split in ("train", "val"):
             docs = list(iter_documents(source, split))
             result[split] = {"documents": len(docs), "bytes": sum(len(d.encode("utf-8")) for d in docs)}
-        if json_out:
+        if run.json_out:
             print_json(result)
         else:
             for split in ("train", "val"):

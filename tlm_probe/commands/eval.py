@@ -7,15 +7,41 @@ import contextlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from tlm_probe.commands.common import DEVICE_HELP, command, console, device_option, print_json, renamed
+from tlm_probe.commands.common import command, console, device_option, print_json, renamed
+from tlm_probe.commands.flags import JsonOut, Loading, Threads
+from tlm_probe.commands.options import HIDDEN, with_options
 from tlm_probe.errors import UserError
+from tlm_probe.eval.run import EvalOptions
 
 EVAL_MARKERS = ("provenance.json", "results.csv", "results.parquet", "tasks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalRun(Loading, Threads, JsonOut):
+    """`tlm eval`'s settings beside EvalOptions: where it writes, how the model is loaded, and the old names
+    of two options (hidden from --help, still accepted)."""
+
+    out: Path
+    """Result folder: results.csv/.parquet, provenance.json, tasks/."""
+    ppl_split: str | None = field(default=None, metadata={HIDDEN: True})
+    """Old name of --split."""
+    ppl_tokens: int | None = field(default=None, metadata={HIDDEN: True})
+    """Old name of --max-tokens."""
+
+    def options(self, given: EvalOptions) -> EvalOptions:
+        """`given` with an old name's value moved to its new name (both, differing: one error line) and the
+        device resolved."""
+        default = EvalOptions()
+        split = renamed(given.split, self.ppl_split, default.split, "--split", "--ppl-split")
+        max_tokens = renamed(given.max_tokens, self.ppl_tokens, default.max_tokens, "--max-tokens",
+                             "--ppl-tokens")
+        return replace(given, split=split, max_tokens=max_tokens, device=device_option(given.device))
 
 
 def register(app: typer.Typer) -> None:
@@ -24,71 +50,38 @@ def register(app: typer.Typer) -> None:
         "eval",
         "tlm eval demo/runs/uniform-s0 --tasks pydoc-mc,pydoc-lastword --ppl-data builtin:pydoc --out ev/u",
     )
+    @with_options(options=EvalOptions, run=EvalRun)
     def eval_cmd(
         model: str = typer.Argument(
             ..., help="Checkpoint folder (ours or Hugging Face), a .gguf file or a hub name."
         ),
-        out: Path = typer.Option(
-            ..., "--out", "-o", help="Result folder: results.csv/.parquet, provenance.json, tasks/."
-        ),
-        tasks: str = typer.Option(
-            "", help="Comma-separated: pydoc-mc, pydoc-lastword (built in, offline), a task YAML, or any "
-            "lm-evaluation-harness task name (its dataset must be available)."
-        ),
-        ppl_data: list[str] = typer.Option(
-            [], "--ppl-data", help="Perplexity on this source (repeatable; any source `tlm train` reads)."
-        ),
-        split: str = typer.Option("val", help="Split of each --ppl-data source: val | train | all."),
-        ppl_context: int = typer.Option(0, help="Perplexity window length (0: the model's context)."),
-        ppl_stride: int = typer.Option(0, help="Stride between perplexity windows (0: = context, disjoint)."),
-        max_tokens: int = typer.Option(65_536, help="Scored tokens per --ppl-data source (0: all)."),
-        ppl_split: str = typer.Option(None, "--ppl-split", hidden=True, help="Old name of --split."),
-        ppl_tokens: int = typer.Option(None, "--ppl-tokens", hidden=True, help="Old name of --max-tokens."),
-        limit: int = typer.Option(None, help="Documents per task.", show_default="all"),
-        task_source: str = typer.Option("builtin:pydoc", help="Corpus the built-in tasks are made from."),
-        batch_size: int = typer.Option(8, help="Sequences per forward pass."),
-        device: str = typer.Option("auto", help=DEVICE_HELP),
-        dtype: str = typer.Option("float32", help="float32 | float64 | bfloat16 | float16"),
-        seed: int = typer.Option(0, help="Seed of the built-in tasks' draws and of the harness."),
-        threads: int = typer.Option(0, help="CPU threads for PyTorch (0: PyTorch's default)."),
-        trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Run a hub model's code."),
-        unsafe_pickle: bool = typer.Option(False, "--unsafe-pickle", help="Allow pickle (.bin/.pt) weights."),
-        trust_task_code: bool = typer.Option(
-            False, "--trust-task-code", help="Let task YAMLs run the Python their !function tags name."
-        ),
-        json_out: bool = typer.Option(False, "--json", help="Print the result rows as JSON."),
+        *,
+        options: EvalOptions,
+        run: EvalRun,
     ):
         """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
         from tlm_probe.commands.probe import _threads
-        from tlm_probe.eval.run import EvalOptions, check_options, load_scorer, run_eval, stays_offline
+        from tlm_probe.eval.run import check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.progress import where
 
-        split = renamed(split, ppl_split, "val", "--split", "--ppl-split")
-        max_tokens = renamed(max_tokens, ppl_tokens, 65_536, "--max-tokens", "--ppl-tokens")
-        opts = EvalOptions(
-            tasks=[t.strip() for t in tasks.split(",") if t.strip()], ppl_data=list(ppl_data),
-            ppl_split=split, ppl_context=ppl_context, ppl_stride=ppl_stride, ppl_tokens=max_tokens,
-            limit=limit, task_source=task_source, batch_size=batch_size, device=device_option(device),
-            dtype=dtype, seed=seed, trust_task_code=trust_task_code,
-        )
+        opts = run.options(options)
+        out = run.out
         check_options(opts)
         check_output(out, [model, *opts.ppl_data, *opts.tasks])
-        if threads < 0:
-            raise UserError(f"--threads must be >= 0, got {threads}")
         # a spinner on a terminal; in a log or a notebook (where rich draws nothing or wants ipywidgets)
         # plain lines per phase instead
-        lines = not json_out and where() != "terminal"
-        status = contextlib.nullcontext() if json_out or lines else console.status(f"evaluating {model}")
+        lines = not run.json_out and where() != "terminal"
+        status = contextlib.nullcontext() if run.json_out or lines else console.status(f"evaluating {model}")
         # the lock from the first load to the last file: a second eval of this --out stops at once
-        with folder_lock(out), _threads(threads), status, stays_offline(model, opts):
-            scorer = load_scorer(model, opts, unsafe_pickle, trust_remote_code)
+        with folder_lock(out), _threads(run.threads), status, stays_offline(model, opts):
+            scorer = load_scorer(model, opts, run.unsafe_pickle, run.trust_remote_code)
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tasks-") as staging:
                 res = run_eval(model, opts, scorer=scorer, task_dir=Path(staging), progress=lines)
                 write_eval(out, res, Path(staging))
-        if json_out:
+        if run.json_out:
             rows = res.table.to_dict("records")
             print_json({"out": str(out), "provenance": res.provenance, "results": rows})
         else:

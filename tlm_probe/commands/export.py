@@ -3,33 +3,49 @@ formats, each verified by reading it back before it is renamed into place (tlm_p
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json, say
-from tlm_probe.commands.overwrite import overwrite_option
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportRun(JsonOut):
+    """`tlm export`'s settings: the format (exactly one of gguf and hf_llama) and where it goes."""
+
+    gguf: bool = False
+    """Write one GGUF file (llama.cpp): arch llama, or deci when MLP widths or heads vary by layer
+    (per-layer arrays)."""
+    hf_llama: bool = False
+    """Write a stock LlamaForCausalLM folder (refused where transformers cannot hold the model)."""
+    out: Path
+    """FILE.gguf with --gguf, a folder with --hf-llama."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("export")})
+    """See commands/overwrite.py."""
+
+    def __post_init__(self):
+        if self.gguf == self.hf_llama:
+            raise UserError("give exactly one of --gguf and --hf-llama")
 
 
 def register(app: typer.Typer) -> None:
     @command(app, "export", "tlm export runs/cosine --gguf --out cosine.gguf")
+    @with_options(run=ExportRun)
     def export(
         checkpoint: Path = typer.Argument(..., help="A tlm checkpoint or `tlm train` run folder."),
-        gguf: bool = typer.Option(False, "--gguf", help="Write one GGUF file (llama.cpp): arch llama, or "
-                                  "deci when MLP widths or heads vary by layer (per-layer arrays)."),
-        hf_llama: bool = typer.Option(False, "--hf-llama", help="Write a stock LlamaForCausalLM folder "
-                                      "(refused where transformers cannot hold the model)."),
-        out: Path = typer.Option(..., "--out", "-o", help="FILE.gguf with --gguf, a folder with --hf-llama."),
-        overwrite: bool = overwrite_option("export"),
-        json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+        *,
+        run: ExportRun,
     ):
         """Export a tlm attention model as GGUF or as a Hugging Face Llama checkpoint."""
-        if gguf == hf_llama:
-            raise UserError("give exactly one of --gguf and --hf-llama")
-        run = _export_gguf if gguf else _export_hf_llama
-        summary = run(checkpoint, out, overwrite)
-        if json_out:
+        write = _export_gguf if run.gguf else _export_hf_llama
+        summary = write(checkpoint, run.out, run.overwrite)
+        if run.json_out:
             print_json(summary)
             return
         console.print(f"wrote {summary['out']} ({summary['format']}, {summary['detail']})", markup=False,

@@ -8,6 +8,8 @@ import typer
 from rich.table import Table
 
 from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
 from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.config_file import CONFIG, read_tlm_config  # torch-free
@@ -16,11 +18,13 @@ from tlm_probe.models.verify import verify_checkpoint  # torch-free
 
 def register(app: typer.Typer) -> None:
     @command(app, "info", "tlm info runs/demo/cosine")
+    @with_options(run=JsonOut)
     def info(
         checkpoint: Path = typer.Argument(..., help="A tlm checkpoint folder (config.json + weights; the "
                                           "weights are checked against the config), or a config.json "
                                           "file alone (the architecture only)."),
-        json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of tables."),
+        *,
+        run: JsonOut,
     ):
         """Print a checkpoint's config, per-layer MLP widths and parameter counts."""
         config_only = checkpoint.is_file() and checkpoint.name == CONFIG
@@ -40,7 +44,7 @@ def register(app: typer.Typer) -> None:
             "uniform_params": count_params(uniform).total,
             "uniform_train_flops_per_token": train_flops_per_token(uniform),
         }
-        if json_out:
+        if run.json_out:
             print_json(result)
             return
         _print(checkpoint, cfg, result)

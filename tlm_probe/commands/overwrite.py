@@ -8,8 +8,6 @@ of each help, taken from this table so that it cannot drift from one command to 
 
 from __future__ import annotations
 
-import typer
-
 ALWAYS = ("--overwrite replaces only what an earlier `tlm {kind}` wrote in --out, and writes beside files "
           "tlm did not write, never onto them.")
 
@@ -21,6 +19,8 @@ WHEN_NEEDED = {
     # own_needs_overwrite=False: the same command refreshes its own results without it
     "probe": "Not needed to rerun (an earlier probe's results are replaced anyway); needed to write into "
              "a non-empty folder tlm did not write.",
+    "diff": "Not needed to rerun (an earlier diff's results are replaced anyway); needed to write into a "
+            "non-empty folder tlm did not write.",
     "report": "Not needed to rerun (an earlier report is replaced anyway); needed to write into a non-empty "
               "folder tlm did not write.",
     # check_settings: the same comparison continues; a different one is refused without it
@@ -33,8 +33,3 @@ WHEN_NEEDED = {
 
 def overwrite_help(kind: str) -> str:
     return f"{ALWAYS.format(kind=kind)} {WHEN_NEEDED[kind]}"
-
-
-def overwrite_option(kind: str):
-    """The --overwrite flag of `tlm KIND` (a typer default, as every option in these commands is)."""
-    return typer.Option(False, "--overwrite", help=overwrite_help(kind))

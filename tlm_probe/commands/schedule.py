@@ -3,19 +3,21 @@ with parameter, FLOP and KV-cache parity against uniform."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass, field
 
 import typer
 from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.flags import JsonOut
+from tlm_probe.commands.options import with_options
 from tlm_probe.commands.schedule_heads import head_result, print_head_table
 from tlm_probe.errors import UserError
 from tlm_probe.models.accounting import comparison, count_params
 from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
 from tlm_probe.models.presets import preset_config
-from tlm_probe.schedules.heads import COMPONENTS
-from tlm_probe.schedules.rules import Rule
+from tlm_probe.schedules.options import MAX_LAYERS, MAX_WIDTH, FromProbeOptions, ScheduleOptions
 from tlm_probe.schedules.widths import (
     DEFAULTS,
     FILE,
@@ -27,116 +29,134 @@ from tlm_probe.schedules.widths import (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScheduleArch:
+    """The model a schedule is accounted on: a --preset, or these fields. A field left at None is derived:
+    from --from-probe (its layers, its mean width) where there is one, else ARCH_DEFAULTS."""
+
+    n_layers: int | None = None
+    """Number of layers L (default: 24; with --from-probe the probe's)."""
+    d_ff: int | None = None
+    """Uniform MLP width; the budget is L·d_ff (default: 4096; with --from-probe the probed model's mean
+    width)."""
+    d_model: int | None = None
+    """Residual width, for the parameter accounting (default: 1024)."""
+    vocab_size: int | None = None
+    """Vocabulary size, for the parameter accounting (default: 32000)."""
+    mlp: str | None = None
+    """swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights; default: swiglu)."""
+    seq_len: int | None = None
+    """Context length for the attention FLOP term (default: 4096)."""
+    preset: str | None = None
+    """A model preset (tlm-440m, ...): its layers, widths and architecture; the flags above (but
+    --multiple-of) are refused beside it."""
+    mixer: str = field(default="attention", metadata={"help": f"Token mixer: {' | '.join(MIXER_KINDS)}."})
+    """Token mixer (MIXER_KINDS)."""
+    n_heads: int | None = None
+    """Query heads per layer of uniform (default: d_model // 64)."""
+    n_kv_heads: int | None = None
+    """Key/value heads per layer of uniform (allowed beside --preset; default: --heads, plain multi-head
+    attention)."""
+
+    def __post_init__(self):
+        if self.mixer not in MIXER_KINDS:
+            raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        bounds = dict(n_layers=MAX_LAYERS, d_ff=MAX_WIDTH, d_model=MAX_WIDTH, n_heads=MAX_WIDTH,
+                      n_kv_heads=MAX_WIDTH, vocab_size=None, seq_len=None)
+        for key, most in bounds.items():
+            value = getattr(self, key)
+            if value is not None and (value < 1 or (most is not None and value > most)):
+                top = f"in 1..{most:,}" if most is not None else ">= 1"
+                raise UserError(f"{ARCH_FLAGS[key]} must be {top}, got {value:,}")
+
+    def given(self) -> dict:
+        """The architecture fields set by flag, under TLMConfig's names."""
+        return {CONFIG_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()
+                if k in ARCH_FLAGS and v is not None}
+
+
+# defaults of the architecture flags without --preset (the flags are None when not given; their help
+# states them, and tests/test_schedules.py checks that it states these)
+ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
+ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
+                  mlp="--mlp", seq_len="--seq-len", n_heads="--heads", n_kv_heads="--kv-heads")
+CONFIG_NAMES = {"seq_len": "max_seq_len"}
+"""ScheduleArch field -> TLMConfig field, where they differ."""
+
+
 def register(app: typer.Typer) -> None:
     @command(app, "schedule", "tlm schedule --layers 24 --d-ff 4096 --schedule cosine --start 1.5 --end 0.5")
-    def schedule(
-        layers: int = typer.Option(None, help="Number of layers L.", show_default="24"),
-        d_ff: int = typer.Option(None, "--d-ff", help="Uniform MLP width; the budget is L·d_ff.",
-                                 show_default="4096; with --from-probe the probed model's mean width"),
-        schedule: str = typer.Option("cosine", help="uniform|linear|cosine|sigmoid|openelm[:S:E]|"
-                                     "middle[:FRACTION]|hourglass[:WAIST:DEPTH]|wider-early|wider-middle|"
-                                     "wider-late, explicit widths '4096,4096,...' (0: no MLP), or a "
-                                     "schedule file 'x.json'."),
-        start: float = typer.Option(None, help="Start ratio r_s (tapers).", show_default="1.5"),
-        end: float = typer.Option(None, help="End ratio r_e (tapers).", show_default="0.5"),
-        steepness: float = typer.Option(None, help="Sigmoid steepness.", show_default="10"),
-        wide_factor: float = typer.Option(None, help="Width ratio of the wide third (grouped).",
-                                          show_default="1.5"),
-        multiple_of: int = typer.Option(64, help="Round every width to a multiple of this."),
-        d_model: int = typer.Option(None, help="Residual width, for the parameter accounting.",
-                                    show_default="1024"),
-        vocab_size: int = typer.Option(None, help="Vocabulary size, for the parameter accounting.",
-                                       show_default="32000"),
-        mlp: str = typer.Option(None, help="swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights).",
-                             show_default="swiglu"),
-        seq_len: int = typer.Option(None, help="Context length for the attention FLOP term.",
-                                 show_default="4096"),
-        preset: str = typer.Option(None, help="A model preset (tlm-440m, ...): its layers, widths and "
-                                   "architecture; the flags above (but --multiple-of) "
-                                   "are refused beside it."),
-        mixer: str = typer.Option("attention", help="Token mixer: " + " | ".join(MIXER_KINDS) + "."),
-        component: str = typer.Option("mlp", help="What --schedule tapers: mlp (MLP width d_l) | heads "
-                                      "(query heads, in units of one GQA group) | kv (key/value heads, "
-                                      "each dividing its layer's query heads) | mem (--mixer titans: the "
-                                      "memory MLP's hidden width, multiples of 8)."),
-        heads: int = typer.Option(None, "--heads", help="Query heads per layer of uniform.",
-                                  show_default="d_model // 64"),
-        kv_heads: int = typer.Option(None, "--kv-heads", help="Key/value heads per layer of uniform "
-                                     "(allowed beside --preset).",
-                                     show_default="--heads, plain multi-head attention"),
-        json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
-        from_probe: Path = typer.Option(None, "--from-probe", help="A probe result folder: widths (or, with "
-                                        "--component heads, query heads) ∝ a function of its per-layer "
-                                        "--statistic (writes --out FILE.json)."),
-        statistic: str = typer.Option(None, help="--from-probe: the per-layer statistic (e.g. "
-                                      "ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp, effective_rank)."),
-        rule: str = typer.Option("x", help="--from-probe: f in widths ∝ max(0, f(x))^power: x | 1-x | abs | "
-                                 "-x | 1+x."),
-        power: float = typer.Option(1.0, help="--from-probe: exponent on the weights."),
-        min_ratio: float = typer.Option(0.25, help="--from-probe: smallest d_l/d_ff (0 allows no MLP)."),
-        max_ratio: float = typer.Option(2.0, help="--from-probe: largest d_l/d_ff."),
-        monotone: str = typer.Option("none", help="--from-probe: none | decreasing | increasing "
-                                     "(isotonic projection of the weights)."),
-        model: str = typer.Option(None, help="--from-probe: the model, when the probe holds several."),
-        out: Path = typer.Option(None, "--out", "-o", help="--from-probe: the schedule file to write."),
-    ):
+    @with_options(arch=ScheduleArch, options=ScheduleOptions, probe=FromProbeOptions, run=JsonOut)
+    def schedule(*, arch: ScheduleArch, options: ScheduleOptions, probe: FromProbeOptions, run: JsonOut):
         """Print the per-layer MLP widths of a schedule and its parameter/FLOP parity with uniform.
 
         With --from-probe PROBE_DIR --statistic NAME --out FILE.json: derive the widths from a probe and
         write a schedule file that `tlm train/compare/sweep --schedule FILE.json` accept."""
-        if mixer not in MIXER_KINDS:
-            raise UserError(f"unknown mixer {mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
-        if component not in COMPONENTS:
-            raise UserError(f"unknown component {component!r}; choose one of: {', '.join(COMPONENTS)}")
-        if from_probe is not None:
-            how = Rule(rule, power, min_ratio, max_ratio, monotone)
-            if component == "mlp":
-                schedule, layers, d_ff = _from_probe(from_probe, statistic, how, out, d_ff, multiple_of,
-                                                     model, preset)
-            else:
-                unit = _probe_head_unit(component, heads, kv_heads, min_ratio)
-                schedule, layers, _ = _from_probe(from_probe, statistic, how, out, heads, unit, model, preset)
-        spec = _spec(schedule, start, end, steepness, wide_factor, multiple_of)
-        flat = ScheduleSpec(name="uniform", multiple_of=multiple_of)  # the same rounding on both sides
-        arch = dict(n_layers=layers, d_ff=d_ff, d_model=d_model, vocab_size=vocab_size, mlp=mlp,
-                    max_seq_len=seq_len, n_heads=heads, n_kv_heads=kv_heads)
-        mlp_spec, taper = (spec, {}) if component == "mlp" else (flat, {component: spec})
-        if preset:
-            # --kv-heads may join a preset (its attention is multi-head): the grouping a kv taper needs
-            gqa = {"n_kv_heads": arch.pop("n_kv_heads")} if kv_heads is not None else {}
-            _refuse_beside_preset(preset, arch)
-            tapered = preset_config(preset, mlp_spec, mixer, **taper, **gqa)
-            uniform = preset_config(preset, flat, mixer, **gqa)
-            seq_len = tapered.max_seq_len
+        component, derived = options.component, None
+        if probe.from_probe is not None:
+            derived = _from_probe(probe, arch, options)
+            spec = derived.spec
+            arch = dataclasses.replace(arch, n_layers=derived.n_layers,
+                                       d_ff=derived.d_ff if component == "mlp" else arch.d_ff)
         else:
-            base = {**ARCH_DEFAULTS, **{k: v for k, v in arch.items() if v is not None}, "mixer": mixer}
-            d_ff, seq_len = base.pop("d_ff"), base["max_seq_len"]
-            base.setdefault("n_heads", max(1, base["d_model"] // 64))
-            tapered = config_with_schedule(mlp_spec, d_ff, **base, **taper)
-            uniform = config_with_schedule(flat, d_ff, **base)
-        head = {"preset": preset, "mixer": mixer, "component": component}
-        if component != "mlp":
-            result = {**head, **head_result(component, spec, tapered, uniform, seq_len)}
-            print_json(result) if json_out else print_head_table(result)
-            return
-        sched = make_schedule(spec, tapered.n_layers, tapered.schedule["d_ff"])
-        result = {**head, **_result(sched, tapered, uniform, seq_len)}
-        if json_out:
+            spec = _spec(options)
+        result, tapered = schedule_result(spec, arch, component)
+        if derived is not None:  # the model it describes was built: only now is the file written
+            path = derived.write()
+            err_console.print(f"wrote schedule file {path}", markup=False, highlight=False)
+        if run.json_out:
             print_json(result)
+        elif component != "mlp":
+            print_head_table(result)
         else:
             _print_table(result, tapered)
 
 
-def _from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model, preset) -> tuple[str, int, int]:
-    from tlm_probe.commands.schedule_from_probe import write_from_probe
+def schedule_result(spec: ScheduleSpec, arch: ScheduleArch, component: str) -> tuple[dict, TLMConfig]:
+    """(the printed result, the tapered config) of a schedule of `component` on the model `arch`."""
+    flat = ScheduleSpec(name="uniform", multiple_of=spec.multiple_of)  # the same rounding on both sides
+    mlp_spec, taper = (spec, {}) if component == "mlp" else (flat, {component: spec})
+    given = arch.given()
+    if arch.preset:
+        # --kv-heads may join a preset (its attention is multi-head): the grouping a kv taper needs
+        gqa = {"n_kv_heads": given.pop("n_kv_heads")} if "n_kv_heads" in given else {}
+        if given:  # the preset fixes them: a flag beside it would be ignored, so say so instead
+            flags = ", ".join(ARCH_FLAGS[k] for k in ARCH_FLAGS if CONFIG_NAMES.get(k, k) in given)
+            raise UserError(f"--preset {arch.preset} sets the architecture; drop {flags}")
+        tapered = preset_config(arch.preset, mlp_spec, arch.mixer, **taper, **gqa)
+        uniform = preset_config(arch.preset, flat, arch.mixer, **gqa)
+    else:
+        base = {**ARCH_DEFAULTS, **given, "mixer": arch.mixer}
+        d_ff = base.pop("d_ff")
+        base.setdefault("n_heads", max(1, base["d_model"] // 64))
+        tapered = config_with_schedule(mlp_spec, d_ff, **base, **taper)
+        uniform = config_with_schedule(flat, d_ff, **base)
+    head = {"preset": arch.preset, "mixer": arch.mixer, "component": component}
+    seq_len = tapered.max_seq_len
+    if component != "mlp":
+        return {**head, **head_result(component, spec, tapered, uniform, seq_len)}, tapered
+    sched = make_schedule(spec, tapered.n_layers, tapered.schedule["d_ff"])
+    return {**head, **_result(sched, tapered, uniform, seq_len)}, tapered
 
-    if statistic is None:
-        raise UserError("--from-probe needs --statistic NAME")
-    if preset:
+
+def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOptions):
+    """The schedule --from-probe derives (checked, not yet written) for --component mlp or heads."""
+    from tlm_probe.commands.schedule_from_probe import derive_from_probe
+
+    if arch.preset:
         raise UserError("--from-probe takes its layers from the probe: drop --preset")
-    path, layers, d_ff = write_from_probe(probe_dir, statistic, rule, out, d_ff, multiple_of, model)
-    err_console.print(f"wrote schedule file {path}", markup=False, highlight=False)
-    return str(path), layers, d_ff
+    if options.given():  # the probe gives the widths: a shape parameter would be ignored
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in options.given())
+        raise UserError(f"--from-probe derives the schedule from the probe; drop {flags}")
+    if options.component == "mlp":
+        derived = derive_from_probe(probe, arch.d_ff, options.multiple_of)
+    else:
+        unit = _probe_head_unit(options.component, arch.n_heads, arch.n_kv_heads, probe.min_ratio)
+        derived = derive_from_probe(probe, arch.n_heads, unit)
+    if arch.n_layers is not None and arch.n_layers != derived.n_layers:
+        raise UserError(f"--layers {arch.n_layers} differs from the probe's {derived.n_layers} layers; drop "
+                        "--layers (--from-probe takes the probe's)")
+    return derived
 
 
 def _probe_head_unit(component: str, heads: int | None, kv_heads: int | None, min_ratio: float) -> int:
@@ -154,20 +174,9 @@ def _probe_head_unit(component: str, heads: int | None, kv_heads: int | None, mi
     return heads // (kv_heads or heads)
 
 
-FLAG_DEFAULTS = {"start": 1.5, "end": 0.5, "steepness": 10.0, "wide_factor": 1.5}
 # the parameters each schedule reads, in the order of its spec string (name:p1:p2:...); explicit widths and
 # schedule files none
 USES = {**PARAMS, "explicit": (), FILE: ()}
-# defaults of the architecture flags without --preset (the flags are None when not given)
-ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
-ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
-                  mlp="--mlp", max_seq_len="--seq-len", n_heads="--heads", n_kv_heads="--kv-heads")
-
-
-def _refuse_beside_preset(preset: str, arch: dict) -> None:
-    given = [ARCH_FLAGS[k] for k, v in arch.items() if v is not None]
-    if given:  # the preset fixes them: a flag beside it would be ignored, so say so instead
-        raise UserError(f"--preset {preset} sets the architecture; drop {', '.join(given)}")
 
 
 def _check_used(text: str, spec: ScheduleSpec, given: dict) -> None:
@@ -182,10 +191,11 @@ def _check_used(text: str, spec: ScheduleSpec, given: dict) -> None:
         raise UserError(f"--schedule {spec.name} does not use {', '.join(unused)}; drop it")
 
 
-def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec:
+def _spec(options: ScheduleOptions) -> ScheduleSpec:
+    """The spec of --schedule and the shape flags; a parameter not given takes the shape's default."""
+    text, multiple_of = options.schedule, options.multiple_of
     spec = parse_schedule(text, multiple_of)
-    given = {k: v for k, v in dict(start=start, end=end, steepness=steepness, wide_factor=wide_factor).items()
-             if v is not None}
+    given = options.given()
     _check_used(text.strip(), spec, given)
     fixed = ":" in text or spec.name in ("explicit", FILE)  # the spec text holds every number
     if given and fixed:  # two sources for one number: refuse, not pick
@@ -193,8 +203,7 @@ def _spec(text, start, end, steepness, wide_factor, multiple_of) -> ScheduleSpec
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
     if fixed:
         return spec
-    defaults = {**FLAG_DEFAULTS, **DEFAULTS.get(spec.name, {})}
-    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**defaults, **given})
+    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**DEFAULTS.get(spec.name, {}), **given})
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:

@@ -4,18 +4,26 @@ The arithmetic is schedules/rules.py; this reads the probe folder, picks one mod
 and writes the schedule file (JSON, format tlm-schedule) that `tlm train/compare/sweep --schedule FILE`
 read. The file records its source: the probe folder, the sha256 of its results file, the probed model and
 its content hash, the statistic, the rule, the per-layer values and the ratios before rounding.
+
+The probe table is input like any other, not trusted: no per-layer row, a layer beyond MAX_LAYERS, a
+layer with no value, a statistic that gives no layer a positive weight under the rule, or a width beyond
+MAX_WIDTH is one UserError, and nothing is written. derive_from_probe does every check and returns the
+schedule without writing it, so that the command can also build the model it describes before it writes.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.content_hash import hash_files
 from tlm_probe.files.fileio import atomic_write_text
-from tlm_probe.schedules.rules import Rule, check_rule, widths_from_statistic
-from tlm_probe.schedules.widths import SCHEDULE_FORMAT, schedule_file_dict
+from tlm_probe.schedules.options import MAX_LAYERS, MAX_WIDTH, FromProbeOptions
+from tlm_probe.schedules.rules import Rule, check_rule, weights, widths_from_statistic
+from tlm_probe.schedules.widths import FILE, SCHEDULE_FORMAT, ScheduleSpec, schedule_file_dict
 
 
 def check_out(out: Path | None) -> Path:
@@ -43,56 +51,133 @@ def _results_file(folder: Path) -> Path:
     raise UserError(f"no results.csv or results.parquet in {folder}")
 
 
-def _one_model(table, model: str | None):
-    models = list(dict.fromkeys(table["model"].astype(str)))
+def _one_model(table, model: str | None, where: Path):
+    per_layer = table[table["layer"] >= 0]
+    models = list(dict.fromkeys(per_layer["model"].astype(str)))
+    if not models:
+        raise UserError(f"the probe in {where} holds no per-layer row (an empty results table?)")
     if model is None and len(models) > 1:
         raise UserError(f"the probe holds {len(models)} models ({', '.join(models)}); choose one: --model")
     model = model or models[0]
     if model not in models:
         raise UserError(f"no model {model!r} in the probe; it holds: {', '.join(models)}")
-    return model, table[(table["model"].astype(str) == model) & (table["layer"] >= 0)]
+    return model, per_layer[per_layer["model"].astype(str) == model]
 
 
-def per_layer_values(table, statistic: str, model: str | None) -> tuple[str, list[float], list[int]]:
-    """(model, the statistic's value at each layer 0..L-1 (NaN where missing), the probed widths)."""
-    model, rows = _one_model(table, model)
-    stats = sorted(set(rows["statistic"]))
+def _listed(items: list[int], most: int = 5) -> str:
+    return ", ".join(map(str, items[:most])) + (f", ... ({len(items)} in all)" if len(items) > most else "")
+
+
+def per_layer_values(table, statistic: str, model: str | None,
+                     where: Path = Path(".")) -> tuple[str, list[float], list[int]]:
+    """(model, the statistic's value at each layer 0..L-1, the probed widths); refused unless every layer
+    0..L-1 has a value and L <= MAX_LAYERS."""
+    model, rows = _one_model(table, model, where)
+    stats = sorted(set(rows["statistic"].astype(str)))
     if statistic not in stats:
         raise UserError(f"statistic {statistic!r} is not in the probe; it has: {', '.join(stats)}")
-    n_layers = int(rows["layer"].max()) + 1
-    layers = range(n_layers)
-    values = rows[rows["statistic"] == statistic].groupby("layer")["value"].mean().reindex(layers)
+    layer = rows["layer"]
+    if (layer % 1 != 0).any():
+        bad = layer[layer % 1 != 0].iloc[0]
+        raise UserError(f"the probe table in {where} has a non-integer layer ({bad})")
+    top = int(layer.max())
+    if top >= MAX_LAYERS:  # before a table of `top` rows is made: a corrupt row must not cost memory or time
+        raise UserError(f"the probe table in {where} has a row at layer {top:,}: more than {MAX_LAYERS:,} "
+                        "layers is no probed model's; check the table")
+    layers = range(top + 1)
+    values = rows[rows["statistic"].astype(str) == statistic].groupby("layer")["value"].mean().reindex(layers)
+    missing = [int(i) for i in values.index[values.isna()]]
+    if missing:
+        raise UserError(f"statistic {statistic!r} has no value at layer(s) {_listed(missing)} of the "
+                        f"{len(layers)} layers in {where}; a schedule needs one at every layer")
     widths = rows.groupby("layer")["d_ff"].first().reindex(layers) if "d_ff" in rows else None
     probed = [] if widths is None or widths.isna().any() else [int(w) for w in widths]
     return model, [float(v) for v in values], probed
 
 
 def _budget(probed: list[int], d_ff: int | None) -> int:
-    if d_ff is not None:
-        return d_ff
-    if not probed or sum(probed) % len(probed):
-        raise UserError("the probe does not give the model's mean MLP width as an integer; pass --d-ff")
-    return sum(probed) // len(probed)
+    if d_ff is None:
+        if not probed or sum(probed) % len(probed):
+            raise UserError("the probe does not give the model's mean MLP width as an integer; pass --d-ff")
+        d_ff = sum(probed) // len(probed)
+        if not 1 <= d_ff <= MAX_WIDTH:
+            raise UserError(f"the probe's mean MLP width {d_ff:,} is outside 1..{MAX_WIDTH:,}: no real "
+                            "model's; check its d_ff column, or pass --d-ff")
+    if not 1 <= d_ff <= MAX_WIDTH:
+        raise UserError(f"--d-ff must be in 1..{MAX_WIDTH:,}, got {d_ff:,}")
+    return d_ff
 
 
-def write_from_probe(probe_dir: Path, statistic: str, rule: Rule, out: Path, d_ff: int | None,
-                     multiple_of: int, model: str | None) -> tuple[Path, int, int]:
-    """Write the schedule file; returns (path, n_layers, d_ff). Every input is checked before writing."""
+def _check_weights(values: list[float], statistic: str, rule: Rule) -> None:
+    """Refuse a statistic that gives every layer weight 0 (it would pass for a uniform schedule derived
+    from the probe) or a weight too large for a float."""
+    w = weights(values, rule)  # refuses a missing or non-finite value
+    if not all(math.isfinite(x) for x in w):
+        raise UserError(f"--statistic {statistic}: a weight max(0, f(x))^{rule.power:g} overflows a float; "
+                        "lower --power")
+    if not any(w):
+        raise UserError(f"--statistic {statistic} gives no layer a positive weight under --rule "
+                        f"{rule.transform} (max(0, f(x)) is 0 at all {len(values)} layers): nothing to share "
+                        "the budget by; choose a rule for which it is positive somewhere (e.g. -x or abs)")
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A schedule derived from a probe, checked and not yet written: the file's JSON object and the spec
+    that reading the file back gives (read_schedule_file)."""
+
+    out: Path
+    data: dict
+
+    @property
+    def n_layers(self) -> int:
+        return self.data["n_layers"]
+
+    @property
+    def d_ff(self) -> int:
+        return self.data["d_ff"]
+
+    @property
+    def spec(self) -> ScheduleSpec:
+        d = self.data
+        source = {"file": str(self.out), "n_layers": d["n_layers"], "d_ff": d["d_ff"], **d["source"]}
+        return ScheduleSpec(name=FILE, widths=tuple(d["widths"]), multiple_of=d["multiple_of"], source=source)
+
+    def write(self) -> Path:
+        check_out(self.out)  # again: the check and the write are apart in time
+        atomic_write_text(self.out, json.dumps(self.data, indent=2) + "\n")
+        return self.out
+
+
+def derive_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
+                      multiple_of: int = ScheduleSpec.multiple_of) -> Derived:
+    """The schedule file of `opts` with budget d_ff per layer (None: the probed model's mean width), every
+    input checked; nothing is written."""
     from tlm_probe.results import read_results
 
-    out = check_out(out)
+    if opts.from_probe is None:
+        raise UserError("derive_from_probe needs a probe folder (from_probe=)")
+    probe_dir = Path(opts.from_probe)
+    out = check_out(opts.out)
+    rule = opts.how
     table, _, prov = read_results(probe_dir)
-    model, values, probed = per_layer_values(table, statistic, model)
+    model, values, probed = per_layer_values(table, opts.statistic, opts.model, probe_dir)
     check_rule(rule, len(values))
+    _check_weights(values, opts.statistic, rule)
     d_ff = _budget(probed, d_ff)
     widths, ratios = widths_from_statistic(values, d_ff, multiple_of, rule)
     source = {
-        "kind": "from-probe", "probe_dir": str(Path(probe_dir).resolve()),
-        "probe_hash": hash_files([_results_file(Path(probe_dir))]), "model": model,
+        "kind": "from-probe", "probe_dir": str(probe_dir.resolve()),
+        "probe_hash": hash_files([_results_file(probe_dir)]), "model": model,
         "model_hash": prov.get("content_hash"), "n_tokens": (prov.get("data") or {}).get("n_tokens"),
-        "statistic": statistic, "rule": rule.to_dict(), "values": values, "probed_d_ff": probed,
+        "statistic": opts.statistic, "rule": rule.to_dict(), "values": values, "probed_d_ff": probed,
         "ratios": ratios,
     }
-    text = json.dumps(schedule_file_dict(widths, d_ff, multiple_of, source), indent=2) + "\n"
-    atomic_write_text(out, text)
-    return out, len(values), d_ff
+    return Derived(out, schedule_file_dict(widths, d_ff, multiple_of, source))
+
+
+def write_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
+                     multiple_of: int = ScheduleSpec.multiple_of) -> tuple[Path, int, int]:
+    """Write the schedule file; returns (path, n_layers, d_ff). Every input is checked before writing."""
+    derived = derive_from_probe(opts, d_ff, multiple_of)
+    return derived.write(), derived.n_layers, derived.d_ff

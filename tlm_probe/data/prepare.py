@@ -9,14 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from tlm_probe.data.env_corpus import corpus_manifest
+from tlm_probe.data.options import PrepareOptions
 from tlm_probe.data.sources import has_test_split, iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
-from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
 from tlm_probe.files.folder_lock import folder_lock
 from tlm_probe.tokenizer import make_tokenizer, parse_bpe
@@ -69,32 +70,35 @@ class ShardWriter:
 def prepare(
     source: str,
     out: Path,
-    tokenizer_spec: str = "byte",
-    shard_tokens: int = 100_000_000,
+    options: PrepareOptions | None = None,
+    *,
     overwrite: bool = False,
     on_doc: Callable[[], None] | None = None,
+    **fields,
 ) -> dict:
-    """Tokenize `source` into OUT/{train,val}/shard_*.tok + OUT/tokenizer/ + OUT/meta.json."""
+    """Tokenize `source` into OUT/{train,val}/shard_*.tok + OUT/tokenizer/ + OUT/meta.json.
+
+    `options` is a PrepareOptions (`tlm data prepare`'s options), or give its fields as keywords
+    (`tokenizer=`, `shard_tokens=`), which replace those of `options`. overwrite: --overwrite."""
     out = Path(out)
-    check_inputs(source, out, tokenizer_spec, shard_tokens, overwrite)
+    opts = replace(options or PrepareOptions(), **fields)
+    check_inputs(source, out, opts, overwrite)
     train_docs = iter_documents(source, "train")
-    if parse_bpe(tokenizer_spec) is not None:  # the BPE learns from the training split only
+    if parse_bpe(opts.tokenizer) is not None:  # the BPE learns from the training split only
         train_docs = list(train_docs)
-    tok = make_tokenizer(tokenizer_spec, train_docs if isinstance(train_docs, list) else None)
+    tok = make_tokenizer(opts.tokenizer, train_docs if isinstance(train_docs, list) else None)
     with folder_lock(out), temp_folder(out) as tmp:
-        meta = _write_splits(source, tmp, tok, train_docs, shard_tokens, on_doc)
+        meta = _write_splits(source, tmp, tok, train_docs, opts.shard_tokens, on_doc)
         publish(tmp, out, "data prepare")
     return meta
 
 
-def check_inputs(source: str, out: Path, tokenizer_spec: str, shard_tokens: int, overwrite: bool) -> None:
-    """Fail fast (before any progress bar or file) on a bad output, shard size, tokenizer spec or source."""
+def check_inputs(source: str, out: Path, options: PrepareOptions, overwrite: bool) -> None:
+    """Fail fast (before any progress bar or file) on a bad output or source (the options checked
+    themselves when they were made)."""
     check_apart(out, [source])
     claim(out, overwrite=overwrite, writes=("train", "val", "test", "tokenizer", "meta.json"),
           kind="data prepare")
-    if shard_tokens < 1:
-        raise UserError(f"shard size must be >= 1 token, got {shard_tokens}")
-    parse_bpe(tokenizer_spec)
     for split in splits_of(source):
         next(iter(iter_documents(source, split)))  # a UserError when the split is empty
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from tlm_probe.eval.run import EvalOptions, run_eval
+from tlm_probe.eval.run import EvalOptions, resolved_device, run_eval
 
 FOLDER = "eval"
 
@@ -20,6 +20,7 @@ def column_name(task: str, metric: str) -> str:
 
 def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
     """after_run for train.compare.compare: {column: value} of one run folder."""
+    opts = resolved_device(opts)  # as run_eval records it in provenance.json
 
     def after_run(run: Path) -> dict:
         import pandas as pd

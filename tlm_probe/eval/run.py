@@ -11,13 +11,13 @@ from __future__ import annotations
 import platform
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import InitVar, asdict, dataclass, field, replace
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tlm_probe.api_names import renamed_keywords
-from tlm_probe.data.sources import SPLITS
+from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP, resolve_split
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
@@ -25,55 +25,106 @@ from tlm_probe.eval.task_code import check_task_code
 from tlm_probe.eval.task_names import check_task_names
 from tlm_probe.seeds import check_seed
 
+if TYPE_CHECKING:
+    import pandas
+
 EVAL_COLUMNS = ["model", "task", "metric", "value", "stderr", "n"]
+TASKS_HELP = ("Comma-separated (or repeat --tasks): pydoc-mc, pydoc-lastword (built in, offline), a task "
+              "YAML, or any lm-evaluation-harness task name (its dataset must be available).")
+OLD_NAMES = {"ppl_split": "split", "ppl_tokens": "max_tokens"}
+"""EvalOptions' old keyword -> its name now (the CLI's); the old one still works (DeprecationWarning)."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class EvalOptions:
-    tasks: list[str] = field(default_factory=list)
-    """Harness task names, built-in task names or task YAML files/folders."""
-    ppl_data: list[str] = field(default_factory=list)
-    """Data sources for perplexity (any source the trainer reads)."""
-    ppl_split: str = "val"
-    """train | val | all: split of each perplexity source (val: held out from training)."""
+    """Everything that shapes an eval run besides the model. `tlm eval`'s options are generated from these
+    fields (commands/options.py): one default and one help for the library and the CLI. The library also
+    takes tasks as one comma-separated string, limit=None for all documents, and the old keywords
+    ppl_split= and ppl_tokens= (DeprecationWarning)."""
+
+    tasks: tuple[str, ...] = field(default=(), metadata={"help": TASKS_HELP})
+    """Harness task names, built-in task names or task YAML files/folders; a list, a tuple or one
+    comma-separated string (each entry may itself hold several names, comma separated)."""
+    ppl_data: tuple[str, ...] = ()
+    """Perplexity on this source (repeatable; any source `tlm train` reads)."""
+    split: str = field(default="auto", metadata={"help": "Split of each --ppl-data source: " + SPLIT_HELP})
+    """See data/sources.py SPLIT_HELP; auto is resolved per source (resolve_split)."""
     ppl_context: int = 0
-    """Window length for perplexity (0: the model's context)."""
+    """Perplexity window length (0: the model's context)."""
     ppl_stride: int = 0
-    """Stride between perplexity windows (0: the context, i.e. disjoint windows)."""
-    ppl_tokens: int = 65_536
-    """Stop each perplexity source after about this many scored tokens (0: all)."""
-    limit: int | None = None
-    """Documents per harness task (None: all)."""
+    """Stride between perplexity windows (0: = context, disjoint)."""
+    max_tokens: int = 65_536
+    """Scored tokens per --ppl-data source (0: all)."""
+    limit: int = 0
+    """Documents per task (0: all)."""
     task_source: str = "builtin:pydoc"
-    """Corpus whose validation split the built-in tasks are made from."""
+    """Corpus the built-in tasks are made from."""
     batch_size: int = 8
-    device: str = "cpu"
+    """Sequences per forward pass."""
+    device: str = "auto"
+    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
+    """float32 | float64 | bfloat16 | float16"""
     seed: int = 0
+    """Seed of the built-in tasks' draws and of the harness."""
     trust_task_code: bool = False
-    """Let task YAMLs run the Python their !function tags name (refused by default)."""
+    """Let task YAMLs run the Python their !function tags name."""
+    ppl_split: InitVar[str | None] = None
+    """Old name of split (deprecated)."""
+    ppl_tokens: InitVar[int | None] = None
+    """Old name of max_tokens (deprecated)."""
+
+    def __post_init__(self, ppl_split, ppl_tokens):
+        for old, value in (("ppl_split", ppl_split), ("ppl_tokens", ppl_tokens)):
+            if value is not None:  # the old keyword: passed on under the new name
+                new = OLD_NAMES[old]
+                if getattr(self, new) != getattr(EvalOptions, new) and getattr(self, new) != value:
+                    raise TypeError(f"EvalOptions() got {old}= and {new}=; {old} is the old name of {new}")
+                warnings.warn(f"EvalOptions({old}=...) is deprecated; use {new}= (as the CLI's "
+                              f"--{new.replace('_', '-')})", DeprecationWarning, stacklevel=3)
+                object.__setattr__(self, new, value)
+        object.__setattr__(self, "tasks", _names(self.tasks))
+        object.__setattr__(self, "ppl_data", (self.ppl_data,) if isinstance(self.ppl_data, str)
+                           else tuple(self.ppl_data))
+        if self.limit is None:  # the library's old "all"
+            object.__setattr__(self, "limit", 0)
+        check_values(self)
+
+
+def _names(tasks) -> tuple[str, ...]:
+    """Task names from a comma string, or a list/tuple of names (each entry may itself be comma separated)."""
+    entries = [tasks] if isinstance(tasks, str) else list(tasks)
+    return tuple(t.strip() for e in entries for t in str(e).split(",") if t.strip())
+
+
+def check_values(opts: EvalOptions) -> None:
+    """Values no eval can run with: one UserError line each, when the options are made (nothing read)."""
+    if opts.limit < 0:
+        raise UserError(f"--limit must be >= 0 (0: all), got {opts.limit}")
+    if opts.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    for name in ("max_tokens", "ppl_context", "ppl_stride"):  # 0 means all / the default
+        if getattr(opts, name) < 0:  # below 0 would silently score one window
+            zero = "all" if name == "max_tokens" else "the default"
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: {zero}), got {getattr(opts, name)}")
+    if opts.split not in SPLIT_CHOICES:
+        raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
+    check_seed(opts.seed, "--seed")
 
 
 @dataclass
 class EvalResult:
-    table: pd.DataFrame
+    table: pandas.DataFrame
     provenance: dict
     samples: dict
     """Per task: the harness's logged samples (each document's requests and scores)."""
 
 
 def check_options(opts: EvalOptions) -> None:
+    """Before anything is loaded: something to evaluate, and task files and names that exist (the values
+    themselves were checked when the options were made)."""
     if not opts.tasks and not opts.ppl_data:
         raise UserError("nothing to evaluate: give --tasks and/or --ppl-data")
-    if opts.limit is not None and opts.limit < 1:
-        raise UserError(f"--limit must be >= 1, got {opts.limit}")
-    if opts.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
-    if opts.ppl_tokens < 0:  # 0 means all; below 0 would silently score one window
-        raise UserError(f"--max-tokens must be >= 0 (0: all), got {opts.ppl_tokens}")
-    if opts.ppl_split not in SPLITS:
-        raise UserError(f"--split must be one of {', '.join(SPLITS)}, got {opts.ppl_split!r}")
-    check_seed(opts.seed, "--seed")
     for t in opts.tasks:
         if t.endswith((".yaml", ".yml")) and not Path(t).is_file():
             raise UserError(f"task config not found: {t}")
@@ -89,12 +140,20 @@ def stays_offline(model: str, opts: EvalOptions):
     return offline(is_local(model, opts.tasks, sources, set(BUILDERS)))
 
 
+def resolved_device(opts: EvalOptions) -> EvalOptions:
+    """`opts` with device auto made the device this machine has (any other name checked)."""
+    from tlm_probe.models.device import resolve_device_name
+
+    return replace(opts, device=resolve_device_name(opts.device))
+
+
 @renamed_keywords(allow_pickle="unsafe_pickle")
 def load_scorer(model: str, opts: EvalOptions, unsafe_pickle: bool = False, trust_remote_code: bool = False):
     from tlm_probe.capture.loading import load_probe_model
     from tlm_probe.eval.perplexity import IdsOnly, is_token_source
     from tlm_probe.eval.scorer import Scorer, TextCodec
 
+    opts = resolved_device(opts)
     pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, unsafe_pickle)
     ids_only = not opts.tasks and all(is_token_source(s) for s in opts.ppl_data)  # no text to encode
     codec = IdsOnly() if pm.tokenizer is None and ids_only else TextCodec(pm.tokenizer)
@@ -104,13 +163,17 @@ def load_scorer(model: str, opts: EvalOptions, unsafe_pickle: bool = False, trus
 def run_eval(model: str, opts: EvalOptions, *, scorer=None, task_dir: Path | None = None,
              progress: bool = False) -> EvalResult:
     """Evaluate; built-in task files are written into task_dir (a temporary folder when None).
-    `progress`: plain lines (a log) or a notebook line per phase (tlm_probe.progress)."""
+    `progress`: plain lines (a log) or a notebook line per phase (tlm_probe.progress). Device auto is
+    resolved here (provenance records the device used); split auto per perplexity source (its record)."""
     check_options(opts)
+    opts = resolved_device(opts)
     with stays_offline(model, opts):
         return _run_eval(model, opts, scorer, task_dir, progress)
 
 
 def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None, progress: bool) -> EvalResult:
+    import pandas as pd
+
     from tlm_probe.progress import Ticker
 
     started = time.perf_counter()
@@ -125,7 +188,7 @@ def _run_eval(model: str, opts: EvalOptions, scorer, task_dir: Path | None, prog
     ppl = []
     for source in opts.ppl_data:
         with Ticker(f"eval: perplexity of {source}", None, "windows", enabled=progress) as bar:
-            res = _ppl(scorer, source, opts, bar.advance)
+            res = _ppl(scorer, source, resolve_split(opts.split, source, model), opts, bar.advance)
         rows += res.rows(scorer.pm.name)
         ppl.append({k: v for k, v in asdict(res).items() if k != "nll_sum"})
     table = pd.DataFrame(rows, columns=EVAL_COLUMNS)
@@ -146,7 +209,7 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
         scorer,
         names,
         [folder, *{p if p.is_dir() else p.parent for p in paths}] if builtin or paths else [],
-        limit=opts.limit,
+        limit=opts.limit or None,
         seed=opts.seed,
         trust_code=opts.trust_task_code,
         builtin_only=len(builtin) + len(paths) == len(opts.tasks),
@@ -197,13 +260,16 @@ def _config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _ppl(scorer, source: str, opts: EvalOptions, progress=None):
-    from tlm_probe.eval.perplexity import perplexity, source_ids
+def _ppl(scorer, source: str, split: str, opts: EvalOptions, progress=None):
+    """The perplexity of one source, on `split` (--split resolved for this source)."""
+    from tlm_probe.eval.perplexity import is_prepared, is_token_source, perplexity, source_ids
 
-    ids = source_ids(source, opts.ppl_split, scorer.codec)
+    if split == "test" and is_token_source(source) and not is_prepared(source):
+        raise UserError(f"--split test: {source} is a token file, which has only train and val")
+    ids = source_ids(source, split, scorer.codec)
     return perplexity(
-        scorer, ids, source=source, split=opts.ppl_split, context=opts.ppl_context,
-        stride=opts.ppl_stride, max_tokens=opts.ppl_tokens or None, progress=progress,
+        scorer, ids, source=source, split=split, context=opts.ppl_context,
+        stride=opts.ppl_stride, max_tokens=opts.max_tokens or None, progress=progress,
     )
 
 

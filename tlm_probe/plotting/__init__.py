@@ -2,23 +2,36 @@
 
     from tlm_probe.plotting import plot_depth, save_figure
     save_figure(plot_depth(results_df, "align_mlp_mid"), "fig.png")
+
+The names below are imported on first use, not with the package: `tlm_probe.plotting.options` (what the
+CLI builds `tlm plot`'s options from at start-up) must not pull in matplotlib.
 """
 
-from tlm_probe.plotting.curves import plot_curves
-from tlm_probe.plotting.depth import plot_depth
-from tlm_probe.plotting.heatmaps import plot_heatmaps
-from tlm_probe.plotting.importance import plot_importance
-from tlm_probe.plotting.schedules import plot_schedules
-from tlm_probe.plotting.style import FORMATS, figure_style, parse_size, save_figure
+from __future__ import annotations
 
-__all__ = [
-    "FORMATS",
-    "figure_style",
-    "parse_size",
-    "plot_curves",
-    "plot_depth",
-    "plot_heatmaps",
-    "plot_importance",
-    "plot_schedules",
-    "save_figure",
-]
+import importlib
+
+# name -> the module of this package that defines it
+_WHERE = {
+    "FORMATS": "style",
+    "figure_style": "style",
+    "parse_size": "options",
+    "plot_curves": "curves",
+    "plot_depth": "depth",
+    "plot_heatmaps": "heatmaps",
+    "plot_importance": "importance",
+    "plot_schedules": "schedules",
+    "save_figure": "style",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

@@ -18,12 +18,10 @@ from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_path
+from tlm_probe.plotting.options import DEFAULT_DPI, DEFAULT_SIZE, check_dpi, check_size
 
 PALETTE = "colorblind"
 FORMATS = ("png", "pdf", "svg")
-DEFAULT_SIZE = (1200, 800)
-DEFAULT_DPI = 150
-MIN_PIXELS, MAX_PIXELS = 200, 10_000
 TITLE_WIDTH = 80  # characters per title line
 
 # Readable names with units for every contract statistic; unknown statistics fall back to their own name.
@@ -97,26 +95,8 @@ def figure_style() -> Iterator[None]:
 def new_figure(size: Sequence[int] = DEFAULT_SIZE, dpi: int = DEFAULT_DPI) -> Figure:
     """A figure of exactly `size` pixels when saved at `dpi` (no tight bbox, which would change it)."""
     width, height = check_size(size)
-    if dpi < 10 or dpi > 1200:
-        raise UserError(f"dpi must be between 10 and 1200, got {dpi}")
+    check_dpi(dpi)
     return Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
-
-
-def check_size(size: Sequence[int]) -> tuple[int, int]:
-    width, height = (int(v) for v in size)
-    for v in (width, height):
-        if not MIN_PIXELS <= v <= MAX_PIXELS:
-            raise UserError(f"figure size {width}x{height} px is out of range ({MIN_PIXELS}..{MAX_PIXELS})")
-    return width, height
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """'1200x800' -> (1200, 800)."""
-    try:
-        w, h = text.lower().split("x")
-        return check_size((int(w), int(h)))
-    except ValueError as e:
-        raise UserError(f"--size must look like 1200x800 (pixels), got {text!r}") from e
 
 
 def figure_format(path: str | Path) -> str:

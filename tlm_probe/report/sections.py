@@ -27,6 +27,7 @@ from tlm_probe.plotting.inputs import (
     split_note,
 )
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
+from tlm_probe.report.options import ReportOptions
 from tlm_probe.report.summary import comparison_summary, eval_headline
 from tlm_probe.results import ProbeResult
 
@@ -47,7 +48,14 @@ MAX_DEPTH_FIGURES = 16
 SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-def build_document(paths: Sequence[str | Path], *, title: str, size: tuple[int, int], dpi: int) -> Document:
+def build_document(paths: Sequence[str | Path], options: ReportOptions | None = None, **fields) -> Document:
+    """The report page of `paths` that `options` asks for (or ReportOptions(**fields)); its figures are
+    drawn later, by html.render_figures."""
+    if options is None:
+        options = ReportOptions(**fields)
+    elif fields:
+        raise TypeError(f"give ReportOptions or its fields, not both: {', '.join(fields)}")
+    title, size, dpi = options.title, options.pixels, options.dpi
     kinds = [(Path(p), input_kind(p)) for p in paths]
     loaders = {"compare": load_comparison, "run": load_run}
     trained = [(n, k, loaders[k](p)) for n, (p, k) in enumerate(kinds) if k in loaders]

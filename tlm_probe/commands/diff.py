@@ -1,0 +1,70 @@
+"""`tlm diff A B --out DIR`: where two models differ (layer correspondence by CKA, residual drift, KL and
+ΔNLL by position and token frequency), streamed over a corpus (tlm_probe/diff/engine.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+
+from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.flags import JsonOut, Loading, Threads
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.diff.options import DiffOptions
+
+MODEL_HELP = "Checkpoint folder (ours or Hugging Face) or a hub name."
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffRun(Loading, Threads, JsonOut):
+    """`tlm diff`'s settings beside DiffOptions."""
+
+    out: Path
+    """Result folder: diff.json, cka.csv, layers.csv, tokens.csv."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("diff")})
+    """See commands/overwrite.py."""
+
+
+def register(app: typer.Typer) -> None:
+    @command(app, "diff", "tlm diff cmp/runs/uniform-s0 cmp/runs/cosine_1.5_0.5-s0 --out diff/u-vs-c")
+    @with_options(options=DiffOptions, run=DiffRun)
+    def diff(
+        model_a: str = typer.Argument(..., help=f"Model A. {MODEL_HELP}"),
+        model_b: str = typer.Argument(..., help=f"Model B, the reference of drift, KL(A||B) and "
+                                                f"ΔNLL = A - B. {MODEL_HELP}"),
+        *,
+        options: DiffOptions,
+        run: DiffRun,
+    ):
+        """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
+        layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
+        from tlm_probe.diff.engine import run_diff, write_diff
+        from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.files.folder_lock import folder_lock
+        from tlm_probe.threads import torch_threads
+
+        check_apart(run.out, [model_a, model_b, options.data])
+        claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+        with folder_lock(run.out), torch_threads(run.threads, "--threads"):
+            res = run_diff(model_a, model_b, options, trust_remote_code=run.trust_remote_code,
+                           unsafe_pickle=run.unsafe_pickle)
+            write_diff(run.out, res)
+        s = res.summary
+        if run.json_out:
+            print_json({"out": str(run.out), **s})
+            return
+        console.print(f"{s['model_a']} vs {s['model_b']}: {s['n_tokens']:,} tokens; KL(A||B) "
+                      f"{s['kl_mean']:.4g} nats/token, ΔNLL (A - B) {s['dnll_mean']:+.4f}",
+                      highlight=False, markup=False)
+        for l, (row, best) in enumerate(zip(s["cka"], s["best_match"], strict=True)):
+            diag = row[l] if l < len(row) and row[l] is not None else float("nan")
+            drift = s["drift"][l]
+            console.print(f"  layer {l}: CKA with B's layer {l} {diag:.3f}, best match B{best} "
+                          f"({max(x for x in row if x is not None):.3f}); drift "
+                          f"{'n/a' if drift is None else f'{drift:.3f}'}", highlight=False, markup=False)
+        console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv", highlight=False)
+
+
+OURS = ("diff.json", "cka.csv", "layers.csv", "tokens.csv")

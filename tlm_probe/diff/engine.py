@@ -1,0 +1,249 @@
+"""Diff two models on the same tokens, in one streamed pass and bounded memory (no activation is kept):
+
+- layer correspondence: linear CKA of the residual stream (each block's output) between every layer of A
+  and every layer of B, from accumulated Gram sums (stats/cka.py), and B's best-matching layer for each of A;
+- residual drift ||h_A - h_B|| / ||h_B|| per layer (mean over tokens), where the two streams have the same
+  width: layer to layer when the depths are equal, else each layer of A against B's layer at the same
+  relative depth (diff.json says which);
+- per token KL(A || B) of the next-token distributions and dNLL = NLL_A - NLL_B, by position bucket and by
+  the frequency of the target token in the probed text.
+Both models must read the same token ids (the same vocabulary size, and the same ids for a test string
+when both have a tokenizer).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tlm_probe.capture import load_probe_model
+from tlm_probe.capture import sequences as sq
+from tlm_probe.capture.native import first_tensor
+from tlm_probe.capture.probe_model import ProbeModel
+from tlm_probe.data.sources import resolve_split
+from tlm_probe.diff.options import DiffOptions
+from tlm_probe.errors import UserError
+from tlm_probe.models.device import resolve_device_name
+from tlm_probe.stats.cka import LayerCKA
+
+POSITION_EDGES = (0, 1, 4, 16, 64, 256, 1024)
+"""Position buckets [0,1), [1,4), ..., [1024, inf): the first token, the first few, and so on."""
+COUNT_EDGES = (1, 3, 11, 101)
+"""Frequency buckets of a target token by its count in the probed text: 1-2, 3-10, 11-100, > 100."""
+CHECK_TEXT = "The quick brown fox, 1234 — ünïcode."
+
+
+@dataclass
+class DiffResult:
+    summary: dict
+    """diff.json: cka, best_match, drift, kl_mean, dnll_mean, buckets, provenance."""
+    cka: np.ndarray
+    drift: list[float]
+
+
+def bucket_label(edges: tuple[int, ...], i: int) -> str:
+    hi = edges[i + 1] - 1 if i + 1 < len(edges) else None
+    return f"{edges[i]}+" if hi is None else (str(edges[i]) if hi == edges[i] else f"{edges[i]}-{hi}")
+
+
+class _Taps:
+    """Forward hooks that keep each block's output (the residual stream after it) for one batch."""
+
+    def __init__(self, pm: ProbeModel):
+        self.out: list[torch.Tensor | None] = [None] * pm.n_layers
+        self.handles = [pm.layer(l).register_forward_hook(self._keep(l)) for l in range(pm.n_layers)]
+
+    def _keep(self, l: int):
+        def hook(module, args, output):
+            self.out[l] = first_tensor(output).detach()
+
+        return hook
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
+    if not (pa.is_causal and pb.is_causal):
+        raise UserError("tlm diff compares next-token predictions: both models must be causal decoders")
+    if pa.vocab_size != pb.vocab_size:
+        raise UserError(f"the models read different vocabularies ({pa.vocab_size} vs {pb.vocab_size} ids)")
+    ta, tb = pa.tokenizer, pb.tokenizer
+    if ta is not None and tb is not None and _ids(ta, CHECK_TEXT) != _ids(tb, CHECK_TEXT):
+        raise UserError("the models' tokenizers give different ids for the same text; diff needs one "
+                        "tokenizer")
+
+
+def _ids(tok, text: str) -> list[int]:
+    ids = tok(text, add_special_tokens=False)["input_ids"] if callable(tok) else tok.encode(text)
+    return [int(i) for i in ids]
+
+
+def pairing(n_a: int, n_b: int) -> tuple[list[int], str]:
+    """B's layer paired with each layer of A for the drift, and how it was chosen."""
+    if n_a == n_b:
+        return list(range(n_a)), "layer"
+    return [round(l * (n_b - 1) / max(n_a - 1, 1)) for l in range(n_a)], "relative depth"
+
+
+class _Tokens:
+    """KL and dNLL sums per position bucket and per target-frequency bucket."""
+
+    def __init__(self, counts: collections.Counter):
+        self.counts = counts
+        self.sums = collections.defaultdict(lambda: np.zeros(3))  # (kind, bucket) -> [kl, dnll, n]
+
+    def add(self, kl: torch.Tensor, dnll: torch.Tensor, pos: torch.Tensor, targets: torch.Tensor) -> None:
+        pos_b = np.searchsorted(POSITION_EDGES, pos.numpy(), side="right") - 1
+        freq = np.array([self.counts[int(t)] for t in targets.tolist()])
+        freq_b = np.searchsorted(COUNT_EDGES, freq, side="right") - 1
+        kl_np, d_np = kl.double().numpy(), dnll.double().numpy()
+        for kind, edges, idx in (("position", POSITION_EDGES, pos_b), ("target_count", COUNT_EDGES, freq_b)):
+            for b in np.unique(idx):
+                sel = idx == b
+                key = (kind, bucket_label(edges, int(b)))
+                self.sums[key] += [kl_np[sel].sum(), d_np[sel].sum(), sel.sum()]
+
+    def rows(self) -> list[dict]:
+        return [{"bucket_kind": k, "bucket": b, "kl_mean": v[0] / v[2], "dnll_mean": v[1] / v[2],
+                 "n": int(v[2])} for (k, b), v in self.sums.items()]
+
+
+def run_diff(model_a, model_b, opts: DiffOptions, *, trust_remote_code: bool = False,
+             unsafe_pickle: bool = False) -> DiffResult:
+    started = time.time()
+    device = resolve_device_name(opts.device)
+    load = dict(trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+    pa = model_a if isinstance(model_a, ProbeModel) else load_probe_model(model_a, device, opts.dtype, **load)
+    pb = model_b if isinstance(model_b, ProbeModel) else load_probe_model(model_b, device, opts.dtype, **load)
+    check_pair(pa, pb)
+    split = resolve_split(opts.split, opts.data, model_a)
+    if split != "val" and resolve_split(opts.split, opts.data, model_b) == "val":
+        split = "val"  # either model may have trained on the source: held-out text only
+    opts = replace(opts, split=split, device=device)
+    source = sq.read_source(opts.data, split)  # a token file is read once
+    limits = [m for m in (sq.max_positions(pa), sq.max_positions(pb)) if m]
+    seq_len = opts.seq_len or sq.row_length(source, split) or min([256, *limits])
+    for pm in (pa, pb):
+        sq.check_seq_len(pm, seq_len)
+    seqs = list(sq.limit_tokens(sq.token_sequences(pa, source, seq_len, split, str(opts.data)[:80]),
+                                opts.max_tokens or None))
+    if not seqs:
+        raise UserError(f"no tokens to compare in {str(opts.data)[:80]!r}")
+    acc = _stream(pa, pb, seqs, opts)
+    return _result(pa, pb, acc, opts, time.time() - started)
+
+
+@dataclass
+class _Acc:
+    cka: LayerCKA
+    drift_sum: np.ndarray
+    tokens: _Tokens
+    pair: list[int]
+    pairing: str
+    n: int = 0
+
+
+def _stream(pa: ProbeModel, pb: ProbeModel, seqs: list[list[int]], opts: DiffOptions) -> _Acc:
+    pair, how = pairing(pa.n_layers, pb.n_layers)
+    acc = _Acc(LayerCKA(pa.n_layers, pa.d_model, pb.n_layers, pb.d_model), np.zeros(pa.n_layers),
+               _Tokens(collections.Counter(t for s in seqs for t in s)), pair, how)
+    taps = _Taps(pa), _Taps(pb)
+    try:
+        with torch.no_grad():
+            for ids, mask in sq.batches(seqs, opts.batch_size, sq.pad_id(pa), opts.device):
+                _batch(pa, pb, taps, ids, mask, opts, acc)
+    finally:
+        for t in taps:
+            t.close()
+    return acc
+
+
+def _batch(pa, pb, taps, ids: torch.Tensor, mask: torch.Tensor, opts: DiffOptions, acc: _Acc) -> None:
+    logits_a = first_tensor(pa.forward(ids, mask)).float()  # (B, T, V)
+    logits_b = first_tensor(pb.forward(ids, mask)).float()
+    keep = mask.bool().clone()
+    if opts.exclude_bos:
+        keep[:, 0] = False
+    flat = keep.reshape(-1)
+    acc.cka.add([h.reshape(-1, h.shape[-1])[flat] for h in taps[0].out],
+                [h.reshape(-1, h.shape[-1])[flat] for h in taps[1].out])
+    if pa.d_model == pb.d_model:
+        for l, j in enumerate(acc.pair):
+            ha, hb = taps[0].out[l][keep].double(), taps[1].out[j][keep].double()
+            acc.drift_sum[l] += ((ha - hb).norm(dim=-1) / hb.norm(dim=-1).clamp_min(1e-300)).sum().item()
+    acc.n += int(flat.sum())
+    la, lb = F.log_softmax(logits_a[:, :-1].double(), -1), F.log_softmax(logits_b[:, :-1].double(), -1)
+    has_target = keep[:, :-1] & mask[:, 1:].bool()
+    targets = ids[:, 1:][has_target]
+    kl = (la.exp() * (la - lb)).sum(-1)[has_target].clamp_min(0.0)  # >= 0 up to rounding
+    dnll = (lb - la).gather(-1, ids[:, 1:, None]).squeeze(-1)[has_target]  # NLL_A - NLL_B
+    pos = torch.arange(ids.shape[1] - 1).expand_as(has_target)[has_target]
+    acc.tokens.add(kl.cpu(), dnll.cpu(), pos.cpu(), targets.cpu())
+
+
+def _result(pa: ProbeModel, pb: ProbeModel, acc: _Acc, opts: DiffOptions, seconds: float) -> DiffResult:
+    cka = acc.cka.value().numpy()
+    drift = [float(x / acc.n) if pa.d_model == pb.d_model else float("nan") for x in acc.drift_sum]
+    rows = acc.tokens.rows()
+    n_pred = sum(r["n"] for r in rows if r["bucket_kind"] == "position")
+    kl_mean = sum(r["kl_mean"] * r["n"] for r in rows if r["bucket_kind"] == "position") / max(n_pred, 1)
+    dnll = sum(r["dnll_mean"] * r["n"] for r in rows if r["bucket_kind"] == "position") / max(n_pred, 1)
+    summary = {
+        "model_a": pa.name, "model_b": pb.name, "n_layers": [pa.n_layers, pb.n_layers],
+        "d_model": [pa.d_model, pb.d_model], "d_ff": [list(pa.d_ff), list(pb.d_ff)],
+        "cka": [[_num(v) for v in row] for row in cka],
+        "best_match": [int(np.nanargmax(row)) if np.isfinite(row).any() else None for row in cka],
+        "drift": [_num(v) for v in drift], "drift_pairing": acc.pairing, "drift_layers_b": acc.pair,
+        "kl_mean": kl_mean, "dnll_mean": dnll, "n_tokens": acc.n, "n_predictions": n_pred,
+        "buckets": rows, "options": opts.__dict__, "seconds": seconds,
+        "paths": [str(pa.path) if pa.path else None, str(pb.path) if pb.path else None],
+    }
+    return DiffResult(summary, cka, drift)
+
+
+def _num(v: float) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def tables(res: DiffResult) -> dict[str, list[dict]]:
+    """The tidy CSVs: cka.csv (layer x layer matrix rows), layers.csv (per layer of A), tokens.csv."""
+    s = res.summary
+    name = f"{s['model_a']} vs {s['model_b']}"
+    cka = [{"model": name, "layer_i": i, "layer_j": j, "statistic": "cka_resid", "value": v}
+           for i, row in enumerate(s["cka"]) for j, v in enumerate(row)]
+    n_a = s["n_layers"][0]
+    layers = []
+    for l in range(n_a):
+        depth = l / max(n_a - 1, 1)
+        finite = [x for x in s["cka"][l] if x is not None]
+        best = max(finite) if finite else None
+        for stat, value in (("drift_resid", s["drift"][l]), ("cka_best", best),
+                            ("best_match_layer", s["best_match"][l])):
+            layers.append({"model": name, "layer": l, "depth": depth, "statistic": stat, "value": value,
+                           "n_tokens": s["n_tokens"], "d_ff": s["d_ff"][0][l]})
+    tokens = [{"model": name, **r} for r in s["buckets"]]
+    return {"cka.csv": cka, "layers.csv": layers, "tokens.csv": tokens}
+
+
+def write_diff(out: Path, res: DiffResult) -> None:
+    """diff.json and the tidy CSVs into `out`, all-or-nothing (a temporary folder published at the end)."""
+    import json
+
+    import pandas as pd
+
+    from tlm_probe.files.fileio import publish, temp_folder
+
+    with temp_folder(out) as tmp:
+        (tmp / "diff.json").write_text(json.dumps(res.summary, indent=1, default=str) + "\n")
+        for name, rows in tables(res).items():
+            pd.DataFrame(rows).to_csv(tmp / name, index=False)
+        publish(tmp, out, "diff")

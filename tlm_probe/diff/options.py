@@ -1,0 +1,40 @@
+"""DiffOptions: what shapes a diff of two models (light: the CLI builds `tlm diff`'s options from it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
+from tlm_probe.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffOptions:
+    """Everything that shapes `tlm diff` besides the two models (recorded in diff.json)."""
+
+    data: str = "builtin:pydoc"
+    """builtin:pydoc | builtin:stdlib | builtin:env | text file/folder/glob | file.jsonl[:field] |
+    hf:NAME[:split] | token ids (.npy, .pt, .tok, folder)."""
+    split: str = field(default="auto", metadata={"help": SPLIT_HELP})
+    """See data/sources.py SPLIT_HELP (auto: val where either model may have trained on the source)."""
+    seq_len: int = 0
+    """Tokens per sequence (0: 256, or the shorter context of the two models)."""
+    max_tokens: int = 16_384
+    """Stop after this many tokens (0: all the data)."""
+    batch_size: int = 8
+    """Sequences per forward pass."""
+    exclude_bos: bool = False
+    """Leave position 0 out of every mean."""
+    device: str = "auto"
+    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
+    dtype: str = "float32"
+    """float32 | float64 | bfloat16 | float16"""
+
+    def __post_init__(self):
+        for name in ("seq_len", "max_tokens"):
+            if getattr(self, name) < 0:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.batch_size < 1:
+            raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.split not in SPLIT_CHOICES:
+            raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")

@@ -1,0 +1,117 @@
+"""`tlm schedule`'s options that belong to schedules: the shape and its parameters, what it tapers
+(ScheduleOptions), and how a probe's per-layer statistic becomes one (FromProbeOptions). Kw-only frozen
+dataclasses whose field docstrings are the help (commands/options.py generates the CLI from them); pure, no
+model code and no torch, so that the CLI builds them at start-up for free.
+
+The defaults are the library's own: a shape parameter left at None takes ScheduleSpec's default (or the
+shape's own, DEFAULTS: OpenELM's multipliers), and a rule's defaults are Rule's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tlm_probe.schedules.heads import COMPONENTS
+from tlm_probe.schedules.rules import TRANSFORMS, Rule, check_rule
+from tlm_probe.schedules.widths import DEFAULTS, ScheduleError, ScheduleSpec
+
+MAX_LAYERS = 10_000
+"""The most layers a schedule is made for (trained transformers have ~10^2): more is a typo or a corrupt
+probe table, refused before an allocation whose cost grows with L runs."""
+MAX_WIDTH = 2**20
+"""The widest uniform MLP (d_ff) or residual (d_model) a schedule is accounted for: 1,048,576, some 14x
+the widest trained dense model's d_ff (PaLM 540B: 73,728). More is a typo or a corrupt probe table."""
+
+
+def _shape_help(text: str, key: str) -> str:
+    """The help of a shape parameter, its default taken from ScheduleSpec (and from DEFAULTS for the shapes
+    whose own differs), so that the help cannot drift from the value used."""
+    other = "".join(f"; {name}: {d[key]:g}" for name, d in DEFAULTS.items() if key in d)
+    return text.format(default=f"{getattr(ScheduleSpec, key):g}{other}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleOptions:
+    """What `tlm schedule` tapers, and how: the shape, its parameters, the rounding, the component."""
+
+    schedule: str = "cosine"
+    """uniform|linear|cosine|sigmoid|openelm[:S:E]|middle[:FRACTION]|hourglass[:WAIST:DEPTH]|
+    wider-early|wider-middle|wider-late, explicit widths '4096,4096,...' (0: no MLP), or a schedule file
+    'x.json'."""
+    start: float | None = field(default=None, metadata={
+        "help": _shape_help("Start ratio r_s (tapers; default: {default}).", "start")})
+    """Start ratio r_s (tapers; None: the shape's own, ScheduleSpec.start or DEFAULTS)."""
+    end: float | None = field(default=None, metadata={
+        "help": _shape_help("End ratio r_e (tapers; default: {default}).", "end")})
+    """End ratio r_e (tapers; None: the shape's own, ScheduleSpec.end or DEFAULTS)."""
+    steepness: float | None = field(default=None, metadata={
+        "help": _shape_help("Sigmoid steepness (default: {default}).", "steepness")})
+    """Sigmoid steepness (None: ScheduleSpec.steepness)."""
+    wide_factor: float | None = field(default=None, metadata={
+        "help": _shape_help("Width ratio of the wide third (grouped; default: {default}).", "wide_factor")})
+    """Width ratio of the wide third of the grouped controls (None: ScheduleSpec.wide_factor)."""
+    multiple_of: int = ScheduleSpec.multiple_of
+    """Round every width to a multiple of this."""
+    component: str = "mlp"
+    """What --schedule tapers: mlp (MLP width d_l) | heads (query heads, in units of one GQA group) | kv
+    (key/value heads, each dividing its layer's query heads) | mem (--mixer titans: the memory MLP's hidden
+    width, multiples of 8)."""
+
+    def __post_init__(self):
+        if self.component not in COMPONENTS:
+            raise ScheduleError(f"unknown component {self.component!r}; choose one of: "
+                                f"{', '.join(COMPONENTS)}")
+        if not 1 <= self.multiple_of <= MAX_WIDTH:
+            raise ScheduleError(f"--multiple-of must be in 1..{MAX_WIDTH:,}, got {self.multiple_of}")
+
+    def given(self) -> dict[str, float]:
+        """The shape parameters set by flag (not left to the shape's default)."""
+        keys = ("start", "end", "steepness", "wide_factor")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FromProbeOptions:
+    """`tlm schedule --from-probe`: a schedule file from a probe's per-layer statistic (the writer in
+    commands/schedule_from_probe.py takes this object). The rule's defaults are Rule's."""
+
+    from_probe: Path | None = None
+    """A probe result folder: widths (or, with --component heads, query heads) ∝ a function of its
+    per-layer --statistic (writes --out FILE.json)."""
+    statistic: str | None = None
+    """--from-probe: the per-layer statistic (e.g. ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp,
+    effective_rank)."""
+    rule: str = field(default=Rule.transform, metadata={
+        "help": f"--from-probe: f in widths ∝ max(0, f(x))^power: {' | '.join(TRANSFORMS)}."})
+    """f in widths ∝ max(0, f(x))^power (Rule.transform; TRANSFORMS)."""
+    power: float = Rule.power
+    """--from-probe: exponent on the weights."""
+    min_ratio: float = Rule.min_ratio
+    """--from-probe: smallest d_l/d_ff (0 allows no MLP)."""
+    max_ratio: float = Rule.max_ratio
+    """--from-probe: largest d_l/d_ff."""
+    monotone: str = Rule.monotone
+    """--from-probe: none | decreasing | increasing (isotonic projection of the weights)."""
+    model: str | None = None
+    """--from-probe: the model, when the probe holds several."""
+    out: Path | None = None
+    """--from-probe: the schedule file to write."""
+
+    def __post_init__(self):
+        check_rule(self.how, 1)  # a bad rule is refused before the probe is read
+        if self.from_probe is None:
+            given = [f"--{k}" for k in ("statistic", "model", "out") if getattr(self, k) is not None]
+            if given:  # they would be ignored: say so
+                raise ScheduleError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} read only with "
+                                    "--from-probe; drop it or add --from-probe PROBE_DIR")
+            return
+        if self.statistic is None:
+            raise ScheduleError("--from-probe needs --statistic NAME")
+        if self.out is None:
+            raise ScheduleError("--from-probe writes a schedule file: give --out FILE.json")
+
+    @property
+    def how(self) -> Rule:
+        """The rule that turns the statistic into widths."""
+        return Rule(self.rule, self.power, self.min_ratio, self.max_ratio, self.monotone)
