@@ -54,6 +54,8 @@ def _fake_study(root: Path, effects: dict, seed: int = 0) -> pd.DataFrame:
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps({"d_ff": WIDTHS[arm], "n_layers": 9}))
         (folder / "run.json").write_text(json.dumps({"val_loss": nll + 0.5}))
+        (folder / "metrics.jsonl").write_text(
+            json.dumps({"kind": "eval", "step": 3700, "tokens": 7577600, "val_loss": nll + 0.5}) + "\n")
         pd.DataFrame([{"task": "ppl", "metric": "token_nll", "value": nll, "n": 262144}]).to_csv(
             folder / "test.csv", index=False)
         rows.append({"arm": arm, "seed": s, "lr": lr, "nll": nll})
@@ -112,6 +114,8 @@ def test_preregistered_analysis_on_a_synthetic_complete_study(tmp_path):
     sims = np.random.default_rng(1).normal(dz, 1.0, (20000, 9))
     t = sims.mean(1) / (sims.std(1, ddof=1) / 3)
     assert (np.abs(t) > stats.t.ppf(1 - 0.05 / 6, 8)).mean() == pytest.approx(0.80, abs=0.015)
+    trajectories = pd.read_csv(tmp_path / "trajectories.csv")
+    assert len(trajectories) == len(truth) and set(trajectories["step"]) == {3700}
     lr = pd.read_csv(tmp_path / "lr_check.csv")
     assert len(lr) == 4 and lr["lr"].nunique() == 2  # two learning rates x seeds 0 and 1
 
