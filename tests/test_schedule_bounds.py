@@ -25,3 +25,15 @@ def test_zero_weights_beyond_the_cap_are_refused():
     # two positive weights of nine, capped at 2x: at most 2*2 + 7*0 = 4 < 9 -> impossible, said so
     with pytest.raises(ScheduleError, match="cannot hold the budget"):
         bounded_ratios([1.0, 0.5] + [0.0] * 7, 0.0, 2.0)
+
+
+def test_a_deep_kv_schedule_is_one_error_line_not_a_recursion_traceback():
+    """Found while bounding --layers (issue 36): the exact key/value-head search recursed once per layer and
+    died of a RecursionError from about 500 layers; it is refused in one line above its limit."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    res = CliRunner().invoke(app, ["schedule", "--component", "kv", "--heads", "16", "--kv-heads", "4",
+                                   "--layers", "500"])
+    assert res.exit_code == 1 and "at most 256 layers" in res.output and "Traceback" not in res.output

@@ -123,12 +123,19 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
+MAX_SNAP_LAYERS = 256
+"""The deepest model whose key/value-head counts are searched exactly (real models have <= ~128 layers)."""
+
+
 def _snap(heads: tuple[int, ...], targets: tuple[float, ...], total: int) -> list[int]:
     """Divisors k_l of heads[l], Σ k_l = total, closest to targets (least squares), keeping the targets'
     monotone direction; exact search over (layer, remaining sum, previous count)."""
+    L = len(heads)
+    if L > MAX_SNAP_LAYERS:  # the exact search recurses once per layer
+        raise ScheduleError(f"key/value head schedules are searched exactly for at most {MAX_SNAP_LAYERS} "
+                            f"layers; got {L}")
     label = monotone_label(targets)
     down, up = label.startswith("non-increasing"), label.startswith("non-decreasing")
-    L = len(heads)
 
     @cache
     def best(l: int, left: int, prev: int) -> tuple[float, tuple[int, ...]] | None:
