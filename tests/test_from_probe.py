@@ -256,3 +256,55 @@ def test_derived_spec_is_the_one_read_back_and_layers_must_agree(tmp_path):
                          (["--start", "1.2"], "drop --start"), (["--rule", "log"], "unknown rule")):
         r = runner.invoke(app, [*base, *args])
         assert r.exit_code == 1 and needle in r.stderr, r.output
+
+
+def test_halves_are_disjoint_and_cover_the_probed_tokens(tmp_path):
+    model = _model(tmp_path / "m", [4.0, 2.0, 1.0, 0.5], seed=3)
+    n = {}
+    for half in ("", "a", "b"):
+        res = probe(str(model), "builtin:pydoc", stats="norm_ratio_mlp", max_tokens=2000, seq_len=32,
+                    split="val", half=half, full=True)
+        n[half] = res.provenance["data"]["n_tokens"]
+    assert n["a"] + n["b"] == n[""] and n["a"] > 0 and n["b"] > 0
+
+
+def test_check_with_reports_stability_and_refuses_an_unstable_schedule(tmp_path):
+    """Two halves of one probe agree (written, stability recorded); a second probe whose statistic is
+    reversed across layers is refused, nothing written, unless --allow-unstable. The parity table uses
+    the probed model's d_model and vocabulary, not the defaults."""
+    model = _model(tmp_path / "m", [4.0, 2.0, 1.0, 0.5], seed=3)
+    halves = {}
+    for half in ("a", "b"):
+        res = probe(str(model), "builtin:pydoc", stats="norm_ratio_mlp", max_tokens=3000, seq_len=32,
+                    split="val", half=half, full=True)
+        write_results(tmp_path / half, res.table, res.matrices, res.provenance)
+        halves[half] = tmp_path / half
+    args = ["schedule", "--from-probe", str(halves["a"]), "--statistic", "norm_ratio_mlp", "--multiple-of",
+            "32", "--json"]
+    ok = runner.invoke(app, [*args, "--check-with", str(halves["b"]), "--out", str(tmp_path / "s.json")])
+    assert ok.exit_code == 0, ok.output
+    assert "stability:" in ok.stderr and "stable" in ok.stderr
+    stability = json.loads((tmp_path / "s.json").read_text())["source"]["stability"]
+    assert stability["stable"] and stability["max_diff_units"] <= 1
+    from tlm_probe.models.accounting import count_params
+    from tlm_probe.models.config import config_with_schedule
+
+    expect = count_params(config_with_schedule(parse_schedule("uniform", 32), 256, d_model=64, n_layers=4,
+                                               n_heads=1, vocab_size=256)).total
+    assert json.loads(ok.stdout)["params"] == expect  # the probed model's d_model 64 and vocabulary 256
+    # a second probe whose values run the other way: planted instability
+    import pandas as pd
+
+    flipped = tmp_path / "flipped"
+    table = pd.read_csv(halves["b"] / "results.csv")
+    rows = table["statistic"] == "norm_ratio_mlp"
+    table.loc[rows, "value"] = table.loc[rows, "value"].to_numpy()[::-1]
+    flipped.mkdir()
+    table.to_csv(flipped / "results.csv", index=False)
+    (flipped / "provenance.json").write_text((halves["b"] / "provenance.json").read_text())
+    bad = runner.invoke(app, [*args, "--check-with", str(flipped), "--out", str(tmp_path / "u.json")])
+    assert bad.exit_code == 1 and "not stable" in bad.output and not (tmp_path / "u.json").exists()
+    forced = runner.invoke(app, [*args, "--check-with", str(flipped), "--allow-unstable",
+                                 "--out", str(tmp_path / "u.json")])
+    assert forced.exit_code == 0, forced.output
+    assert json.loads((tmp_path / "u.json").read_text())["source"]["stability"]["stable"] is False

@@ -96,8 +96,11 @@ def register(app: typer.Typer) -> None:
         if probe.from_probe is not None:
             derived = _from_probe(probe, arch, options)
             spec = derived.spec
+            probed = derived.data["source"].get("probed_model", {})  # its d_model and vocabulary
             arch = dataclasses.replace(arch, n_layers=derived.n_layers,
-                                       d_ff=derived.d_ff if component == "mlp" else arch.d_ff)
+                                       d_ff=derived.d_ff if component == "mlp" else arch.d_ff,
+                                       d_model=arch.d_model or probed.get("d_model"),
+                                       vocab_size=arch.vocab_size or probed.get("vocab_size"))
         else:
             spec = _spec(options)
         result, tapered = schedule_result(spec, arch, component)
@@ -141,7 +144,7 @@ def schedule_result(spec: ScheduleSpec, arch: ScheduleArch, component: str) -> t
 
 def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOptions):
     """The schedule --from-probe derives (checked, not yet written) for --component mlp or heads."""
-    from tlm_probe.commands.schedule_from_probe import derive_from_probe
+    from tlm_probe.commands.schedule_from_probe import check_stability, derive_from_probe
 
     if arch.preset:
         raise UserError("--from-probe takes its layers from the probe: drop --preset")
@@ -149,10 +152,13 @@ def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOp
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in options.given())
         raise UserError(f"--from-probe derives the schedule from the probe; drop {flags}")
     if options.component == "mlp":
-        derived = derive_from_probe(probe, arch.d_ff, options.multiple_of)
+        budget, unit = arch.d_ff, options.multiple_of
     else:
+        budget = arch.n_heads
         unit = _probe_head_unit(options.component, arch.n_heads, arch.n_kv_heads, probe.min_ratio)
-        derived = derive_from_probe(probe, arch.n_heads, unit)
+    derived = derive_from_probe(probe, budget, unit)
+    if probe.check_with is not None:
+        derived = check_stability(derived, probe, budget, unit)
     if arch.n_layers is not None and arch.n_layers != derived.n_layers:
         raise UserError(f"--layers {arch.n_layers} differs from the probe's {derived.n_layers} layers; drop "
                         "--layers (--from-probe takes the probe's)")

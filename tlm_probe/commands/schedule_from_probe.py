@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,8 +173,37 @@ def derive_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
         "model_hash": prov.get("content_hash"), "n_tokens": (prov.get("data") or {}).get("n_tokens"),
         "statistic": opts.statistic, "rule": rule.to_dict(), "values": values, "probed_d_ff": probed,
         "ratios": ratios,
+        "probed_model": {k: (prov.get("architecture") or {}).get(k) for k in ("d_model", "vocab_size")},
     }
     return Derived(out, schedule_file_dict(widths, d_ff, multiple_of, source))
+
+
+def check_stability(derived: Derived, opts: FromProbeOptions, budget: int | None, unit: int) -> Derived:
+    """Derive the same schedule from --check-with (a probe on disjoint tokens) and compare the widths in
+    rounding units; refused (nothing written) beyond --max-unstable unless --allow-unstable. The result is
+    recorded in the schedule file and printed either way."""
+    import dataclasses
+
+    other = derive_from_probe(dataclasses.replace(opts, from_probe=opts.check_with, check_with=None),
+                              budget, unit)
+    a, b = derived.data["widths"], other.data["widths"]
+    if len(a) != len(b):
+        raise UserError(f"--check-with {opts.check_with} has {len(b)} layers, --from-probe {len(a)}")
+    units = max(abs(x - y) for x, y in zip(a, b, strict=True)) / unit
+    moved = sum(x != y for x, y in zip(a, b, strict=True))
+    stable = units <= opts.max_unstable
+    say = (f"stability: the widths from {opts.from_probe} and {opts.check_with} differ by at most "
+           f"{units:g} rounding unit(s) of {unit} ({moved} of {len(a)} layers move): "
+           f"{'stable' if stable else 'NOT stable'} (limit {opts.max_unstable})")
+    print(say, file=sys.stderr)
+    if not stable and not opts.allow_unstable:
+        raise UserError(f"the schedule is not stable across the two probes ({units:g} > {opts.max_unstable} "
+                        "rounding units): nothing written; probe more tokens, choose a gentler rule "
+                        "(--power 0.5, narrower --min-ratio/--max-ratio), or pass --allow-unstable")
+    source = {**derived.data["source"], "stability": {"check_with": str(opts.check_with), "widths_check": b,
+                                                      "max_diff_units": units, "layers_moved": moved,
+                                                      "stable": stable, "limit_units": opts.max_unstable}}
+    return dataclasses.replace(derived, data={**derived.data, "source": source})
 
 
 def write_from_probe(opts: FromProbeOptions, d_ff: int | None = None,

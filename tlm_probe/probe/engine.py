@@ -170,6 +170,8 @@ def run_probe(
     where = str(opts.data)[:80]
     seqs = sq.token_sequences(pm, source, opts.seq_len, opts.split, where)
     seqs = sq.limit_tokens(seqs, opts.max_tokens or None)  # 0: all
+    if opts.half:  # one of two disjoint halves: every other sequence
+        seqs = (s for i, s in enumerate(seqs) if i % 2 == "ab".index(opts.half))
     digest = hashlib.sha256()
     stream = _Stream(pm, sink, backend, opts, keep, rank, world)
     stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)

@@ -32,6 +32,9 @@ class ProbeOptions:
     """Sequences per forward pass."""
     exclude_bos: bool = False
     """Leave position 0 out of every mean."""
+    half: str = ""
+    """a | b: probe only every other sequence of the ones read (a: the 1st, 3rd, ...; b: the 2nd, 4th,
+    ...), two disjoint halves of the same tokens, for `tlm schedule --from-probe A --check-with B`."""
     device: str = "auto"
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
@@ -60,6 +63,8 @@ def check_options(opts: ProbeOptions) -> None:
         value = getattr(opts, name)
         if value is not None and value < 0:
             raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: {zero}), got {value}")
+    if opts.half not in ("", "a", "b"):
+        raise UserError(f"--half must be a or b, got {opts.half!r}")
     if opts.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.split not in SPLIT_CHOICES:

@@ -97,6 +97,14 @@ class FromProbeOptions:
     """--from-probe: the model, when the probe holds several."""
     out: Path | None = None
     """--from-probe: the schedule file to write."""
+    check_with: Path | None = None
+    """--from-probe: a second probe of the same model on disjoint tokens (`tlm probe --half a` / `--half
+    b`, or another split): the widths derived from both must agree within --max-unstable rounding units,
+    else nothing is written."""
+    max_unstable: int = 1
+    """--check-with: the largest width difference, in rounding units, that still counts as stable."""
+    allow_unstable: bool = False
+    """--check-with: write the schedule even when it is not stable (the file records the difference)."""
 
     def __post_init__(self):
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
