@@ -143,13 +143,14 @@ def write_sweep(out: Path) -> Path | None:
     from tlm_probe.plotting.style import save_figure
     from tlm_probe.plotting.sweep import plot_sweep
     from tlm_probe.stats.sweep import sweep_table
+    from tlm_probe.train.compare import SWEEP_FILES
 
     if not (out / "paired.csv").is_file() or (out / "paired.csv").stat().st_size < 2:
         return None
     table = sweep_table(pd.read_csv(out / "paired.csv"))
     on_grid = (table["ratio"].astype(str) != "").any()
     with folder_lock(out):
-        record(out, ["sweep.csv", "sweep_heatmap.png"], "sweep")
+        record(out, list(SWEEP_FILES), "sweep")
         atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
         return save_figure(plot_sweep(table), out / "sweep_heatmap.png") if on_grid else None
 

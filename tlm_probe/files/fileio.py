@@ -301,6 +301,20 @@ def ensure_writable(out: str | Path) -> None:
         raise UserError(f"output folder {out} cannot be written ({e.strerror}: {parent})") from None
 
 
+def check_entries_are_ours(out: Path, writes: Iterable[str], kind: str | None) -> None:
+    """A manifest whose entries name files this kind of command never writes was not written by it (a
+    forged or hand-edited manifest, e.g. one that lists a checkpoint's model.safetensors in a probe
+    folder): refuse before anything is deleted or replaced, naming the entry (issue 36)."""
+    allowed = set(writes)
+    for entry in read_manifest(out):
+        top = PurePosixPath(entry).parts[0]
+        if top not in allowed:
+            what = f"`tlm {kind}`" if kind else "this command"
+            raise UserError(f"the manifest of {out} lists {entry!r}, which {what} never writes: it is not a "
+                            "manifest tlm wrote for this command; nothing will be replaced or deleted there "
+                            "(choose another folder)")
+
+
 def claim(
     out: str | Path,
     *,
@@ -309,18 +323,22 @@ def claim(
     own_needs_overwrite: bool = True,
     hint: str = "",
     kind: str | None = None,
+    owned: Iterable[str] = (),
 ) -> list[str]:
     """Check, before any expensive work, that a command may write `out`; returns the names of the files
     it will leave alone there. A non-empty folder that tlm did not write is refused without --overwrite;
     with it, tlm writes beside those files but never onto one of them (`writes`: the top-level names the
     command may write). A folder tlm wrote is refused without --overwrite when `own_needs_overwrite`, and
     always when another kind of command than `kind` wrote it (None: no kind check, for library callers
-    that write plain files)."""
+    that write plain files). A manifest entry outside `writes` and `owned` (what else a folder of this kind
+    holds, e.g. a sweep's files in a comparison) is refused: that manifest is not this command's."""
     out = Path(out)
     ensure_writable(out)
     check_kind(out, kind)
     others = foreign(out)
     ours = bool(read_manifest(out))
+    if ours and writes:
+        check_entries_are_ours(out, (*writes, *owned), kind)
     if not others and not ours:
         return []
     if not overwrite and not ours:

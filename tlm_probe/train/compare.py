@@ -175,6 +175,8 @@ def check_budget(base: TrainConfig, arms: list, vocab_size: int) -> dict[str, di
 BUDGET = ("params", "flops_per_token", "kv_bytes_per_token")
 """What every arm of one mixer must share exactly."""
 COMPARE_FILES = (SETTINGS, "results.csv", "summary.csv", "paired.csv", "compare.json", "runs")
+SWEEP_FILES = ("sweep.csv", "sweep_heatmap.png")
+"""What `tlm sweep` adds to its comparison folder."""
 
 
 def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
@@ -186,7 +188,8 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
     check_kind(out, "compare")  # before adopting: a train run folder holds a compare_settings.json never
     if same and not read_manifest(out):  # written before manifests existed: the same comparison, adopt it
         record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")
-    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False, kind="compare")
+    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False, kind="compare",
+          owned=SWEEP_FILES)
     if overwrite or old is None or same:  # more (or fewer) seeds of the same arms: each run stands alone
         return
     changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))

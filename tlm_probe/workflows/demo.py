@@ -20,7 +20,7 @@ import numpy as np
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_write_text, claim, record
-from tlm_probe.train.compare import compare, make_arms, run_name
+from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare, make_arms, run_name
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
 
@@ -56,7 +56,8 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads, mixer, mixer_settings)  # refuses threads < 0
     # compare checks the rest
-    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo")
+    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo",
+          owned=(*COMPARE_FILES, *SWEEP_FILES))
     data = load_token_data(base.data, base.tokenizer)
     # training sets base.threads per run; the probes and figures run under the same setting
     with writer_lock(out), _torch_threads(base.threads):  # compare() takes the same lock again
