@@ -68,3 +68,47 @@ def test_fsdp2_matches_one(single):
     worst = _max_diff(tmp / "one", tmp / "fsdp")
     print(f"FSDP2 (2 processes) vs 1 process, max abs loss difference: {worst:.3g}")
     assert worst < 1e-5
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_nodes(tmp: Path, out: str, extra: list[str], flags: list[str]) -> None:
+    """Two torchrun launchers, as on two machines: --nnodes 2, 2 processes each, meeting through the c10d
+    rendezvous at one endpoint (the multi-node recipe of the README, on one machine)."""
+    port = _free_port()
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "2",
+              "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"tlm-{port}"]
+    cmd = [*launch, CLI, "train", "--out", str(tmp / out), "--batch-size", "1", *extra, *flags]
+    nodes = [subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=400)
+        assert node.returncode == 0, err[-2000:]
+
+
+def test_two_nodes_of_two_processes_through_the_rendezvous_match_one(single):
+    tmp, flags = single
+    _two_nodes(tmp, "nodes", [], flags)
+    assert json.loads((tmp / "nodes" / "run.json").read_text())["world_size"] == 4
+    worst = _max_diff(tmp / "one", tmp / "nodes")
+    print(f"2 nodes x 2 processes (c10d rendezvous) vs 1 process, max abs loss difference: {worst:.3g}")
+    assert worst < 1e-5
+
+
+def test_fsdp2_checkpoint_of_four_ranks_resumes_on_two(single):
+    """FSDP2 over 4 ranks stops at step 3 (one checkpoint, written once); 2 ranks resume it to the end:
+    the same losses as one uninterrupted process."""
+    tmp, flags = single
+    _two_nodes(tmp, "fsdp4", ["--fsdp", "--stop-at", "3", "--ckpt-interval", "3"], flags)
+    _run([*TORCHRUN, CLI, "train", "--out", str(tmp / "fsdp4"), "--batch-size", "2", "--fsdp", "--resume",
+          "--ckpt-interval", "3", *flags])
+    assert json.loads((tmp / "fsdp4" / "run.json").read_text())["world_size"] == 2
+    worst = _max_diff(tmp / "one", tmp / "fsdp4")
+    print(f"FSDP2 4 ranks -> resumed on 2 vs 1 process, max abs loss difference: {worst:.3g}")
+    assert worst < 1e-5

@@ -10,6 +10,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.hooks import edit, hooked
 from tlm_probe.models.layers import Rotary
 
 
@@ -29,8 +30,10 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()  # (B, T, H, d_head)
         self.hook_z = HookPoint()  # (B, T, H, d_head), after the gate
-        # (B, H, T, T_keys) softmax weights, as TransformerLens's attn.hook_pattern: formed only while a
-        # hook is attached (SDPA never forms them); an edited pattern drives the output
+        # (B, H, T, T_keys) pre-softmax scores (scaled, masked keys -inf) and softmax weights, as
+        # TransformerLens's attn.hook_attn_scores / hook_pattern: formed only while a hook is attached (SDPA
+        # never forms them); an edited score or pattern drives the output (models/hooks.py)
+        self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
         if self.W_G is not None:
             self.hook_gate = HookPoint()  # (B, T, H, d_head)
@@ -65,7 +68,7 @@ class Attention(nn.Module):
             z = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True, enable_gqa=gqa)
         else:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, enable_gqa=gqa)
-        if self.hook_pattern._forward_hooks:  # someone reads or patches the pattern: form it, beside SDPA
+        if hooked(self.hook_attn_scores) or hooked(self.hook_pattern):  # form them, beside SDPA
             z = self._through_pattern_hook(q, k, v, mask, drop, z)
         z = z.transpose(1, 2)  # (B, T, H, dh)
         if self.W_G is not None:
@@ -74,25 +77,27 @@ class Attention(nn.Module):
         return self.W_O(z.reshape(B, T, -1))
 
     def _through_pattern_hook(self, q, k, v, mask, drop: float, z: torch.Tensor) -> torch.Tensor:
-        """SDPA's z while the hooks only read the pattern (so caching everything changes no number); once a
-        hook edits it (in place or by returning a new tensor), z = pattern @ V, as in TransformerLens."""
-        pattern = self._pattern(q, k, mask)
-        before = pattern.clone()
-        pattern = self.hook_pattern(pattern)
-        if torch.equal(pattern, before):
+        """SDPA's z while the hooks only read the scores and pattern (so caching everything changes no
+        number); once a hook edits either (or reads its gradient), z = pattern @ V, as in TransformerLens."""
+        pattern, scores_edited = self._pattern(q, k, mask)
+        patched = edit(self.hook_pattern, pattern)
+        if patched is None and not scores_edited:
             return z
+        pattern = pattern if patched is None else patched
         v = v.repeat_interleave(self.n_heads // self.kv_heads, dim=1)  # (B, H, S, dh), as for k
         return F.dropout(pattern, drop) @ v
 
-    def _pattern(self, q, k, mask) -> torch.Tensor:
-        """The softmax weights SDPA applies (B, H, T, S)."""
+    def _pattern(self, q, k, mask) -> tuple[torch.Tensor, bool]:
+        """The softmax weights (B, H, T, S) of the scores after hook_attn_scores (SDPA's, unless a hook
+        edited the scores), and whether one did."""
         if self.kv_heads != self.n_heads:  # grouped-query: each kv head serves n_heads / kv_heads queries
             k = k.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
         T, S = q.shape[-2], k.shape[-2]
         if mask is None:  # causal; with no cache T == S
             mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
-        scores = (q @ k.transpose(-2, -1)) * self.d_head**-0.5  # (B, H, T, S)
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        scores = ((q @ k.transpose(-2, -1)) * self.d_head**-0.5).masked_fill(~mask, float("-inf"))
+        edited = edit(self.hook_attn_scores, scores)  # (B, H, T, S)
+        return torch.softmax(scores if edited is None else edited, dim=-1), edited is not None
 
 
 def window_mask(positions: torch.Tensor, mask: torch.Tensor | None, window: int) -> torch.Tensor:

@@ -43,10 +43,11 @@ CMS_LR_MAX = 1.0
 
 
 class CMSLevel(nn.Module):
-    def __init__(self, cfg: TLMConfig, d_ff: int, chunk: int, own_norm: bool):
+    def __init__(self, cfg: TLMConfig, d_ff: int, chunk: int, own_norm: bool, layer: int):
         super().__init__()
         self.kind, self.chunk = cfg.mlp, chunk
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if own_norm else None
+        scale = cfg.norm_scale_at(layer)  # a pre-norm of block `layer`: depth-scaled as ln2 (norm_scaling)
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, scale) if own_norm else None
         for name, child in MLPS[cfg.mlp](cfg.d_model, d_ff).named_children():
             self.add_module(name, child)  # W_gate/W_in/W_out and hook_pre/hook_post, as in models/mlp.py
         self.adaptive = chunk < cfg.max_seq_len
@@ -78,8 +79,9 @@ class ContinuumMemory(CMSLevel):
 
     def __init__(self, cfg: TLMConfig, layer: int):
         chunks, d_ff = cfg.cms_chunks, cfg.d_ff[layer]
-        super().__init__(cfg, d_ff, chunks[-1], own_norm=len(chunks) > 1)
-        self.levels = nn.ModuleList(CMSLevel(cfg, d_ff, c, own_norm=i > 0) for i, c in enumerate(chunks[:-1]))
+        super().__init__(cfg, d_ff, chunks[-1], own_norm=len(chunks) > 1, layer=layer)
+        self.levels = nn.ModuleList(CMSLevel(cfg, d_ff, c, own_norm=i > 0, layer=layer)
+                                    for i, c in enumerate(chunks[:-1]))
         self.step_periods = cfg.cms_step_periods or (1,) * len(chunks)
         self.hook_level_in = HookPoint()  # (B, T, d_model): the last level's normalised input
 

@@ -15,6 +15,13 @@ MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "learned")
 MIXER_KINDS = ("attention", "gated_attention", "titans", "hope_attention")
+NORM_SCALINGS = {
+    "none": lambda layer: 1.0,
+    # LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth in LLMs", arXiv 2502.05795): the outputs of
+    # the pre-norms of layer l (1-based) times 1/sqrt(l), against the variance growth of deep pre-LN stacks
+    "lns": lambda layer: 1.0 / math.sqrt(layer + 1),
+}
+"""cfg.norm_scaling -> the factor on the output of each pre-norm of 0-based layer `layer`."""
 
 
 class ConfigError(UserError, ValueError):
@@ -86,6 +93,10 @@ class TLMConfig:
     """RoPE base."""
     norm_eps: float = 1e-5
     """Normalisation epsilon."""
+    norm_scaling: str = "none"
+    """none | lns (LayerNorm Scaling, arXiv 2502.05795: the output of every pre-norm of block l, 1-based,
+    times 1/sqrt(l): ln1, ln2, Titans' norm before its sliding-window attention and the continuum-memory
+    levels' own norms; the final norm is not scaled); adds no parameters."""
     schedule: dict = field(default_factory=dict, hash=False, compare=False)
     """The ScheduleSpec (as a dict) that produced d_ff, for provenance."""
 
@@ -128,6 +139,10 @@ class TLMConfig:
     def normalization_type(self) -> str:
         return {"rmsnorm": "RMS", "layernorm": "LN"}[self.norm]
 
+    def norm_scale_at(self, i: int) -> float:
+        """The factor on the output of layer i's pre-norms (cfg.norm_scaling; 1.0 for none)."""
+        return NORM_SCALINGS[self.norm_scaling](i)
+
     @property
     def cms_levels(self) -> int:
         """MLP levels per block: the continuum memory's chain for hope_attention, else one MLP."""
@@ -168,7 +183,8 @@ class TLMConfig:
                                   f"{self.kv_heads_at(i)} key/value heads")
 
     def _validate_fields(self) -> None:
-        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS}
+        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS,
+                   "norm_scaling": tuple(NORM_SCALINGS)}
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
@@ -190,12 +206,14 @@ class TLMConfig:
         d["d_ff"] = list(self.d_ff)
         d["cms_chunks"] = list(self.cms_chunks)
         d["cms_step_periods"] = list(self.cms_step_periods)
-        # absent when uniform: an old model's config.json is written byte for byte as before
+        # absent when uniform (or norm_scaling none): an old model's config.json is written byte for byte
         for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
             if d[key]:
                 d[key] = list(d[key])
             else:
                 del d[key]
+        if d["norm_scaling"] == "none":
+            del d["norm_scaling"]
         return {"model_type": "tlm", **d}
 
     @classmethod

@@ -69,7 +69,7 @@ class Titans(nn.Module):
         self.mem_norm = RMSNorm(dh, cfg.norm_eps)
         self.W_G = nn.Linear(d, H * dh, bias=False)
         self.W_M = nn.Linear(H * dh, d, bias=False)
-        self.norm_swa = make_norm(cfg.norm, d, cfg.norm_eps)
+        self.norm_swa = make_norm(cfg.norm, d, cfg.norm_eps, cfg.norm_scale_at(layer))  # depth-scaled as ln1
         self.window = cfg.window
         # the SWA gets its mask from attention_mask (persistent keys are always visible), hence window 0;
         # its RoPE table covers the persistent tokens' positions too

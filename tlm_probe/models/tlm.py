@@ -28,9 +28,10 @@ from tlm_probe.models.mixers import make_mixer, make_mlp
 class Block(nn.Module):
     def __init__(self, cfg: TLMConfig, layer: int):
         super().__init__()
-        self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        scale = cfg.norm_scale_at(layer)  # LayerNorm Scaling (cfg.norm_scaling): 1.0 unless lns
+        self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, scale)
         self.attn = make_mixer(cfg, layer)  # named `attn` whatever the mixer: the adapters' path (contract)
-        self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, scale)
         self.mlp = make_mlp(cfg, layer)
         self.drop = nn.Dropout(cfg.dropout)
         self.layer = layer
@@ -58,11 +59,13 @@ class Block(nn.Module):
 class FinalNorm(nn.Module):
     def __init__(self, cfg: TLMConfig):
         super().__init__()
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
-        self.hook_normalized = HookPoint()
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)  # never depth-scaled
+        del self.norm.hook_scale  # the norm's scale is hooked here, under TransformerLens's name:
+        self.hook_scale = HookPoint()  # (B, T, 1) ln_final.hook_scale (models/layers.py)
+        self.hook_normalized = HookPoint()  # (B, T, d_model), after the weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.hook_normalized(self.norm(x))
+        return self.hook_normalized(self.norm(x, self.hook_scale))
 
 
 class TaperedLM(HookedRootModule):

@@ -373,9 +373,10 @@ def _read_json(path: Path, text: str) -> dict:
         raise UserError(f"config file {path} is not valid JSON: {e.msg}") from None
 
 
-def config_differences(old: dict, new: TrainConfig) -> list[str]:
-    """Fields (outside RESUME_MAY_CHANGE) whose value differs between a saved run and a new request."""
+def config_differences(old: dict, new: TrainConfig, free: frozenset[str] = frozenset()) -> list[str]:
+    """Fields (outside RESUME_MAY_CHANGE and `free`) whose value differs between a saved run and a new
+    request."""
     cur = new.to_dict()
     old = {**{f.name: f.default for f in fields(TrainConfig)}, **old}  # fields added since: defaults
-    keys = sorted((set(old) | set(cur)) - RESUME_MAY_CHANGE)
+    keys = sorted((set(old) | set(cur)) - RESUME_MAY_CHANGE - free)
     return [f"{k}: {old.get(k)!r} -> {cur.get(k)!r}" for k in keys if old.get(k) != cur.get(k)]

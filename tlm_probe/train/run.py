@@ -129,12 +129,26 @@ def check_output(out: Path, overwrite: bool) -> None:
     claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it", kind="train")
 
 
+SPLIT_OF_THE_BATCH = frozenset({"batch_size", "grad_accum"})
+"""How the global batch is split over processes and micro-steps: free to change on a resume (another world
+size) as long as the global batch is the one the run trained with (the batch order depends on it alone)."""
+
+
+def _same_global_batch(out: Path, tc: TrainConfig) -> frozenset[str]:
+    """SPLIT_OF_THE_BATCH when this launch's global batch (batch x accum x WORLD_SIZE) equals the one the
+    newest checkpoint was trained with (its tokens per step), else nothing."""
+    step, tokens, _ = checkpoint.read_step_info(checkpoint.step_folders(out)[-1])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    same = step > 0 and tokens == step * tc.batch_size * tc.grad_accum * world * tc.seq_len
+    return SPLIT_OF_THE_BATCH if same else frozenset()
+
+
 def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
     """Everything a resume reads, checked before it writes: the saved config matches, and the newest
     checkpoint (state.json, weights) and metrics.jsonl are sound; each fault is one line naming the file."""
     if not (out / FILE).is_file():
         raise UserError(f"{out} has checkpoints but no {FILE}; cannot check that the config matches")
-    diffs = config_differences(read_json_object(out / FILE), tc)
+    diffs = config_differences(read_json_object(out / FILE), tc, free=_same_global_batch(out, tc))
     if diffs:
         raise UserError(f"cannot resume {out} with a different config ({'; '.join(diffs)})")
     if (out / CONFIG).is_file():
