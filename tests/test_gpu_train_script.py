@@ -13,7 +13,7 @@ def test_runs_on_cpu_and_writes_its_figures(tmp_path):
     step = res["step"]
     assert step["same params and FLOPs/token"] and step["step time, cosine / uniform"]["median"] > 0
     assert len(set(step["cosine:1.5:0.5"]["d_ff"])) > 1 and len(set(step["uniform"]["d_ff"])) == 1
-    assert step["uniform"]["memory"] == "n/a on CPU" and step["uniform"]["mfu"].startswith("n/a")
+    assert step["uniform"]["memory"] == "n/a on CPU" and 0 < step["uniform"]["mfu"] < 1  # CPU: measured peak
     bf16 = res["bf16"]
     assert bf16["steps"] == 50 and bf16["same weights: ok"] and bf16["trajectories: ok"]
     assert 0 < bf16["same weights: max |loss bf16 - fp32|"]  # CPU bf16 autocast did round something

@@ -37,8 +37,13 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A
 
 
 def peak_flops(given: float, device: torch.device) -> float | None:
+    """--peak-flops; else on a CPU its measured matmul peak (train/cpu_peak.py); else the GPU table's."""
     if given > 0:
         return given
+    if device.type == "cpu":
+        from tlm_probe.train.cpu_peak import cpu_peak_flops
+
+        return cpu_peak_flops()
     if device.type != "cuda":
         return None
     gpu = torch.cuda.get_device_name(device)
@@ -273,7 +278,7 @@ class Trainer:
             "params": count_params(self.plan.cfg).total,
             "flops_per_token": self.flops_per_token,
             "tokens_per_s": tps,  # the training step only
-            "peak_flops": self.peak,  # --peak-flops, or the GPU table's guess; None on CPU
+            "peak_flops": self.peak,  # --peak-flops, the CPU's measured matmul peak, or the GPU table's
             "mfu": tps * self.flops_per_token / self.peak if self.peak and tps else None,  # of the step rate
             "end_to_end_tokens_per_s": (self.tokens - self.tokens_at_start) / wall if wall > 0 else None,
             "d_ff": list(self.plan.cfg.d_ff),
