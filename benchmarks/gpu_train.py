@@ -9,7 +9,8 @@ It prints and writes to --out (JSON):
 1. step: the tlm-440m preset, uniform against cosine:1.5:0.5 (parameters and training FLOPs per token from
    tlm_probe.models.accounting: equal by construction), each arm's step time over interleaved rotated rounds,
    tokens/s and MFU (FLOPs/token x tokens/s / the device's peak; --peak-flops, or loop.PEAK_FLOPS by GPU
-   name; on a CPU its measured matmul peak), the per-round step-time ratio cosine / uniform, and each arm's peak device memory;
+   name; on a CPU its measured matmul peak), the per-round step-time ratio cosine / uniform, and each
+   arm's peak device memory;
 2. bf16: the same model, seed and batches trained 50 steps with bf16 autocast and in float32; the largest
    |loss difference| at the same weights (one bf16 forward on the float32 arm's weights each step) and
    along the two free-running trajectories, each against its bound (numerics.py says why);

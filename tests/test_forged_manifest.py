@@ -8,14 +8,15 @@ import hashlib
 import json
 
 import numpy as np
+from models_zoo import build_model
 from typer.testing import CliRunner
 
 from cli import app
-from models_zoo import build_model
 
 
 def _hashes(folder):
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def test_a_probe_manifest_listing_a_checkpoint_deletes_nothing(tmp_path):
