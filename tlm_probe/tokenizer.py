@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 
 META = "tlm_tokenizer.json"
 EOS = "<|endoftext|>"
@@ -131,8 +132,8 @@ def read_meta(folder: Path) -> dict:
     """tlm_tokenizer.json of a folder, with a `kind` we know; one line for a corrupt or foreign file."""
     path = folder / META
     try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        meta = read_json(path)
+    except UserError as e:
         raise UserError(f"corrupt {path}: {e}") from None
     kind = meta.get("kind") if isinstance(meta, dict) else None
     if kind not in KINDS:

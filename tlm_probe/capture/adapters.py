@@ -17,7 +17,6 @@ and taps; the guardrails (every tap fires, the pieces add up) tell you at once i
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
 from tlm_probe.capture.families import ADAPTERS
@@ -35,6 +34,7 @@ from tlm_probe.capture.rows import (
     split_tap,
 )
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 from tlm_probe.models.config_file import CONFIG, read_config_json
 
 __all__ = ["ADAPTERS", "BLOCK_KINDS", "PARALLEL", "PIECES", "POST_LN", "SEQUENTIAL", "Adapter", "adapter_for"]
@@ -144,9 +144,9 @@ def load_adapter_file(path: str | Path) -> Adapter:
     "lm_head", "block_kind": "sequential" | "parallel" | "post_ln", "taps": {piece: "path:in|out"},
     "is_causal" (default true)}."""
     try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read adapter file {path}: {e}") from e
+        raw = read_json(path)
+    except UserError as e:
+        raise UserError(f"cannot read adapter file {path}: {e}") from None
     if not isinstance(raw, dict):
         raise UserError(f"adapter file {path}: expected a JSON object (a row), got {type(raw).__name__}")
     unknown, missing = set(raw) - ROW_FIELDS, ROW_FIELDS - {"is_causal"} - set(raw)

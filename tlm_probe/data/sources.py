@@ -19,7 +19,7 @@ from pathlib import Path
 from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.data.env_corpus import env_documents
 from tlm_probe.errors import UserError
-from tlm_probe.files.jsonfile import decode_utf8
+from tlm_probe.files.jsonfile import decode_utf8, read_json
 
 SPLITS = ("train", "val", "test", "all")
 SPLIT_CHOICES = ("auto", *SPLITS)
@@ -88,8 +88,8 @@ def _trained_on(model) -> set[str]:
     if not isinstance(model, str | Path) or not (Path(model) / "data.json").is_file():
         return set()
     try:
-        recorded = json.loads((Path(model) / "data.json").read_text()).get("source")
-    except (OSError, ValueError, AttributeError):
+        recorded = read_json(Path(model) / "data.json").get("source")
+    except (UserError, AttributeError):
         return set()
     return {str(recorded), str(Path(str(recorded)).resolve())} if isinstance(recorded, str) else set()
 

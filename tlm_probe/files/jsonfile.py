@@ -5,9 +5,40 @@ so every way it can be wrong is one UserError naming the file, never a traceback
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+
+MAX_BYTES = 256 * 2**20
+"""The largest JSON file tlm reads (its own files are kilobytes; a tokenizer.json some megabytes)."""
+MAX_DEPTH = 64
+"""The deepest nesting accepted: tlm's files nest a few levels; 100,000 would exhaust Python's stack."""
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def nesting_depth(raw: bytes) -> int:
+    """How deep `raw`'s arrays and objects nest (strings skipped), without parsing it: checked before
+    json.loads, whose recursion a deeply nested file would overflow."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub(b'""', raw)):
+        depth += 1 if m.group() in (b"[", b"{") else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def loads_bounded(raw: bytes, where: str, max_depth: int = MAX_DEPTH):
+    """json.loads of bytes from disk, bounded: UTF-8, nesting at most `max_depth`, every failure one
+    UserError naming `where` (the one JSON parser of untrusted bytes; issue 36)."""
+    text = decode_utf8(raw, where)
+    depth = nesting_depth(raw)
+    if depth > max_depth:
+        raise UserError(f"{where} nests {depth} levels deep (the limit is {max_depth}): not a file tlm reads")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{where} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
 
 
 def decode_utf8(raw: bytes, where: str) -> str:
@@ -20,15 +51,19 @@ def decode_utf8(raw: bytes, where: str) -> str:
 
 
 def read_json(path: str | Path):
+    """The JSON document in `path`, read within MAX_BYTES (checked before reading) and MAX_DEPTH."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise UserError(f"{path} holds {size:,} bytes, more than the {MAX_BYTES:,} a JSON file tlm reads")
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # a file that grows (or /dev/zero) is cut at the limit
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
-    try:
-        return json.loads(decode_utf8(raw, str(path)))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
+    if len(raw) > MAX_BYTES:
+        raise UserError(f"{path} holds more than the {MAX_BYTES:,} bytes a JSON file tlm reads")
+    return loads_bounded(raw, str(path))
 
 
 def read_json_object(path: str | Path) -> dict:

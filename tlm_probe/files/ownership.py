@@ -4,13 +4,13 @@ and manifests (fileio does the writing); every refusal is one UserError line."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 
 MANIFEST = ".tlm-manifest.json"
 
@@ -30,8 +30,8 @@ def manifest_doc(folder: Path) -> dict:
     if path.is_symlink():
         raise UserError(f"refusing to use {path}: it is a symbolic link, not a manifest tlm wrote")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):  # none, unreadable or not JSON: the folder counts as not tlm's
+        doc = read_json(path)  # bounded: size, nesting, UTF-8
+    except UserError:  # none, unreadable, not JSON or absurd: the folder counts as not tlm's
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -76,8 +76,8 @@ def manifest_kind(folder: str | Path) -> str | None:
 
 def _is_eval_provenance(path: Path) -> bool:
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = read_json(path)
+    except UserError:
         return False
     return isinstance(doc, dict) and "perplexity" in doc
 

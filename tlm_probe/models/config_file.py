@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 from tlm_probe.models.config import ConfigError, TLMConfig
 
 CONFIG = "config.json"
@@ -19,9 +19,9 @@ def read_config_json(folder: Path) -> dict:
     if not path.is_file():
         raise UserError(f"no config.json in {folder}: not a checkpoint folder")
     try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"corrupt config.json in {folder}: {e}") from e
+        raw = read_json(path)  # bounded: size, nesting, UTF-8
+    except UserError as e:
+        raise UserError(f"corrupt config.json in {folder}: {e}") from None
     if not isinstance(raw, dict):  # valid JSON, but a list or a number says nothing about a model
         raise UserError(f"corrupt config.json in {folder}: a JSON {type(raw).__name__}, not an object")
     return raw

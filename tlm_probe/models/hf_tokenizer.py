@@ -12,10 +12,12 @@ being written into them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
+
+from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 
 META = "tlm_tokenizer.json"
 """tokenizer.META (which kind of tokenizer a run was trained with); spelled here because models/ sits below
@@ -45,8 +47,8 @@ class TLMByteTokenizer(PreTrainedTokenizerFast):
     def from_pretrained(cls, path, *args, **kwargs):
         meta = Path(path) / META
         try:
-            kind = json.loads(meta.read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
+            kind = read_json(meta).get("kind")
+        except (UserError, AttributeError):
             kind = None
         if kind != "byte":
             raise OSError(f"{path} has no tokenizer files (tokenizer.json, tokenizer_config.json) and no "

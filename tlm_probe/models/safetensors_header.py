@@ -8,11 +8,11 @@ fails with one line naming the entry instead of a KeyError in our code or a pars
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import loads_bounded
 
 # bytes per element of each safetensors dtype (the format's own names)
 DTYPE_BYTES = {
@@ -52,12 +52,15 @@ def read_safetensors_header(path: Path) -> dict:
         if size < 8 or n > size - 8:
             raise UserError(f"{path} is truncated or not a safetensors file ({size} bytes)")
         try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UserError(f"{path} has a corrupt safetensors header") from None
+            header = loads_bounded(f.read(n), f"{path}'s safetensors header")
+        except UserError as e:
+            raise UserError(f"{path} has a corrupt safetensors header: {e}") from None
     if not isinstance(header, dict):
         raise UserError(f"{path} has a corrupt safetensors header")
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        # the format's __metadata__ is a string -> string map; the safetensors reader refuses anything else
+        raise UserError(f"{path}: its safetensors __metadata__ is not a map of strings (a corrupt header)")
     for name, info in header.items():
         problem = _entry_problem(info)
         if problem:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.jsonfile import read_json_object
+from tlm_probe.files.jsonfile import read_json, read_json_object
 from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.results import ProbeResult, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
@@ -42,8 +42,8 @@ def _is_eval(p: Path) -> bool:
     if not (p.is_dir() and prov.is_file() and (p / "results.csv").is_file()):
         return False
     try:
-        doc = json.loads(prov.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        doc = read_json(prov)
+    except UserError:
         return False  # not an eval result; the probe reader names what is wrong with the file
     versions = doc.get("versions") if isinstance(doc, dict) else None
     return isinstance(versions, dict) and "lm_eval" in versions

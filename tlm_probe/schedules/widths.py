@@ -25,13 +25,13 @@ The zoo (DESIGN.md section 1), each at the same budget:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 
 
 class ScheduleError(UserError, ValueError):
@@ -189,11 +189,11 @@ def parse_schedule(text: str, multiple_of: int = 64) -> ScheduleSpec:
 def read_schedule_file(path: str | Path) -> ScheduleSpec:
     """A schedule file (format 'tlm-schedule'): its widths and its recorded source."""
     path = Path(path)
+    if not path.exists():
+        raise ScheduleError(f"no schedule file {str(path)!r}")
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ScheduleError(f"no schedule file {str(path)!r}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = read_json(path)  # bounded: size, nesting, UTF-8
+    except UserError as e:
         raise ScheduleError(f"cannot read schedule file {str(path)!r}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
         raise ScheduleError(f"{str(path)!r} is not a schedule file (no \"format\": \"{SCHEDULE_FORMAT}\")")
