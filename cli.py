@@ -19,12 +19,14 @@ from tlm_probe.commands import (
     report,
     schedule,
     train,
+    trust,
 )
 from tlm_probe.commands import eval as eval_cmd
 from tlm_probe.commands.common import OneLineUsage, stop_on_sigterm
 
 # the order of `tlm --help`
-COMMANDS = (schedule, info, plot, report, train, data, probe, diff, compare, demo, eval_cmd, generate, export)
+COMMANDS = (schedule, info, plot, report, train, data, probe, diff, trust, compare, demo, eval_cmd, generate,
+            export)
 
 app = typer.Typer(
     name="tlm",

@@ -21,6 +21,8 @@ WHEN_NEEDED = {
              "a non-empty folder tlm did not write.",
     "diff": "Not needed to rerun (an earlier diff's results are replaced anyway); needed to write into a "
             "non-empty folder tlm did not write.",
+    "trust": "Not needed to rerun (an earlier trust report is replaced anyway); needed to write into a "
+             "non-empty folder tlm did not write.",
     "report": "Not needed to rerun (an earlier report is replaced anyway); needed to write into a non-empty "
               "folder tlm did not write.",
     # check_settings: the same comparison continues; a different one is refused without it

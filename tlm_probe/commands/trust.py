@@ -1,0 +1,63 @@
+"""`tlm trust MODEL --data A --data B --out DIR`: which importance statistics can be trusted for this model:
+their per-layer ranking across corpora and against the ablation target (tlm_probe/trust/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from tlm_probe.commands.common import command, console, print_json
+from tlm_probe.commands.flags import JsonOut, Loading, Threads
+from tlm_probe.commands.options import with_options
+from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.trust.options import TrustOptions
+
+OURS = ("trust.csv", "values.csv", "trust.json")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrustRun(Loading, Threads, JsonOut):
+    out: Path
+    """Result folder: trust.csv, values.csv, trust.json."""
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("trust")})
+    """See commands/overwrite.py."""
+
+
+def register(app: typer.Typer) -> None:
+    @command(app, "trust", "tlm trust MODEL --data builtin:pydoc --data builtin:stdlib --out trust/m")
+    @with_options(options=TrustOptions, run=TrustRun)
+    def trust(
+        model: str = typer.Argument(..., help="Checkpoint folder (ours or Hugging Face) or a hub name."),
+        *,
+        options: TrustOptions,
+        run: TrustRun,
+    ):
+        """Can an importance statistic be trusted? Probe the model on several corpora; per statistic,
+        Kendall's W of its per-layer ranking across them, the lowest pairwise Spearman, and its Spearman
+        with the ablation target; flagged where the ranking changes with the corpus or disagrees."""
+        from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.files.folder_lock import folder_lock
+        from tlm_probe.threads import torch_threads
+        from tlm_probe.trust.engine import run_trust, write_trust
+
+        check_apart(run.out, [model, *options.data])
+        claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="trust")
+        with folder_lock(run.out), torch_threads(run.threads, "--threads"):
+            res = run_trust(model, options, progress=not run.json_out,
+                            trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)
+            write_trust(run.out, res)
+        if run.json_out:
+            print_json({"out": str(run.out), **res.summary})
+            return
+        t = Table(title=f"{model}: rankings over {len(options.data)} corpora (target {options.target})")
+        for c in ("statistic", "Kendall W", "min pairwise ρ", "ρ with target", "verdict"):
+            t.add_column(c, justify="left" if c in ("statistic", "verdict") else "right")
+        for r in res.table.itertuples():
+            rho = "-" if r.spearman_with_target is None or r.spearman_with_target != r.spearman_with_target \
+                else f"{r.spearman_with_target:+.2f}"
+            t.add_row(r.statistic, f"{r.kendall_w:.2f}", f"{r.min_pairwise_spearman:+.2f}", rho, r.flags)
+        console.print(t)
+        console.print(f"wrote {run.out}/trust.csv, values.csv, trust.json", highlight=False)
