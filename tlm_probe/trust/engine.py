@@ -28,6 +28,13 @@ class TrustResult:
 
 
 def run_trust(model, opts: TrustOptions, progress: bool = False, **load) -> TrustResult:
+    """Load the model once, probe it on each corpus, judge the rankings."""
+    from tlm_probe.capture import ProbeModel, load_probe_model
+    from tlm_probe.models.device import resolve_device_name
+
+    if not isinstance(model, ProbeModel):
+        model = load_probe_model(model, resolve_device_name(opts.device), "float32", **load)
+        load = {}
     frames = []
     for corpus in opts.data:
         probe_opts = ProbeOptions(data=corpus, stats=opts.stats, split=opts.split, max_tokens=opts.max_tokens,
