@@ -17,6 +17,8 @@ REQUIRED = {
     "mlp": ("swiglu", "its MLP is {v!r}; a Llama MLP is SwiGLU"),
     "norm": ("rmsnorm", "its norm is {v!r}; Llama uses RMSNorm"),
     "positions": ("rope", "its positions are {v!r}; Llama uses rotary embeddings"),
+    "norm_scaling": ("none", "its pre-norms are depth-scaled (norm_scaling {v!r}, LayerNorm Scaling); "
+                             "Llama's are not"),
 }
 
 

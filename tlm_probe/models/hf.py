@@ -26,6 +26,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.hf_tokenizer import TLMByteTokenizer
 from tlm_probe.models.layers import Rotary
+from tlm_probe.models.tl_habits import TLHabits
 
 _FIELDS = tuple(TLMConfig.__dataclass_fields__)
 
@@ -54,7 +55,7 @@ class TLMHFConfig(PretrainedConfig):
         return TLMConfig.from_dict({k: getattr(self, k) for k in _FIELDS if hasattr(self, k)})
 
 
-class TLMForCausalLM(PreTrainedModel, GenerationMixin):
+class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
     config_class = TLMHFConfig
     base_model_prefix = "tlm"
     main_input_name = "input_ids"

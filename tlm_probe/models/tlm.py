@@ -8,6 +8,10 @@ The token mixer (models/mixers.py: attention, gated attention, Titans, Hope-atte
 A block with d_l = 0 has no MLP: its MLP matrices are empty and mlp_out is exactly 0 (models/mlp.py). It
 keeps its pre-MLP norm ln2 (d weights whose gradient is exactly 0), so every schedule of one budget has
 the same module tree, state-dict names and parameter count (models/accounting.py counts it likewise).
+Norms carry hook_scale (blocks.{l}.ln1/ln2.hook_scale, ln_final.hook_scale; models/layers.py), attention
+hook_attn_scores and hook_pattern (models/attention.py); model.tokenizer, to_tokens, to_string, W_U and
+W_E are HookedTransformer's (models/tl_habits.py). cfg.norm_scaling = lns multiplies the output of every
+pre-norm of block l (1-based) by 1/sqrt(l) (LayerNorm Scaling, models/config.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from transformer_lens.hook_points import HookPoint
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.layers import make_norm
 from tlm_probe.models.mixers import make_mixer, make_mlp
+from tlm_probe.models.tl_habits import TLHabits
 
 
 class Block(nn.Module):
@@ -68,7 +73,7 @@ class FinalNorm(nn.Module):
         return self.hook_normalized(self.norm(x, self.hook_scale))
 
 
-class TaperedLM(HookedRootModule):
+class TaperedLM(TLHabits, HookedRootModule):
     def __init__(self, cfg: TLMConfig):
         super().__init__()
         self.cfg = cfg

@@ -5,15 +5,14 @@ with a different value of any field outside RESUME_MAY_CHANGE is refused.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.jsonfile import decode_utf8
+from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
 from tlm_probe.models.accounting import count_params
-from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
+from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, config_with_schedule
 from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.schedules.widths import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
@@ -76,6 +75,9 @@ class TrainConfig:
     """MLP kind (see models/mlp.py)."""
     mixer: str = "attention"
     """Token mixer: attention | gated_attention | titans | hope_attention (see models/mixers.py)."""
+    norm_scaling: str = "none"
+    """none | lns: LayerNorm Scaling (arXiv 2502.05795), each pre-norm's output in block l (1-based) times
+    1/sqrt(l); no parameters added (see models/config.py)."""
     window: int | None = None
     """titans: sliding-window attention span in tokens (default: the model config's, 64; presets at paper
     scale 1024)."""
@@ -157,6 +159,9 @@ class TrainConfig:
                 check_params(parse_schedule(getattr(self, key)))
         if self.mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        if self.norm_scaling not in NORM_SCALINGS:
+            raise UserError(f"unknown norm_scaling {self.norm_scaling!r}; choose one of: "
+                            f"{', '.join(NORM_SCALINGS)}")
         if self.preset and self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         if self.steps <= 0 and self.tokens <= 0:
@@ -184,8 +189,8 @@ class TrainConfig:
         arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
         if d_ff is not None:
             arch["d_ff"] = d_ff
-        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, **self._mixer_settings(),
-                     **self._head_settings())
+        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, norm_scaling=self.norm_scaling,
+                     **self._mixer_settings(), **self._head_settings())
         if self.max_seq_len:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
@@ -367,10 +372,7 @@ def _read_yaml(path: Path, text: str) -> dict:
 
 
 def _read_json(path: Path, text: str) -> dict:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"config file {path} is not valid JSON: {e.msg}") from None
+    return loads_bounded(text.encode("utf-8"), f"config file {path}")  # the one bounded JSON parser
 
 
 def config_differences(old: dict, new: TrainConfig, free: frozenset[str] = frozenset()) -> list[str]:
