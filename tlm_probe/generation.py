@@ -73,11 +73,15 @@ def load_generator(source: str, opts: GenerateOptions):
     """(model with .generate, TextCodec, context length)."""
     from tlm_probe.capture.loading import load_probe_model
     from tlm_probe.eval.scorer import TextCodec, model_max_length
+    from tlm_probe.progress import Phase
 
     folder = Path(source)
     if folder.is_dir() and (folder / CONFIG).is_file():
         if read_config_json(folder).get("model_type") == "tlm":
-            return _load_tlm(folder, opts)
+            with Phase(f"loading {source}") as phase:  # a slow load says so (load_probe_model does too)
+                loaded = _load_tlm(folder, opts)
+                phase.result = f"loaded {source} (tlm, {loaded[0].config.n_layers} layers)"
+            return loaded
     pm = load_probe_model(source, opts.device, opts.dtype)
     if not pm.is_causal or not hasattr(pm.model, "generate"):
         raise UserError(f"{source} is not a causal language model; it cannot generate text")

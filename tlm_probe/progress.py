@@ -1,6 +1,11 @@
 """Progress where the user looks: a rich bar on a terminal, plain periodic lines in a log, one HTML
 `<progress>` line updated in place in a notebook; and third-party tqdm bars kept out of logs.
 
+A step that draws no progress of its own (loading a model, tokenizing a corpus, building a model, a
+validation pass) is a Phase: once it has run ANNOUNCE_AFTER_S seconds it says what it is doing, and when it
+ends, what it did and how long it took; a quicker one says nothing (a bad input found in it stays one
+error line).
+
 rich draws nothing into a pipe until a loop ends (a log stays empty for the whole run), and in Jupyter it
 wants ipywidgets (a warning per run without them). A log gets nanoGPT's habit instead: one line at the
 start, then one every EVERY_S seconds or every tenth of the work, and a last line with the whole loop's
@@ -9,9 +14,12 @@ rate. A notebook gets an IPython display handle that is updated in place (no wid
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 
@@ -21,6 +29,9 @@ NOTEBOOK_EVERY_S = 0.5  # a notebook redraws its one line at most this often
 # third-party progress bars (transformers' GGUF dequantising, datasets' map, lm-eval's tokenizing) read
 # these when they are first imported
 QUIET_ENV = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+ANNOUNCE_AFTER_S = 2.0
+"""A Phase still running after this many seconds says what it is doing. The environment variable
+TLM_ANNOUNCE_AFTER_S replaces it (0: every phase says so as it starts)."""
 
 
 def where() -> str:
@@ -46,6 +57,88 @@ def quiet_third_party_bars() -> None:
     for name, switch in switches.items():
         if name in sys.modules:
             switch(sys.modules[name])
+
+
+@contextlib.contextmanager
+def no_tqdm_bars() -> Iterator[None]:
+    """No tqdm bar drawn in the block, also where tqdm was imported before TQDM_DISABLE was set (tqdm reads
+    it once, at import): the default of tqdm's `disable` is switched for the block. A caller that passes
+    disable=False itself still draws (lm-eval's "Tokenizing inputs"; eval/harness.py asks it not to)."""
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    std = sys.modules.get("tqdm.std")
+    init = std.tqdm.__dict__["__init__"] if std is not None else None
+    if std is not None:
+        std.tqdm.__init__ = functools.partialmethod(init, disable=True)
+    try:
+        yield
+    finally:
+        if std is not None:
+            std.tqdm.__init__ = init
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
+def say(text: str) -> None:
+    """One line on stderr, now (a pipe is block-buffered: flushed)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def announce_after_s() -> float:
+    """ANNOUNCE_AFTER_S, or the TLM_ANNOUNCE_AFTER_S environment variable's seconds."""
+    try:
+        return max(float(os.environ.get("TLM_ANNOUNCE_AFTER_S", ANNOUNCE_AFTER_S)), 0.0)
+    except ValueError:
+        return ANNOUNCE_AFTER_S
+
+
+class Phase:
+    """`with Phase("loading gpt2") as phase: ...; phase.result = "loaded gpt2 (gpt2, 12 layers)"`.
+
+    A step with no progress of its own: if it is still running after `after_s` seconds (default
+    announce_after_s()) a line "loading gpt2 ..." says what it is doing (from a timer thread: the step
+    need not cooperate), and when it ends, "loaded gpt2 (gpt2, 12 layers) in 7.3 s" (`result`, else
+    "<what>: done"). A quicker step says nothing, and one that fails says nothing more (its error is its
+    own line). The same in a terminal, a log and a notebook: these are lines, not a bar."""
+
+    def __init__(self, what: str, *, enabled: bool = True, after_s: float | None = None):
+        self.what, self.enabled = what, enabled
+        self.after_s = announce_after_s() if after_s is None else after_s
+        self.result: str | None = None
+        self.announced = False
+        self.t0 = time.perf_counter()
+        self._lock = threading.Lock()
+        self._ended = False
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> Phase:
+        self.t0 = time.perf_counter()
+        if not self.enabled:
+            return self
+        if self.after_s <= 0:
+            self._announce()
+        else:
+            self._timer = threading.Timer(self.after_s, self._announce)
+            self._timer.daemon = True  # never keeps a process alive
+            self._timer.start()
+        return self
+
+    def _announce(self) -> None:
+        with self._lock:
+            if not self._ended:
+                self.announced = True
+                say(f"{self.what} ...")
+
+    def __exit__(self, exc_type, *exc) -> None:
+        with self._lock:
+            self._ended = True
+            if self._timer is not None:
+                self._timer.cancel()
+        if self.announced and exc_type is None:
+            say(f"{self.result or f'{self.what}: done'} in {time.perf_counter() - self.t0:.1f} s")
 
 
 class Ticker:

@@ -31,6 +31,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import read_config_json
 from tlm_probe.models.device import check_device
 from tlm_probe.models.verify import PICKLE_WEIGHTS
+from tlm_probe.progress import Phase
 from tlm_probe.tokenizer import META as TOKENIZER_META
 
 DTYPES = {
@@ -135,7 +136,17 @@ def load_probe_model(
 ) -> ProbeModel:
     """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed.
     MODEL:decoder probes the decoder stack of an encoder-decoder (T5) as its own model, named so.
-    device_map / max_memory: dispatch the blocks over devices, CPU and disk (capture/dispatch.py)."""
+    device_map / max_memory: dispatch the blocks over devices, CPU and disk (capture/dispatch.py).
+    A load that takes a while says so on stderr ("loading X ...", then what was loaded and in how long:
+    progress.Phase), wherever it is called from."""
+    with Phase(f"loading {path_or_name}") as phase:
+        pm = _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map,
+                               max_memory)
+        phase.result = f"loaded {path_or_name} ({pm.family}, {pm.n_layers} layers)"
+    return pm
+
+
+def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map, max_memory):
     dispatch = from_pretrained_kwargs(device_map, max_memory) if device_map else {}
     if max_memory and not device_map:
         raise UserError("--max-memory caps a dispatch: give --device-map too (e.g. --device-map auto)")

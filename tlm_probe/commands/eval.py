@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
-        from tlm_probe.commands.probe import _threads
+        from tlm_probe.commands.probe import _threads, import_loaders
         from tlm_probe.eval.run import check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.progress import where
@@ -76,6 +76,8 @@ def register(app: typer.Typer) -> None:
         status = contextlib.nullcontext() if run.json_out or lines else console.status(f"evaluating {model}")
         # the lock from the first load to the last file: a second eval of this --out stops at once
         with folder_lock(out), _threads(run.threads), status, stays_offline(model, opts):
+            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
+            # a slow load says so on stderr (load_probe_model's progress.Phase)
             scorer = load_scorer(model, opts, run.unsafe_pickle, run.trust_remote_code)
             out.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tasks-") as staging:

@@ -35,13 +35,15 @@ def register(app: typer.Typer) -> None:
         run: GenerateRun,
     ):
         """Generate text from a model (greedy by default; --temperature/--top-p sample, seeded)."""
-        from tlm_probe.commands.probe import _threads
-        from tlm_probe.generation import generate_text
+        from tlm_probe import generation
+        from tlm_probe.commands.probe import _threads, import_loaders
 
         opts = replace(options, device=device_option(options.device))
+        opts.check()  # a bad option is refused before the imports below
+        import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
         started = time.perf_counter()
-        with _threads(run.threads):
-            res = generate_text(model, run.prompt, opts)
+        with _threads(run.threads):  # a slow load says so on stderr (the loaders' progress.Phase)
+            res = generation.generate_text(model, run.prompt, opts)
         res["seconds"] = round(time.perf_counter() - started, 3)
         if res["window_note"]:  # once, on stderr: stdout stays the text (or the JSON)
             say(res["window_note"])

@@ -107,6 +107,7 @@ def register(app: typer.Typer) -> None:
         steps = _steps(model, run.checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
         with folder_lock(out) if main else contextlib.nullcontext(), _threads(run.threads), _interrupt(out):
+            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
             kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
                       unsafe_pickle=run.unsafe_pickle)
             if steps:
@@ -141,6 +142,21 @@ def _steps(model: str, checkpoints: str | None):
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
+
+
+def import_loaders(model: str) -> None:
+    """Import what loading `model` imports (transformers' model classes; for a tlm checkpoint ours and
+    TransformerLens) before the load is timed: on a busy machine the imports alone take seconds that are
+    no part of loading this model, and a quick load stays quiet (progress.Phase)."""
+    import transformers.modeling_utils  # noqa: F401
+
+    import tlm_probe.capture.loading  # noqa: F401
+    from tlm_probe.models.config_file import read_config_json
+
+    folder = Path(model)
+    with contextlib.suppress(UserError, OSError, ValueError):  # a bad folder: the loader says what is wrong
+        if (folder / "config.json").is_file() and read_config_json(folder).get("model_type") == "tlm":
+            import tlm_probe.models.io  # noqa: F401
 
 
 def check_not_weights(data: str) -> None:

@@ -10,6 +10,7 @@ lm_eval is imported here only, and only when a command runs (it takes seconds to
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -19,17 +20,31 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from tlm_probe.eval.scorer import Scorer
+from tlm_probe.progress import Ticker, no_tqdm_bars, where
 
 DEFAULT_MAX_GEN_TOKS = 256
 NOT_METRICS = ("alias", "sample_len")
+HARNESS_NOISE = ("bootstrapping for stddev",)  # what lm-eval prints per metric, dropped (see _HarnessPrints)
 
 
 class TLMHarnessLM(TemplateLM):
-    """lm_eval model over a Scorer: loglikelihood, rolling loglikelihood and greedy generate_until."""
+    """lm_eval model over a Scorer: loglikelihood, rolling loglikelihood and greedy generate_until. With
+    `progress`, each kind of request says how many it scores, as a line before and a line after (a log or
+    a notebook; a terminal has tlm eval's spinner)."""
 
-    def __init__(self, scorer: Scorer):
+    def __init__(self, scorer: Scorer, progress: bool = False):
         super().__init__()
         self.scorer = scorer
+        self.progress = progress
+
+    def _scoring(self, n: int, kind: str) -> Ticker:
+        return Ticker(f"lm-eval: scoring {n:,} {kind} requests", None, enabled=self.progress, announce=True)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        """The harness's own tokenizing, without its "Tokenizing inputs" bar (it passes disable=False
+        itself, so TQDM_DISABLE cannot stop it; its carriage-return frames filled logs), then our scoring."""
+        with self._scoring(len(requests), "loglikelihood"):
+            return super().loglikelihood(requests, disable_tqdm=True)
 
     @property
     def eot_token_id(self) -> int:
@@ -54,6 +69,10 @@ class TLMHarnessLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Each string scored as a whole in disjoint windows of the model's context (the harness's rule)."""
+        with self._scoring(len(requests), "rolling loglikelihood"):
+            return self._rolling(requests)
+
+    def _rolling(self, requests) -> list[float]:
         out = []
         for (string,) in [req.args for req in requests]:
             windows = [
@@ -72,6 +91,10 @@ class TLMHarnessLM(TemplateLM):
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        with self._scoring(len(requests), "generation"):
+            return self._generate(requests)
+
+    def _generate(self, requests) -> list[str]:
         out = []
         for context, gen_kwargs in [req.args for req in requests]:
             until = gen_kwargs.get("until") or [self.tok_decode([self.eot_token_id])]
@@ -94,9 +117,11 @@ def run_tasks(
     seed: int,
     builtin_only: bool,
     trust_code: bool = False,
+    progress: bool | None = None,
 ) -> dict:
     """simple_evaluate on our model; returns the harness's results dict (results, configs, n-samples ...).
-    Task files run no Python of theirs unless `trust_code` (eval/task_code.py)."""
+    Task files run no Python of theirs unless `trust_code` (eval/task_code.py). `progress`: a line per kind
+    of request scored (None: unless stderr is a terminal, where tlm eval shows a spinner)."""
     from lm_eval import evaluator
     from lm_eval.tasks import TaskManager
 
@@ -112,7 +137,7 @@ def run_tasks(
     with _quiet_progress(), _environ("DISABLE_MULTIPROC", "1"), harness_code_guard(trust_code), \
             _no_env_survey(evaluator):
         return evaluator.simple_evaluate(
-            model=TLMHarnessLM(scorer),
+            model=TLMHarnessLM(scorer, progress=where() != "terminal" if progress is None else progress),
             tasks=tasks,
             task_manager=manager,
             limit=limit,
@@ -142,16 +167,51 @@ def _no_env_survey(evaluator):
 
 @contextlib.contextmanager
 def _quiet_progress():
-    """The harness and datasets draw a tqdm bar per step (tlm eval shows its own status) and the harness
-    prints to stdout, which belongs to --json."""
+    """The harness and datasets draw a tqdm bar per step (tlm eval shows its own status; in a log a bar is
+    a carriage-return frame per refresh) and the harness prints to stdout, which belongs to --json: its
+    prints go to stderr, but for its notes on bootstrapping each metric's stderr."""
     import datasets
 
     datasets.disable_progress_bars()
+    prints = _HarnessPrints(sys.stderr)
     try:
-        with _environ("TQDM_DISABLE", "1"), contextlib.redirect_stdout(sys.stderr):
+        with no_tqdm_bars(), contextlib.redirect_stdout(prints):
             yield
     finally:
+        prints.close()
         datasets.enable_progress_bars()
+
+
+class _HarnessPrints(io.TextIOBase):
+    """stdout for the harness: whole lines to `target` (stderr), less those starting with HARNESS_NOISE
+    (print() writes a line in pieces, so lines are put together first)."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target, self.pending = target, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self._emit(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def close(self) -> None:
+        if self.pending:
+            self._emit(self.pending + "\n")
+            self.pending = ""
+        self.target.flush()
+        super().close()
+
+    def _emit(self, line: str) -> None:
+        if not line.startswith(HARNESS_NOISE):
+            self.target.write(line)
 
 
 @contextlib.contextmanager

@@ -1,49 +1,40 @@
-"""Who is who in a figure: a model's arm and seed, one colour per arm, seeds of an arm summarised.
+"""Who is who in a figure: a model's arm and seed, one look per arm, seeds of an arm summarised.
 
 `tlm compare` and `tlm demo` name runs `<arm>-s<seed>`, and a probe names its model after the run folder,
-so the names alone say which lines are seeds of one arm. Colours are a function of the SET of arms, never
-of the order the inputs came in: the baseline ('uniform') takes the first colour and the others follow in
-sorted order, so one arm keeps its colour in every figure drawn from the same arms, and a caller (the
-report) can pass one map built from all its arms so that figures of a subset agree too.
+so the names alone say which lines are seeds of one arm. An arm's colour, line style and marker come from
+plotting.colours: a function of its name alone, never of the other arms or of the order the inputs came
+in, so one arm looks the same in every figure. A caller may still pass its own arm -> colour map.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from tlm_probe.plotting.style import palette
-
-BASELINE = "uniform"
-RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
+from tlm_probe.plotting.colours import RUN_NAME, ArmStyle, arm_of, arm_style, split_name  # noqa: F401
 
 
-def split_name(name: str) -> tuple[str, int | None]:
-    """'cosine:1.5:0.5-s2' -> ('cosine:1.5:0.5', 2); a name that is no run of a comparison is its own arm."""
-    m = RUN_NAME.match(str(name))
-    return (m["arm"], int(m["seed"])) if m else (str(name), None)
+def arm_colours(names: Iterable[str]) -> dict[str, str]:
+    """arm -> colour for the arms of `names` (model or arm names), from plotting.colours."""
+    return {arm: arm_style(arm).colour for arm in dict.fromkeys(map(arm_of, names))}
 
 
-def arm_of(name: str) -> str:
-    return split_name(name)[0]
-
-
-def arm_colours(names: Iterable[str]) -> dict[str, tuple]:
-    """arm -> colour for the arms of `names` (model or arm names): baseline first, then sorted."""
-    arms = set(map(arm_of, names))
-    order = sorted(arms, key=lambda a: (a != BASELINE, a))
-    return dict(zip(order, palette(len(order)), strict=False))
-
-
-def colour_for(name: str, colours: Mapping[str, tuple]):
-    """The colour of a model: its arm's; a name the map lacks gets the map's next free colour (cycling)."""
+def style_for(name: str, colours: Mapping[str, tuple] | None = None) -> ArmStyle:
+    """The look (plotting.colours.ArmStyle) of a model: its arm's, with the colour a caller's `colours`
+    map (arm -> colour) gives it, if any."""
+    style = arm_style(name)
     arm = arm_of(name)
-    if arm in colours:
-        return colours[arm]
-    return palette(len(colours) + 1)[len(colours)]
+    if colours and arm in colours:
+        return replace(style, colour=colours[arm])
+    return style
+
+
+def colour_for(name: str, colours: Mapping[str, tuple] | None = None):
+    """The colour of a model: its arm's (a caller's `colours` map first)."""
+    return style_for(name, colours).colour
 
 
 def entries(models: Iterable[str]) -> dict[str, list[str]]:

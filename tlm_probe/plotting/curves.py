@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from tlm_probe.errors import UserError
-from tlm_probe.plotting.arms import arm_colours, colour_for
+from tlm_probe.plotting.arms import style_for
 from tlm_probe.plotting.checks import CURVE_COLUMNS, require_columns
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
@@ -22,6 +22,7 @@ from tlm_probe.plotting.style import (
 )
 
 PANELS = ("train_loss", "val_loss")
+TRAIN_MARKERS = 8  # a dense training curve carries its arm's marker this many times
 
 
 def plot_curves(
@@ -35,15 +36,14 @@ def plot_curves(
 ) -> Figure:
     """One panel per metric; per arm a line of the seed mean and a band of ± one seed standard deviation.
 
-    `curves` is the summary table `arm, metric, tokens, mean, std, n_seeds` (see plotting.inputs);
-    `colours` maps arm -> colour (default: plotting.arms.arm_colours, the same arm colours as every
-    other figure of these arms)."""
+    `curves` is the summary table `arm, metric, tokens, mean, std, n_seeds` (see plotting.inputs). Each
+    arm is drawn in its own colour, line style and marker (plotting.colours: the same in every figure);
+    `colours` (arm -> colour) overrides colours."""
     curves = require_columns(curves, CURVE_COLUMNS, "curve")
     metrics = [m for m in metrics if (curves["metric"] == m).any()]
     if not metrics:
         raise UserError("no training or validation losses to plot (metrics.jsonl has no loss lines)")
     arms = list(dict.fromkeys(curves["arm"].astype(str)))
-    colours = dict(colours) if colours is not None else arm_colours(arms)
     with figure_style():
         fig = new_figure(size, dpi)
         axes = fig.subplots(1, len(metrics), squeeze=False).ravel()
@@ -55,18 +55,19 @@ def plot_curves(
     return fig
 
 
-def _panel(ax, rows: pd.DataFrame, metric: str, arms: list[str], colours: dict) -> None:
+def _panel(ax, rows: pd.DataFrame, metric: str, arms: list[str], colours: Mapping | None) -> None:
     for arm in arms:
         one = rows[rows["arm"].astype(str) == arm].sort_values("tokens")
         if one.empty:
             continue
         xs, mean, std = (one[c].to_numpy(float) for c in ("tokens", "mean", "std"))
-        style = {"marker": "o", "markersize": 4} if metric.startswith("val") else {}
-        colour = colour_for(arm, colours)
-        ax.plot(xs, mean, color=colour, label=legend_label(arm), linewidth=1.6, **style)
+        style = style_for(arm, colours)
+        every = 1 if metric.startswith("val") else max(1, len(xs) // TRAIN_MARKERS)
+        ax.plot(xs, mean, label=legend_label(arm), linewidth=1.6, markersize=4, markevery=every,
+                **style.line())
         if np.isfinite(std).any() and (one["n_seeds"] > 1).any():
             std = np.nan_to_num(std)
-            ax.fill_between(xs, mean - std, mean + std, color=colour, alpha=0.2, linewidth=0)
+            ax.fill_between(xs, mean - std, mean + std, color=style.colour, alpha=0.2, linewidth=0)
     ax.set_xlabel("tokens seen")
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_ylabel(stat_label(metric))

@@ -10,11 +10,10 @@ from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.arms import (
-    arm_colours,
-    colour_for,
     entries,
     entry_label,
     seed_summary,
+    style_for,
     titled_entries,
 )
 from tlm_probe.plotting.checks import (
@@ -51,46 +50,50 @@ def plot_depth(
 ) -> Figure:
     """`statistic` against depth (or layer) for every model in a tidy result table.
 
-    One colour per arm (`colours`: arm -> colour; default: plotting.arms.arm_colours of these models).
-    A model alone is a line with its [ci_low, ci_high] band; two or more seeds of one arm (`<arm>-s<k>`)
-    are thin lines, one per seed, under a bold line of their mean and a band of ± 1 std over the seeds.
-    Models whose MLP width changes with depth draw markers whose area is proportional to the layer's
-    width d_l, so a taper is visible. On the default x axis (l / (L − 1)) models of any depth overlay.
+    One look per arm (plotting.colours: colour, line style, marker; the same in every figure; `colours`,
+    arm -> colour, overrides the colour). A model alone is a line with its [ci_low, ci_high] band; two or
+    more seeds of one arm (`<arm>-s<k>`) are thin lines, one per seed, under a bold line of their mean and
+    a band of ± 1 std over the seeds. Models whose MLP width changes with depth draw markers whose area is
+    proportional to the layer's width d_l, so a taper is visible. On the default x axis (l / (L − 1))
+    models of any depth overlay.
     """
     results = require_columns(results, DRAWN_COLUMNS, "result")
     if x not in X_AXES:
         raise UserError(f"x axis must be one of {', '.join(X_AXES)}, got {x!r}")
     rows = per_layer(select_statistic(results, statistic), statistic)
     models = models_in_order(rows)
-    colours = dict(colours) if colours is not None else arm_colours(models)
     groups = entries(models)
     with figure_style():
         fig = new_figure(size, dpi)
         ax = fig.add_subplot()
         tapered = False
         for entry, members in groups.items():
-            colour = colour_for(members[0], colours)
+            style = style_for(members[0], colours)
             if len(members) > 1:
-                _draw_seeds(ax, rows, members, x, colour)
+                _draw_seeds(ax, rows, members, x, style)
             summary = seed_summary(rows, members, x)
-            tapered |= _draw_line(ax, summary, x, entry_label(entry, members), colour)
+            tapered |= _draw_line(ax, summary, x, entry_label(entry, members), style)
         seeded = any(len(m) > 1 for m in groups.values())
         _decorate(ax, rows, groups, statistic, x, (tapered, seeded), title)
     return fig
 
 
-def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, colour) -> None:
+def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> None:
     """One thin line per seed, unlabelled: the spread the mean line summarises."""
     for m in members:
         one = rows[rows["model"].astype(str) == m].sort_values(x)
-        ax.plot(one[x].to_numpy(float), one["value"].to_numpy(float), color=colour, linewidth=0.7,
-                alpha=0.45, label="_nolegend_", gid=f"seed:{m}")
+        ax.plot(one[x].to_numpy(float), one["value"].to_numpy(float), color=style.colour,
+                linestyle=style.linestyle, linewidth=0.7, alpha=0.45, label="_nolegend_", gid=f"seed:{m}")
 
 
-def _draw_line(ax, one: pd.DataFrame, x: str, label: str, colour) -> bool:
+def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> bool:
+    """The entry's line (its legend handle shows colour, line style and marker) and its band; the markers
+    on the line are drawn by a scatter whose areas can follow the layer widths."""
     xs, ys = one[x].to_numpy(float), one["value"].to_numpy(float)
     grouped = bool((one["n"] > 1).any())
-    ax.plot(xs, ys, color=colour, label=legend_label(label), linewidth=2.2 if grouped else 1.8)
+    colour = style.colour
+    ax.plot(xs, ys, label=legend_label(label), linewidth=2.2 if grouped else 1.8,
+            **style.line(markersize=6, markevery=[]))
     if grouped:
         std = one["std"].to_numpy(float)
         lo, hi = ys - std, ys + std
@@ -101,8 +104,8 @@ def _draw_line(ax, one: pd.DataFrame, x: str, label: str, colour) -> bool:
     widths = one["d_ff"].to_numpy(float)
     tapered = bool(np.isfinite(widths).all() and np.ptp(widths) > 0)
     areas = MARKER_AREA * widths / widths.mean() if tapered else np.full(len(xs), MARKER_AREA / 2)
-    ax.scatter(xs, ys, s=areas, color=colour, zorder=3, label="_nolegend_", edgecolors="white",
-               linewidths=0.6)
+    ax.scatter(xs, ys, s=areas, color=colour, marker=style.marker, zorder=3, label="_nolegend_",
+               edgecolors="white", linewidths=0.6)
     return tapered
 
 

@@ -10,7 +10,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.plotting.arms import arm_colours
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
@@ -132,10 +131,9 @@ def _advantage(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if curves.empty:
         raise UserError(f"{paths[0]} has no arm with {metric} logged at the baseline's steps yet")
     title = opts.title or f"each arm's {metric} minus the baseline's over training (below 0: ahead)"
-    # colours from every arm, baseline included, so an arm keeps the colour it has in the loss curves
-    arms = load_comparison(paths[0]).curves["arm"].astype(str)
+    # each arm in its look of every figure (plotting.colours), the one it has in the loss curves
     return plot_curves(curves, metrics=list(dict.fromkeys(curves["metric"])), size=opts.pixels, dpi=opts.dpi,
-                       title=title, colours=arm_colours(arms))
+                       title=title)
 
 
 BUILDERS: dict[str, Callable[[Sequence[str | Path], PlotOptions, list[str]], Figure]] = {

@@ -17,7 +17,6 @@ from matplotlib.patches import Patch
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.arms import (
-    arm_colours,
     colour_for,
     entries,
     entry_label,
@@ -32,6 +31,7 @@ from tlm_probe.plotting.checks import (
     require_columns,
     select_statistic,
 )
+from tlm_probe.plotting.colours import ink_on
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
     DEFAULT_SIZE,
@@ -72,7 +72,8 @@ def plot_importance(
     title: str | None = None,
     colours: Mapping[str, tuple] | None = None,
 ) -> Figure:
-    """Bars of each statistic in `statistics` per layer; one panel per statistic, one colour per arm.
+    """Bars of each statistic in `statistics` per layer; one panel per statistic, one colour per arm
+    (plotting.colours: the same in every figure; `colours`, arm -> colour, overrides it).
 
     Models of different depth get one row of panels per depth (a 30-layer and a 4-layer model on one
     layer axis would squeeze one of them to slivers); within a panel the bars are laid out by the entries
@@ -84,7 +85,6 @@ def plot_importance(
     frames = [per_layer(select_statistic(results, s), s) for s in statistics]
     everything = pd.concat(frames)
     models = models_in_order(everything)
-    colours = dict(colours) if colours is not None else arm_colours(models)
     depths = _depth_groups(everything, models)
     cols = min(len(frames), 3)
     per_depth = math.ceil(len(frames) / cols)
@@ -122,7 +122,7 @@ def _depth_groups(rows: pd.DataFrame, models: list[str]) -> dict[int, list[str]]
     return dict(sorted(groups.items(), reverse=True))
 
 
-def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: dict) -> dict[str, Patch]:
+def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: Mapping | None) -> dict[str, Patch]:
     """The bars of the entries present in `rows`; returns label -> legend patch of each one drawn."""
     groups = entries(models_in_order(rows))
     width = BAR_SPAN / max(len(groups), 1)
@@ -133,7 +133,8 @@ def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: dict) ->
         offset = (k - (len(groups) - 1) / 2) * width
         xs = one["layer"].to_numpy(float) + offset
         values = one["value"].to_numpy(float)
-        ax.bar(xs, values, width=width, color=colour, yerr=_errors(one, values),
+        # error bars stay visible on a black bar (uniform's) and on the white above it
+        ax.bar(xs, values, width=width, color=colour, yerr=_errors(one, values), ecolor=ink_on(colour),
                error_kw={"elinewidth": 0.8, "capsize": 1.5}, gid=f"bars:{entry}")
         if len(members) > 1:
             _seed_dots(ax, rows, members, offset)
@@ -150,11 +151,12 @@ def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: dict) ->
 
 
 def _seed_dots(ax, rows: pd.DataFrame, members: list[str], offset: float) -> None:
-    """Each seed's value as a small dot on its arm's bar: the spread behind the mean."""
+    """Each seed's value as a small dot on its arm's bar: the spread behind the mean (dark with a white
+    rim: seen on a black bar and on the white above a bar)."""
     for m in members:
         one = rows[rows["model"].astype(str) == m].sort_values("layer")
-        ax.scatter(one["layer"].to_numpy(float) + offset, one["value"].to_numpy(float), s=6, color="0.15",
-                   zorder=3, linewidths=0, gid=f"seed:{m}")
+        ax.scatter(one["layer"].to_numpy(float) + offset, one["value"].to_numpy(float), s=8, color="0.15",
+                   zorder=3, linewidths=0.5, edgecolors="white", gid=f"seed:{m}")
 
 
 def _errors(one: pd.DataFrame, values: np.ndarray) -> np.ndarray | None:

@@ -9,16 +9,14 @@ from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.checks import SCHEDULE_COLUMNS, require_columns
+from tlm_probe.plotting.colours import arm_style
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
     DEFAULT_SIZE,
     figure_style,
     legend_label,
     new_figure,
-    palette,
 )
-
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def plot_schedules(
@@ -29,7 +27,8 @@ def plot_schedules(
     dpi: int = DEFAULT_DPI,
     title: str | None = None,
 ) -> Figure:
-    """Widths (table `schedule, layer, width`) per layer, one line per schedule, uniform d_ff dashed.
+    """Widths (table `schedule, layer, width`) per layer, one line per schedule in the look the schedule's
+    arm has in every figure (plotting.colours), uniform d_ff as a grey reference line.
 
     The title states the budget L·d_ff and whether every schedule meets it exactly (the sums are part of
     the table, so the figure only reports them).
@@ -42,11 +41,11 @@ def plot_schedules(
     with figure_style():
         fig = new_figure(size, dpi)
         ax = fig.add_subplot()
-        ax.axhline(d_ff, color="0.35", linestyle="--", linewidth=1.2, label=f"uniform d_ff = {d_ff:,}")
-        for i, (name, colour) in enumerate(zip(names, palette(len(names)), strict=True)):
+        ax.axhline(d_ff, color="0.6", linestyle=(0, (1, 3)), linewidth=1.2, label=f"uniform d_ff = {d_ff:,}")
+        for name in names:
             one = widths[widths["schedule"].astype(str) == name].sort_values("layer")
-            ax.plot(one["layer"], one["width"], marker=MARKERS[i % len(MARKERS)], color=colour,
-                    label=legend_label(name), linewidth=1.6, markersize=5)
+            ax.plot(one["layer"], one["width"], label=legend_label(name), linewidth=1.6, markersize=5,
+                    **arm_style(name).line())
         ax.set_xlabel("layer index l")
         ax.set_ylabel("MLP width d_l (hidden units)")
         ax.set_ylim(bottom=0)

@@ -21,6 +21,7 @@ from tlm_probe.plotting.checks import (
     require_columns,
     select_statistic,
 )
+from tlm_probe.plotting.colours import arm_style
 from tlm_probe.plotting.depth import X_AXES
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure, stat_label
 
@@ -37,7 +38,8 @@ def plot_trajectory(
     title: str | None = None,
 ) -> Figure:
     """`statistic` against depth (or layer), one line per checkpoint step, one panel per run, with a
-    step colour bar."""
+    step colour bar. Colour means the step here; each run keeps the line style and marker of its arm
+    (plotting.colours), as in the other figures."""
     results = require_columns(results, (*DRAWN_COLUMNS, "step"), "checkpoint result")
     if x not in X_AXES:
         raise UserError(f"x axis must be one of {', '.join(X_AXES)}, got {x!r}")
@@ -65,11 +67,13 @@ def plot_trajectory(
 
 def _draw_run(ax, rows: pd.DataFrame, x: str, norm, cmap) -> None:
     """One run's lines, a line per step with its confidence band where the table has one."""
+    look = arm_style(str(rows["model"].iloc[0]))
     for step in sorted(rows["step"].unique()):
         one = rows[rows["step"] == step].sort_values(x)
         colour = cmap(norm(step))
         xs, ys = one[x].to_numpy(float), one["value"].to_numpy(float)
-        ax.plot(xs, ys, color=colour, linewidth=1.6, marker="o", markersize=3.5)
+        ax.plot(xs, ys, color=colour, linewidth=1.6, linestyle=look.linestyle, marker=look.marker,
+                markersize=3.5)
         lo, hi = one["ci_low"].to_numpy(float), one["ci_high"].to_numpy(float)
         if np.isfinite(lo).any() and np.isfinite(hi).any():
             ax.fill_between(xs, lo, hi, color=colour, alpha=0.12, linewidth=0)

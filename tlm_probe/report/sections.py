@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlm_probe.plotting.arms import arm_colours
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
@@ -62,12 +61,9 @@ def build_document(paths: Sequence[str | Path], options: ReportOptions | None = 
     # probe folders inside a comparison (tlm demo) join the probes given directly
     probe_paths = [p for p, k in kinds if k == "probe"] + [q for _, _, c in trained for q in c.probes]
     probes = [load_probe(p) for p in dict.fromkeys(probe_paths)]
-    # one colour per arm across every figure of the page, whichever subset of arms a figure holds
-    merged = merge_probes(probes)[0]["model"].astype(str) if probes else []
-    colours = arm_colours([*merged,
-                           *(a for _, _, c in trained for a in c.curves.get("arm", pd.Series()).astype(str))])
-    sections: list[Section] = probe_sections(probes, size, dpi, colours) if probes else []
-    sections += [training_section(comp, k, n, size, dpi, colours) for n, k, comp in trained]
+    # every figure draws an arm in its one look (plotting.colours), whichever other arms it holds
+    sections: list[Section] = probe_sections(probes, size, dpi) if probes else []
+    sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
     summary = comparison_summary([c for _, k, c in trained if k == "compare"])
     summary += headline_figure(sections)
     evals = [load_eval(p) for p, k in kinds if k == "eval"]
@@ -105,7 +101,7 @@ def _name(prefix: str, k: int, stat: str) -> str:
     return f"{prefix}-{k:02d}-{SAFE.sub('_', stat)[:40]}"
 
 
-def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = None) -> list[Section]:
+def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
     results, matrices = merge_probes(probes)
     stats = _ordered_stats(results)
     overview = Section("Probe results", [Table("probed models (provenance: at the end)",
@@ -116,7 +112,7 @@ def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = 
             FigureBlock(
                 _name("depth", k, s),
                 f"{s} against normalised depth, one line per model",
-                lambda s=s: plot_depth(results, s, size=size, dpi=dpi, colours=colours),
+                lambda s=s: plot_depth(results, s, size=size, dpi=dpi),
                 notes=lacking_notes(results, results["model"], s) + split_note(results),
             )
             for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])
@@ -134,7 +130,7 @@ def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = 
                     FigureBlock(
                         "importance",
                         f"importance proxies per layer: {', '.join(importance)}",
-                        lambda: plot_importance(results, importance, size=size, dpi=dpi, colours=colours),
+                        lambda: plot_importance(results, importance, size=size, dpi=dpi),
                         notes=[n for p in importance for n in lacking_notes(results, results["model"], p)]
                         + split_note(results),
                     )
@@ -235,7 +231,7 @@ def eval_section(table: pd.DataFrame) -> Section:
     )
 
 
-def training_section(comp: Comparison, kind: str, n: int, size, dpi, colours: dict | None = None) -> Section:
+def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
     label = {"compare": "Comparison", "run": "Training run"}[kind]
     section = Section(f"{label}: {comp.path.name}", [Text(f"folder: {comp.path}")])
     captions = {
@@ -250,7 +246,7 @@ def training_section(comp: Comparison, kind: str, n: int, size, dpi, colours: di
             FigureBlock(
                 _name("curves", n, comp.path.name),
                 caption,
-                lambda: plot_curves(comp.curves, size=size, dpi=dpi, colours=colours),
+                lambda: plot_curves(comp.curves, size=size, dpi=dpi),
             )
         )
     return section

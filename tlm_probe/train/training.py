@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import DiskFull, remove_owned
-from tlm_probe.progress import NotebookProgress
+from tlm_probe.progress import NotebookProgress, Phase
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
@@ -96,10 +97,20 @@ def run_training(
     drawn on rank 0 when tc.progress is set (TrainConfig(progress=False) trains quietly)."""
     if stop_at is not None and stop_at < 1:  # step 0 or below is never reached: it would be ignored
         raise UserError(f"--stop-at must be a step >= 1, got {stop_at}")
-    plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
+    says = tc.progress and int(os.environ.get("RANK", "0")) == 0  # before the process group exists
+    # the first phase, before the first step line: data (read or tokenized here unless given), the model
+    with Phase(f"{description}: loading data {tc.data} (tokenizer {tc.tokenizer})",
+               enabled=says and data is None) as phase:
+        plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
+        phase.result = (f"{description}: data {tc.data}: {plan.data.train.size:,} training and "
+                        f"{plan.data.val.size:,} validation tokens")
     with writer_lock(plan.out), _no_half_written_run(plan):
-        trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
+        with Phase(_setting_up(description, plan), enabled=says) as phase:
+            trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
+            at = f"step {trainer.step}/{trainer.total}"
+            phase.result = f"{description}: model ready on {trainer.device}, {at}"
         enabled = tc.progress and dist.is_main()
+        _announce_slow_steps(trainer, description, enabled)
         plain = not (_stderr.is_terminal or _stderr.is_jupyter)
         per_peak = trainer.flops_per_token / trainer.peak if trainer.peak else None
         lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens,
@@ -126,6 +137,35 @@ def run_training(
             lines.finish(summary["step"], last["loss"], run_tps)
     summary["rank"] = dist.rank()
     return summary
+
+
+def _setting_up(description: str, plan) -> str:
+    cfg, tc = plan.cfg, plan.tc
+    what = "resuming" if plan.resume else "building"
+    return (f"{description}: {what} the model ({cfg.n_layers} layers, d_model {cfg.d_model}, MLP schedule "
+            f"{tc.schedule}, mixer {tc.mixer})")
+
+
+def _announce_slow_steps(trainer: Trainer, description: str, enabled: bool) -> None:
+    """The trainer's validation passes (the first one before the first step line, the last one after the
+    last) and checkpoint writes, each a progress.Phase: one that takes a while says so."""
+    if not enabled:
+        return
+    evaluate, save = trainer.evaluate, trainer.save
+
+    def validation() -> dict:
+        with Phase(f"{description}: validation at step {trainer.step} "
+                   f"({trainer.tc.eval_tokens:,} tokens)") as phase:
+            record = evaluate()
+            loss = record.get("val_loss", float("nan"))
+            phase.result = f"{description}: validation at step {trainer.step}: loss {loss:.4f}"
+        return record
+
+    def checkpoint() -> None:
+        with Phase(f"{description}: saving the checkpoint of step {trainer.step}"):
+            save()
+
+    trainer.evaluate, trainer.save = validation, checkpoint
 
 
 @contextlib.contextmanager

@@ -94,7 +94,7 @@ def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, start
         "paired": result["paired"],
         "train_seconds": trained,
     }
-    doc["figures"] = {"loss_curves": _curves(out)}
+    doc["figures"] = {"loss_curves": _curves(out, base.progress)}
     if probe:
         doc.update(_probe_and_plot(out, data.val, base, arms, seeds, "quick" if quick else "full"))
     doc["wall_seconds"] = time.perf_counter() - started
@@ -102,22 +102,27 @@ def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, start
     return doc
 
 
-def _curves(out: Path) -> str:
-    from tlm_probe.plotting import plot_curves, save_figure
-    from tlm_probe.plotting.inputs import load_comparison
+def _curves(out: Path, progress: bool = True) -> str:
+    from tlm_probe.progress import Phase
 
     path = out / "loss_curves.png"
-    save_figure(plot_curves(load_comparison(out).curves), path)
+    with Phase(f"demo: drawing {path}", enabled=progress):  # matplotlib's import alone takes seconds
+        from tlm_probe.plotting import plot_curves, save_figure
+        from tlm_probe.plotting.inputs import load_comparison
+
+        save_figure(plot_curves(load_comparison(out).curves), path)
     return str(path)
 
 
 def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[str], seeds: list[int],
                     size: str) -> dict:
-    """Probe every trained model on the same validation ids; one figure of alignment against depth."""
+    """Probe every trained model on the same validation ids; one figure of alignment against depth. With
+    base.progress, each probe says which model it probes, then draws the probe's own progress."""
     import pandas as pd
 
     from tlm_probe.plotting import plot_depth, save_figure
     from tlm_probe.probe.engine import probe
+    from tlm_probe.progress import Phase, say
     from tlm_probe.results import write_results
 
     tables, folders = [], {}
@@ -125,6 +130,8 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
     for seed in seeds:
         for arm in arms:
             name = run_name(arm, seed)
+            if base.progress:
+                say(f"demo: probing {name} on the validation split ({PROBE_TOKENS[size]:,} tokens)")
             res = probe(
                 out / "runs" / name,
                 ids,
@@ -132,11 +139,13 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
                 max_tokens=PROBE_TOKENS[size],
                 batch_size=base.batch_size,
                 full=True,
+                progress=base.progress,
             )
             # the ids came as an array: say what they are (the trainer's validation split of the demo data)
             res.provenance["data"].update(source=str(base.data), split="val")
             folders[name] = str(write_results(out / "probe" / name, res.table, res.matrices, res.provenance))
             tables.append(res.table)
     figure = out / "alignment_vs_depth.png"
-    save_figure(plot_depth(pd.concat(tables, ignore_index=True), "align_mlp_mid"), figure)
+    with Phase(f"demo: drawing {figure}", enabled=base.progress):
+        save_figure(plot_depth(pd.concat(tables, ignore_index=True), "align_mlp_mid"), figure)
     return {"probe": folders, "figures_alignment": str(figure)}
