@@ -149,21 +149,22 @@ def collect(opts) -> None:
     """For each part run under --root (or those named by --parts): copy its tables into
     analyses/results/<part>/, draw its figures and write its section.md; then summary.md joins the
     sections of every part in analyses/results, so collecting one part keeps the others' committed
-    numbers (their runs need not be on this machine)."""
+    numbers (their runs need not be on this machine). Every part's compare.json and tables are checked
+    before anything is written (a fault: one line naming the file, and a non-zero exit)."""
     from analyses import study_summary as summ
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    found = collectable(opts)
     config_path = RESULTS / "study_config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {"parts": {}}
+    config = _read_config(config_path) if config_path.is_file() else {"parts": {}}
+    RESULTS.mkdir(parents=True, exist_ok=True)
     config.update({"scale": opts.scale, "seeds": SEEDS, "motivating_seeds": MOTIVATING_SEEDS,
                    "cpu_data": CPU_DATA, "cpu_flags": CPU_FLAGS, "motivating": MOTIVATING, "sweep": SWEEP,
                    "mixers": MIXERS, "eval": EVAL, "probe": PROBE})
-    for part in TRAINED:
-        src = opts.root / part
-        if _chosen(opts, part) and (src / "compare.json").is_file():
-            config["parts"][part] = json.loads((src / "compare.json").read_text())["settings"]
-            _write_section(RESULTS / part, _collect_part(opts, summ, part, src))
-    if _chosen(opts, "mechanism"):
+    for part, settings in found.items():
+        if part in TRAINED:
+            config["parts"][part] = settings
+            _write_section(RESULTS / part, _collect_part(opts, summ, part, opts.root / part))
+    if "mechanism" in found:
         lines = _collect_mechanism(opts, summ)
         if lines:
             _write_section(RESULTS / "mechanism", lines)
@@ -176,6 +177,100 @@ def collect(opts) -> None:
 
 def _chosen(opts, part: str) -> bool:
     return not opts.parts or part in opts.parts.split(",")
+
+
+COLLECTED = (*TRAINED, "mechanism")
+"""The parts `collect` gathers (in summary.md's order)."""
+TABLE_COLUMNS = {
+    "results.csv": ("arm", "seed"),
+    "summary.csv": ("arm", "n_seeds", "val_loss_mean", "val_loss_std", "val_ppl_mean"),
+    "paired.csv": ("arm", "val_loss_diff_mean", "val_loss_diff_ci_low", "val_loss_diff_ci_high",
+                   "val_loss_dz", "val_loss_p"),
+}
+"""The tables of a trained part that collect reads, and the columns it reads from each."""
+
+
+def collectable(opts) -> dict[str, dict | None]:
+    """The chosen parts that have something under --root: part -> its comparison's settings (None for
+    mechanism), each compare.json and table checked. A fault is sys.exit("error: ...") naming the file."""
+    parts = [p for p in opts.parts.split(",") if p] if opts.parts else list(COLLECTED)
+    unknown = [p for p in parts if p not in COLLECTED]
+    if unknown:
+        sys.exit(f"error: --parts {','.join(unknown)}: not a part that collect gathers (the parts: "
+                 f"{', '.join(COLLECTED)})")
+    found: dict[str, dict | None] = {}
+    for part in TRAINED:
+        src = opts.root / part
+        if part in parts and (src / "compare.json").exists():
+            found[part] = _checked_part(part, src)
+    mechanism = opts.root / "mechanism"
+    if "mechanism" in parts and mechanism.is_dir() and any(mechanism.rglob("results.csv")):
+        found["mechanism"] = None
+    return found
+
+
+def _checked_part(part: str, src: Path) -> dict:
+    """The settings in a trained part's compare.json, after checking it and the tables collect reads."""
+    import pandas as pd
+
+    from tlm_probe.errors import UserError
+    from tlm_probe.files.jsonfile import read_json_object
+
+    path = src / "compare.json"
+    redo = f"re-run the part (python -m analyses.study {part}) or move {src} away"
+    try:
+        doc = read_json_object(path)
+    except UserError as e:
+        sys.exit(f"error: {e}; {redo}")
+    if not isinstance(doc.get("settings"), dict):
+        found = type(doc.get("settings")).__name__
+        sys.exit(f"error: {path} has no 'settings' object (found {found}): not a compare.json that tlm "
+                 f"compare wrote; {redo}")
+    base = doc.get("baseline")
+    if not isinstance(base, str) and not (isinstance(base, dict) and all(isinstance(v, str) for v in
+                                                                          base.values())):
+        sys.exit(f"error: {path} has no 'baseline' arm name (found {base!r}): not a compare.json that tlm "
+                 f"compare wrote; {redo}")
+    for name, columns in TABLE_COLUMNS.items():
+        table = src / name
+        if not table.is_file():
+            sys.exit(f"error: {src} has compare.json but no {name}, which collect reads; {redo}")
+        if name == "paired.csv" and table.stat().st_size < 2:  # one arm: no pairs, no columns
+            continue
+        try:
+            have = set(pd.read_csv(table, nrows=0).columns)
+        except Exception as e:  # pandas raises many types (EmptyDataError, ParserError, UnicodeDecodeError)
+            sys.exit(f"error: cannot read {table}: {(str(e).splitlines() or [type(e).__name__])[0][:200]}; "
+                     f"{redo}")
+        missing = [c for c in columns if c not in have]
+        if missing:
+            sys.exit(f"error: {table} has no column {', '.join(missing)}: not a table tlm compare wrote; "
+                     f"{redo}")
+    return doc["settings"]
+
+
+def _read_config(path: Path) -> dict:
+    """The committed study_config.json (every part's settings), checked."""
+    from tlm_probe.errors import UserError
+    from tlm_probe.files.jsonfile import read_json_object
+
+    try:
+        config = read_json_object(path)
+    except UserError as e:
+        sys.exit(f"error: {e}; restore it from git or remove it")
+    if not isinstance(config.get("parts", {}), dict):
+        sys.exit(f"error: {path}: 'parts' is not an object; restore it from git or remove it")
+    config.setdefault("parts", {})
+    return config
+
+
+def _nothing_to_collect(opts) -> None:
+    """`collect` with no run of any chosen part under --root: a line saying so, not a silent exit 0."""
+    if not collectable(opts):
+        parts = opts.parts or ", ".join(COLLECTED)
+        sys.exit(f"error: nothing to collect under {opts.root}: no <part>/compare.json there (nor probe "
+                 f"results in mechanism/) for {parts}; run a part first (python -m analyses.study "
+                 "motivating) or give --root where the runs are")
 
 
 def _write_section(folder: Path, lines: list[str]) -> None:
@@ -242,8 +337,15 @@ def main() -> None:
     p.add_argument("--tokens", help="paper scale: training tokens per run")
     p.add_argument("--parts", default="", help="eval/collect: only these parts (A,B; all if empty)")
     opts = p.parse_args()
-    opts.root.mkdir(parents=True, exist_ok=True)
-    PARTS[opts.part](opts)
+    if opts.part == "collect":  # reads --root only: nothing made there, and no run there is an error
+        _nothing_to_collect(opts)
+    else:
+        opts.root.mkdir(parents=True, exist_ok=True)
+    try:
+        PARTS[opts.part](opts)
+    except subprocess.CalledProcessError as e:  # the `tlm` line above it said why
+        sys.exit(f"error: `tlm {' '.join(map(str, e.cmd[2:4]))} ...` failed with exit code {e.returncode} "
+                 f"(its message is above); the study stopped at part {opts.part}")
 
 
 if __name__ == "__main__":

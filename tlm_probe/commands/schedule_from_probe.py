@@ -76,7 +76,9 @@ def per_layer_values(table, statistic: str, model: str | None,
     model, rows = _one_model(table, model, where)
     stats = sorted(set(rows["statistic"].astype(str)))
     if statistic not in stats:
-        raise UserError(f"statistic {statistic!r} is not in the probe; it has: {', '.join(stats)}")
+        has = f"it has: {', '.join(stats)}" if stats else "it has no per-layer statistic at all"
+        raise UserError(f"statistic {statistic!r} is not in the probe {where}; {has} (probe again with "
+                        f"--stats {statistic})")
     layer = rows["layer"]
     if (layer % 1 != 0).any():
         bad = layer[layer % 1 != 0].iloc[0]

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -62,6 +63,10 @@ def dir_mode() -> int:
 # inline_container.cc:…] . unexpected pos 1152 vs 1046" or "PytorchStreamWriter failed writing file
 # data/0: file write failed"; a short write of a local file is a full disk (or quota) in practice
 TORCH_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed writing")
+# numpy's ndarray.tofile (gguf's tensor writer) reports a short write as OSError("1024 requested and 312
+# written"), without errno: alone, that was the whole error line (issue 36)
+NUMPY_SHORT_WRITE = re.compile(r"^\d+ requested and \d+ written$")
+FREE_SPACE_HINT = "free some space there (or write somewhere else) and run it again"
 
 
 def is_disk_full(e: BaseException) -> bool:
@@ -70,17 +75,41 @@ def is_disk_full(e: BaseException) -> bool:
         return True
     text = str(e)
     short_write = isinstance(e, RuntimeError) and any(m in text for m in TORCH_SHORT_WRITE)
-    return "No space left" in text or short_write
+    numpy_short = isinstance(e, OSError) and e.errno is None and bool(NUMPY_SHORT_WRITE.match(text.strip()))
+    return "No space left" in text or short_write or numpy_short
 
 
 class DiskFull(UserError):
-    """A write that ran out of space (a UserError: the one line names the path and the bytes needed)."""
+    """A write that ran out of space (a UserError: the one line names the path, the bytes needed or
+    written, the space free and what to do)."""
 
 
-def disk_full_error(path: Path, need: int) -> UserError:
+def disk_full_error(path: Path, need: int, written: int = 0) -> UserError:
+    """The one line of a full disk while writing `path`: `need` bytes when the writer knew them (0: not
+    known; then the `written` bytes so far are what is known: the need is more), and the space free on
+    the file system that holds it."""
     where = next((p for p in [path, *path.parents] if p.exists()), Path("."))
-    free = shutil.disk_usage(where).free
-    return DiskFull(f"disk full writing {path}: it needs about {human(need)}, {human(free)} free")
+    try:
+        free = f"{human(shutil.disk_usage(where).free)} free"
+    except OSError:
+        free = "free space unknown"
+    if need > 0:
+        asked = f"it needs about {human(need)}"
+    elif written > 0:
+        asked = f"it needs more than the {human(written)} written before the disk filled"
+    else:
+        asked = "no byte of it could be written"
+    return DiskFull(f"disk full writing {path}: {asked}, {free} on the disk that holds {where.resolve()}; "
+                    f"{FREE_SPACE_HINT}")
+
+
+def written_bytes(path: Path) -> int:
+    """Bytes in the file or folder `path` (what a failed write had put there; 0 when it is gone)."""
+    with contextlib.suppress(OSError):
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    return 0
 
 
 def human(n: int) -> str:
@@ -104,10 +133,11 @@ def atomic_path(path: str | Path, need: int = 0) -> Iterator[Path]:
         os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException as e:
+        written = written_bytes(Path(tmp)) if not need and is_disk_full(e) else 0
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if is_disk_full(e):
-            raise disk_full_error(path, need) from None
+            raise disk_full_error(path, need, written) from None
         raise
 
 
@@ -151,8 +181,9 @@ def temp_folder(near: str | Path, need: int = 0) -> Iterator[Path]:
         yield tmp
     except BaseException as e:
         if is_disk_full(e):
+            written = 0 if need else written_bytes(tmp)
             shutil.rmtree(tmp, ignore_errors=True)  # first, so that the free space reported is true
-            raise disk_full_error(near, need) from None
+            raise disk_full_error(near, need, written) from None
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

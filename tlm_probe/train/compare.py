@@ -14,9 +14,11 @@ re-running the same comparison skips finished runs and resumes unfinished ones f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import platform
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -29,10 +31,13 @@ import pandas as pd
 from tlm_probe.data.stream import TokenData, load_token_data
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.files.fileio import (
+    MANIFEST,
     atomic_write_text,
     check_apart,
     check_kind,
     claim,
+    ensure_writable,
+    foreign,
     read_manifest,
     record,
     remove_owned,
@@ -40,13 +45,14 @@ from tlm_probe.files.fileio import (
 from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.models.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.models.device import resolve_device
-from tlm_probe.schedules.heads import split_components
+from tlm_probe.schedules.heads import COMPONENTS, split_components
+from tlm_probe.schedules.widths import FILE, PARAMS, parse_schedule
 from tlm_probe.seeds import check_seed
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.compare_tables import METRICS, paired_table, summary_table
 from tlm_probe.train.config import TrainConfig
-from tlm_probe.train.run import check_device, check_resume, writer_lock
+from tlm_probe.train.run import check_compatible, check_device, check_resume, writer_lock
 
 SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
@@ -122,12 +128,52 @@ def make_arms(mixers: list[str], schedules: list[str]) -> list[Arm]:
 
 
 def as_arms(base: TrainConfig, arms: list) -> list[Arm]:
-    """Arms given as Arm objects, or as schedule strings of the base config's mixer."""
+    """Arms given as Arm objects, or as schedule strings of the base config's mixer. Two arms that are
+    one allocation spelled two ways ('uniform' and 'mlp=uniform', 'cosine' and 'cosine:1.5:0.5') are
+    refused: both would train the same model, and their paired difference would be exactly 0."""
     out = [a if isinstance(a, Arm) else Arm(base.mixer, a) for a in arms]
     names = [a.name for a in out]
     if len(set(names)) != len(names):
         raise UserError(f"an arm is listed twice: {', '.join(names)}")
+    seen: dict[tuple, Arm] = {}
+    for arm in out:
+        key = allocation_key(arm, base)
+        if key in seen:
+            first = seen[key]
+            tapered = [f"{c} {_shown(k)}" for c, k in key[1] if k != ("uniform",)]
+            spelled = ", ".join(tapered) + "; the other components uniform" if tapered else "all uniform"
+            raise UserError(f"arms {first.schedule!r} and {arm.schedule!r}{_of_mixer(arm)} are the same "
+                            f"allocation ({spelled}): they would train one model twice; list it once")
+        seen[key] = arm
     return out
+
+
+def allocation_key(arm: Arm, base: TrainConfig) -> tuple:
+    """What an arm trains, whatever its spelling: its mixer and each component's schedule (the MLP's,
+    heads', KV heads' and memory's; one it does not name is the base's, and no schedule is uniform), each
+    as its shape and the numbers that shape uses (defaults filled in), or its explicit widths."""
+    parts = split_components(arm.schedule)
+    given = {"mlp": parts.get("mlp", "uniform"), "heads": parts.get("heads", base.heads_schedule),
+             "kv": parts.get("kv", base.kv_schedule), "mem": parts.get("mem", base.mem_schedule)}
+    return arm.mixer, tuple((c, _spec_key(given[c] or "uniform")) for c in COMPONENTS)
+
+
+def _spec_key(text: str) -> tuple:
+    spec = parse_schedule(text)
+    if spec.name in ("explicit", FILE):
+        return ("widths", tuple(spec.widths))
+    return (spec.name, *(float(getattr(spec, k)) for k in PARAMS.get(spec.name, ())))
+
+
+def _shown(key: tuple) -> str:
+    name, *nums = key
+    if name == "widths":
+        return ",".join(map(str, nums[0]))
+    return ":".join([name, *(f"{x:g}" for x in nums)])
+
+
+def _of_mixer(arm: Arm) -> str:
+    return "" if arm.mixer == DEFAULT_MIXER else f" of the mixer {arm.mixer}"
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -179,19 +225,22 @@ SWEEP_FILES = ("sweep.csv", "sweep_heatmap.png")
 """What `tlm sweep` adds to its comparison folder."""
 
 
-def check_settings(out: Path, settings: dict, overwrite: bool) -> None:
+def check_settings(out: Path, settings: dict, overwrite: bool) -> list[str]:
     """A folder tlm did not write, or one from an earlier, different comparison, is refused (unless
-    --overwrite); the same comparison continues."""
+    --overwrite); the same comparison continues. Writes nothing: returns the entries of a comparison
+    written before manifests existed, which the comparison adopts into a manifest once every check has
+    passed ([] for any other folder)."""
     path = out / SETTINGS
     old = _saved_settings(path)
     same = old is not None and _without_seeds(old) == _without_seeds(settings)
     check_kind(out, "compare")  # before adopting: a train run folder holds a compare_settings.json never
     if same and not read_manifest(out):  # written before manifests existed: the same comparison, adopt it
-        record(out, [n for n in COMPARE_FILES if (out / n).exists()], "compare")
+        ensure_writable(out)  # what claim() checks of a folder whose entries are (about to be) ours
+        return [n for n in COMPARE_FILES if (out / n).exists()]
     claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False, kind="compare",
           owned=SWEEP_FILES)
     if overwrite or old is None or same:  # more (or fewer) seeds of the same arms: each run stands alone
-        return
+        return []
     changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
     raise UserError(
         f"{out} holds a different comparison (changed: {', '.join(changed)}); pass --overwrite to replace it"
@@ -296,8 +345,11 @@ def compare(
         "seeds": seeds,
         "base": {k: v for k, v in base.to_dict().items() if k not in PER_RUN_OR_MACHINE},
     }
+    # every check before the first file is written (issue 36: the settings, the manifest and runs/ were
+    # written before the first run refused, e.g. a seq_len longer than the corpus)
     budget = check_budget(base, arms, data.vocab_size)
-    check_settings(out, settings, overwrite)
+    check_run_inputs(base, arms, seeds, data)
+    adopt = check_settings(out, settings, overwrite)
     if not overwrite:
         check_runs(out, base, arms, seeds, data.vocab_size)
     by_mixer = baselines(arms)
@@ -306,20 +358,33 @@ def compare(
     # under torchrun every rank runs every arm together (DDP/FSDP inside each run); rank 0 writes
     with writer_lock(out):
         return _compare(base, arms, seeds, out, overwrite, data, settings, budget, train_fn, baseline,
-                        after_run)
+                        after_run, adopt)
+
+
+def check_run_inputs(base: TrainConfig, arms: list[Arm], seeds: list[int], data: TokenData) -> None:
+    """What each run checks before its first step (train/run.py check_compatible: the vocabulary, the
+    context, this machine's memory, splits long enough for seq_len), for every arm before the comparison
+    writes anything: else the first run refused after compare_settings.json, the manifest and runs/."""
+    for arm in arms:
+        tc = arm.config(base, seeds[0])
+        check_compatible(tc, tc.model_config(data.vocab_size), data)
 
 
 def _compare(
-    base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn, baseline, after_run
+    base, arms, seeds, out: Path, overwrite: bool, data, settings, budget, train_fn, baseline, after_run,
+    adopt: list[str] = (),
 ) -> dict:
     dist.init(resolve_device(base.device).type)
     if dist.is_main():
-        if overwrite and out.exists():
-            remove_owned(out)
-        runs = [f"runs/{run_name(arm.name, seed)}" for seed in seeds for arm in arms]
-        record(out, [*COMPARE_FILES[:-1], *runs], "compare")
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
+        with _undone_on_failure(out):  # a full disk here leaves the folder as it was
+            if adopt:  # a comparison from before manifests: its files become the manifest's entries
+                record(out, adopt, "compare")
+            if overwrite and out.exists():
+                remove_owned(out)
+            runs = [f"runs/{run_name(arm.name, seed)}" for seed in seeds for arm in arms]
+            record(out, [*COMPARE_FILES[:-1], *runs], "compare")
+            (out / "runs").mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
     rows = []
     for seed in seeds:
         for arm in arms:
@@ -335,17 +400,49 @@ def _compare(
     return json.loads((out / "compare.json").read_text())
 
 
+@contextlib.contextmanager
+def _undone_on_failure(out: Path):
+    """Setting up the comparison folder (manifest, runs/, compare_settings.json) either completes or, when
+    a write fails (a full disk), leaves it as it was: new entries removed, the manifest and settings
+    restored byte for byte, a folder it made removed."""
+    existed = out.exists()
+    saved = {n: (out / n).read_bytes() for n in (MANIFEST, SETTINGS) if (out / n).is_file()}
+    had_runs = (out / "runs").exists()
+    try:
+        yield
+    except Exception:
+        with contextlib.suppress(OSError):
+            if not existed:
+                shutil.rmtree(out, ignore_errors=True)
+            else:
+                if not had_runs and (out / "runs").is_dir() and not any((out / "runs").iterdir()):
+                    (out / "runs").rmdir()
+                for name in (MANIFEST, SETTINGS):
+                    if name in saved:
+                        (out / name).write_bytes(saved[name])
+                    elif (out / name).is_file():
+                        (out / name).unlink()
+        raise
+
+
 def check_runs(out: Path, base: TrainConfig, arms: list[Arm], seeds: list[int], vocab_size: int) -> None:
     """Before a continued comparison writes anything: every finished run's run.json reads as an object,
     and every unfinished run with a checkpoint would resume (the checks of `tlm train --resume`)."""
     for seed in seeds:
         for arm in arms:
             run = out / "runs" / run_name(arm.name, seed)
+            if run.is_dir():
+                check_kind(run, "train")
             if (run / "run.json").is_file():
                 read_json_object(run / "run.json")
             elif step_folders(run):
                 tc = arm.config(base, seed)
                 check_resume(run, tc, tc.model_config(vocab_size))
+            elif foreign(run):  # a run that died before its first checkpoint is started again: not these
+                names = foreign(run)
+                raise UserError(f"{run} holds {len(names)} file(s) tlm did not write ({', '.join(names[:3])}"
+                                f"{', ...' if len(names) > 3 else ''}); move them away so the comparison "
+                                "can train this run there")
 
 
 def _run_arm(base: TrainConfig, arm: Arm, seed: int, out: Path, data: TokenData, train_fn) -> dict:
