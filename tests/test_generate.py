@@ -167,3 +167,18 @@ def test_generate_with_the_memory_mixers(mixer):
     assert cached.tolist() == uncached.tolist() and cached[0].tolist() == _argmax_loop(model, PROMPT[0], 8)
     steps = set(lengths[1:])
     assert steps == set(range(x.shape[1] + 1, x.shape[1] + 8))
+
+
+def test_a_model_without_a_tokenizer_is_refused_naming_generate(tmp_path):
+    """The refusal names the command that was run (it said `tlm eval` before; issue 35 item 6)."""
+    from typer.testing import CliRunner
+
+    from cli import app
+    from tlm_probe.models.config import TLMConfig
+    from tlm_probe.models.io import save_tlm
+    from tlm_probe.models.tlm import TaperedLM
+
+    cfg = TLMConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, d_ff=(64,))
+    save_tlm(TaperedLM(cfg), tmp_path / "m")
+    res = CliRunner().invoke(app, ["generate", str(tmp_path / "m"), "--prompt", "x", "--max-new-tokens", "1"])
+    assert res.exit_code == 1 and "tlm generate needs one" in res.output and "tlm eval" not in res.output

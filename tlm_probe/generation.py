@@ -69,6 +69,9 @@ class GenerateOptions:
             raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
 
 
+NEEDS_TOKENIZER = ("tlm generate", "to turn the prompt into ids and the ids back into text")
+
+
 def load_generator(source: str, opts: GenerateOptions):
     """(model with .generate, TextCodec, context length)."""
     from tlm_probe.capture.loading import load_probe_model
@@ -85,7 +88,7 @@ def load_generator(source: str, opts: GenerateOptions):
     pm = load_probe_model(source, opts.device, opts.dtype)
     if not pm.is_causal or not hasattr(pm.model, "generate"):
         raise UserError(f"{source} is not a causal language model; it cannot generate text")
-    return pm.model, TextCodec(pm.tokenizer), model_max_length(pm)
+    return pm.model, TextCodec(pm.tokenizer, *NEEDS_TOKENIZER), model_max_length(pm)
 
 
 def _load_tlm(folder: Path, opts: GenerateOptions):
@@ -100,7 +103,7 @@ def _load_tlm(folder: Path, opts: GenerateOptions):
     verify_checkpoint(folder)  # the checks every loader makes, before transformers allocates the model
     hf_logging.disable_progress_bar()
     model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[opts.dtype]).to(opts.device).eval()
-    return model, TextCodec(_load_tokenizer(folder)), model.cfg.max_seq_len
+    return model, TextCodec(_load_tokenizer(folder), *NEEDS_TOKENIZER), model.cfg.max_seq_len
 
 
 def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: int, context: int) -> list[int]:

@@ -25,9 +25,9 @@ _LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx"
 class TextCodec:
     """encode/decode/eos/bytes over our ByteTokenizer, our HFTokenizer or a raw transformers tokenizer."""
 
-    def __init__(self, tokenizer):
-        if tokenizer is None:
-            raise UserError("this model has no tokenizer; tlm eval needs one to turn task text into ids")
+    def __init__(self, tokenizer, command: str = "tlm eval", need: str = "to turn task text into ids"):
+        if tokenizer is None:  # the command that asked says what it needs one for
+            raise UserError(f"this model has no tokenizer; {command} needs one {need}")
         self.tok = getattr(tokenizer, "tok", tokenizer)  # unwrap our HFTokenizer
         self.is_byte = getattr(tokenizer, "kind", None) == "byte"
         self.byte = tokenizer if self.is_byte else None
