@@ -15,6 +15,7 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import os
 import time
@@ -75,7 +76,11 @@ def plan_stats(spec: str) -> StatPlan:
     asked: list[str] = []
     for item in (s.strip() for s in str(spec).split(",") if s.strip()):
         if item not in SETS and item not in SETS["all"]:
-            raise UserError(f"unknown statistic {item!r}; choose from: {', '.join([*SETS, *SETS['all']])}")
+            names = [*SETS, *SETS["all"]]
+            close = difflib.get_close_matches(item, names, n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            raise UserError(f"unknown statistic {item!r}{hint}; the sets are {', '.join(SETS)}, and the "
+                            f"statistics: {', '.join(SETS['all'])}")
         asked += [s for s in SETS.get(item, (item,)) if s not in asked]
     if not asked:
         raise UserError(f"--stats {spec!r} names no statistics")
