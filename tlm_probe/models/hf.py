@@ -1,4 +1,4 @@
-"""transformers Auto-class registration: once tlm_probe is imported,
+"""transformers Auto-class registration: after tlm_probe.register_with_transformers(),
 `AutoModelForCausalLM.from_pretrained(path)` loads a tlm checkpoint folder, and `save_pretrained` writes one
 that `load_tlm` reads.
 
@@ -25,7 +25,6 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.hf_tokenizer import TLMByteTokenizer
-from tlm_probe.models.layers import Rotary
 from tlm_probe.models.tl_habits import TLHabits
 
 _FIELDS = tuple(TLMConfig.__dataclass_fields__)
@@ -76,7 +75,10 @@ class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        # called for modules materialised from the meta device; loaded weights are overwritten afterwards
+        # called for modules materialised from the meta device; loaded weights are overwritten afterwards;
+        # imported here, not at the top: registering the Auto classes (every Hugging Face load does it)
+        # must not import the model's layers and, through their HookPoints, TransformerLens
+        from tlm_probe.models.layers import Rotary
         from tlm_probe.models.titans import Titans
 
         if isinstance(module, Rotary):

@@ -56,7 +56,7 @@ def load_tlm(folder: str | Path, device: str = "cpu", unsafe_pickle: bool = Fals
             model.load_state_dict(torch.load(path, map_location=device, weights_only=False))
     except Exception as e:  # safetensors raises several types for truncated or mismatched files
         raise UserError(f"cannot load weights from {path}: {str(e).splitlines()[0]}") from e
-    model.tokenizer = folder_tokenizer(folder)  # the run's, when it carries one (models/tl_habits.py)
+    model._tokenizer_folder = folder  # model.tokenizer reads the run's on first use (models/tl_habits.py)
     return model.to(device).eval()
 
 
