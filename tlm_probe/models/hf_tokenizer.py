@@ -54,3 +54,25 @@ class TLMByteTokenizer(PreTrainedTokenizerFast):
             raise OSError(f"{path} has no tokenizer files (tokenizer.json, tokenizer_config.json) and no "
                           f"byte tokenizer recorded in {META}")
         return cls(tokenizer_object=_byte_backend(), eos_token=EOS)
+
+
+TOKENIZER_FILES = (META, "tokenizer_config.json", "tokenizer.json")
+"""Any of these in a folder means it carries a tokenizer."""
+
+
+def folder_tokenizer(folder: str | Path):
+    """The Hugging Face tokenizer of a run folder (None when it carries none): its tokenizer files, or for
+    a byte run with only tlm_tokenizer.json the byte tokenizer (TLMByteTokenizer); the ids are those
+    tokenizer.load_saved_tokenizer gives (a layer above, not importable here). One line if it cannot load."""
+    from transformers import AutoTokenizer
+
+    folder = Path(folder)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    files = (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+    try:  # with tokenizer files AutoTokenizer needs no model type; without, the byte tokenizer it is
+        if files:
+            return AutoTokenizer.from_pretrained(str(folder))
+        return TLMByteTokenizer.from_pretrained(folder)
+    except Exception as e:  # corrupt or partial tokenizer files
+        raise UserError(f"cannot load the tokenizer of {folder}: {str(e).splitlines()[0]}") from None

@@ -19,7 +19,6 @@ from tlm_probe.api_names import renamed_keywords
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_path, atomic_write_text
 from tlm_probe.models.config_file import CONFIG, read_config_json  # noqa: F401 (re-exported)
-from tlm_probe.models.hf_tokenizer import META
 from tlm_probe.models.safetensors_header import read_safetensors_header  # noqa: F401 (re-exported)
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.models.verify import (  # noqa: F401 (check_weights, weights_path: re-exported)
@@ -58,25 +57,3 @@ def load_tlm(folder: str | Path, device: str = "cpu", unsafe_pickle: bool = Fals
         raise UserError(f"cannot load weights from {path}: {str(e).splitlines()[0]}") from e
     model._tokenizer_folder = folder  # model.tokenizer reads the run's on first use (models/tl_habits.py)
     return model.to(device).eval()
-
-
-TOKENIZER_FILES = (META, "tokenizer_config.json", "tokenizer.json")
-"""Any of these in a folder means it carries a tokenizer."""
-
-
-def folder_tokenizer(folder: str | Path):
-    """The Hugging Face tokenizer of a run folder (None when it carries none): its tokenizer files, or for a
-    byte run with only tlm_tokenizer.json the byte tokenizer (models/hf_tokenizer.py); the ids are those
-    tokenizer.load_saved_tokenizer gives (a layer above, not importable here). One line if it cannot load."""
-    folder = Path(folder)
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        return None
-    from transformers import AutoTokenizer
-
-    from tlm_probe.models.hf import register
-
-    register()  # model_type "tlm": a byte run without tokenizer files gets the byte tokenizer
-    try:
-        return AutoTokenizer.from_pretrained(str(folder))
-    except Exception as e:  # corrupt or partial tokenizer files
-        raise UserError(f"cannot load the tokenizer of {folder}: {str(e).splitlines()[0]}") from None

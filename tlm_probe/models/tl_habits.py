@@ -4,7 +4,7 @@
 model.tokenizer is a Hugging Face tokenizer (what HookedTransformer holds), or None. load_tlm attaches a
 run folder's, read on first use: its tokenizer files, or for a byte run that has only tlm_tokenizer.json
 the byte tokenizer as AutoTokenizer builds it (models/hf_tokenizer.py); the ids are those the run was
-trained with (tokenizer.load_saved_tokenizer's; models/io.py folder_tokenizer).
+trained with (tokenizer.load_saved_tokenizer's; models/hf_tokenizer.py folder_tokenizer).
 
 to_tokens encodes as training did (no special tokens added) and prepends the tokenizer's BOS only when it
 has one: none of ours (byte, trained BPE) has, so their text starts at its first byte / token, as training
@@ -29,7 +29,7 @@ class TLHabits:
         """The Hugging Face tokenizer, or None; a run folder's is loaded on first use (a probe or a
         training run that never asks for it does not pay for it, nor fail on its files)."""
         if self._tokenizer is None and self._tokenizer_folder is not None:
-            from tlm_probe.models.io import folder_tokenizer  # io imports this module's users
+            from tlm_probe.models.hf_tokenizer import folder_tokenizer  # transformers: only when asked
 
             self._tokenizer, self._tokenizer_folder = folder_tokenizer(self._tokenizer_folder), None
         return self._tokenizer
