@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.data.env_corpus import env_documents
+from tlm_probe.data.tokens import is_prepared
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, read_json
 
@@ -73,14 +74,9 @@ def resolve_split(split: str, source, model=None) -> str:
     if not isinstance(source, str | Path):  # an in-memory array or list of texts: no split to take
         return "all"
     text = str(source)
-    if text.startswith("builtin:") or _prepared(text) or text in _trained_on(model):
+    if text.startswith("builtin:") or is_prepared(text) or text in _trained_on(model):
         return "val"
     return "all"
-
-
-def _prepared(source: str) -> bool:
-    path = Path(source)
-    return path.is_dir() and (path / "meta.json").is_file() and (path / "train").is_dir()
 
 
 def _trained_on(model) -> set[str]:
