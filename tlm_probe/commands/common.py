@@ -133,9 +133,6 @@ def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-DEVICE_HELP = "auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"
-
-
 def device_option(device: str) -> str:
     """The --device of every command: 'auto' resolved here (the loaders take a real device), any other
     name checked; a device this machine lacks is one error line."""
