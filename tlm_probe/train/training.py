@@ -102,8 +102,8 @@ def run_training(
     with Phase(f"{description}: loading data {tc.data} (tokenizer {tc.tokenizer})",
                enabled=says and data is None) as phase:
         plan = plan_run(tc, out, data=data, resume=resume, overwrite=overwrite)
-        phase.result = (f"{description}: data {tc.data}: {plan.data.train.size:,} training and "
-                        f"{plan.data.val.size:,} validation tokens")
+        phase.result = (f"{description}: data {tc.data}: {len(plan.data.train):,} training and "
+                        f"{len(plan.data.val):,} validation tokens")
     with writer_lock(plan.out), _no_half_written_run(plan):
         with Phase(_setting_up(description, plan), enabled=says) as phase:
             trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
