@@ -107,3 +107,17 @@ def test_training_from_prepared_shards_carries_the_tokenizer(tmp_path, corpus):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["vocab_size"] == 400
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "run"))  # the checkpoint folder carries it
     assert len(tok) == 400 and summary["val_bpb"] is not None
+
+
+def test_run_training_reads_a_folder_of_several_shards(tmp_path, corpus):
+    """The whole `tlm train` path (run_training, with its progress lines) on shards held as one ConcatIds:
+    its data line once asked the ConcatIds for a numpy `.size` and every such run died before step 1."""
+    from tlm_probe.train.config import TrainConfig
+    from tlm_probe.train.training import run_training
+
+    meta = prepare(corpus, tmp_path / "prep", tokenizer="bpe:400", shard_tokens=2000)
+    assert meta["train"]["shards"] > 1
+    tc = TrainConfig(data=str(tmp_path / "prep"), d_model=32, n_layers=2, n_heads=2, d_ff=64, seq_len=16,
+                     batch_size=2, steps=2, eval_tokens=32, progress=True)
+    summary = run_training(tc, tmp_path / "run")
+    assert summary["step"] == 2
