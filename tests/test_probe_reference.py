@@ -93,6 +93,7 @@ def _stats(pre, attn, mid, mlp, post) -> dict[str, torch.Tensor]:
         "align_mlp_pre": cos(mlp, pre),
         "align_abs_mlp_mid": cos(mlp, mid).abs(),
         "align_abs_mlp_pre": cos(mlp, pre).abs(),
+        "align_mlp_post": cos(mlp, post),
         "align_attn_pre": cos(attn, pre),
         "norm_ratio_mlp": n(mlp) / n(mid),
         "block_influence": 1 - cos(pre, post),

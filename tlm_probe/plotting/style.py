@@ -30,6 +30,7 @@ STAT_LABELS: dict[str, str] = {
     "align_mlp_pre": "cos(MLP out, resid_pre)",
     "align_abs_mlp_mid": "|cos(MLP out, resid_mid)|",
     "align_abs_mlp_pre": "|cos(MLP out, resid_pre)|",
+    "align_mlp_post": "cos(MLP out, resid_post)",
     "align_attn_pre": "cos(attn out, resid_pre)",
     "norm_ratio_mlp": "‖MLP out‖ / ‖resid_mid‖ (ratio)",
     "block_influence": "1 − cos(resid_pre, resid_post)",

@@ -36,6 +36,7 @@ DEPTH_FIRST = (
     "align_mlp_pre",
     "align_abs_mlp_mid",
     "align_abs_mlp_pre",
+    "align_mlp_post",
     "align_attn_pre",
     "norm_ratio_mlp",
     "resid_norm_growth",

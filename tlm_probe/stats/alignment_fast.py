@@ -25,6 +25,9 @@ FORMULAS = {
     "align_mlp_pre": ("cos", "mlp_out", "resid_pre"),
     "align_abs_mlp_mid": ("|cos|", "mlp_out", "resid_mid"),
     "align_abs_mlp_pre": ("|cos|", "mlp_out", "resid_pre"),
+    # against the stream after the MLP's own write: the third reading of "aligned with the residual
+    # stream" (it includes mlp_out itself, so it is >= align_mlp_mid whenever the MLP writes along it)
+    "align_mlp_post": ("cos", "mlp_out", "resid_post"),
     "align_attn_pre": ("cos", "attn_out", "resid_pre"),
     "norm_ratio_mlp": ("ratio", "mlp_out", "resid_mid"),
     "block_influence": ("1-cos", "resid_pre", "resid_post"),
