@@ -200,9 +200,13 @@ def run(opts) -> None:
 
 
 def collect(opts) -> None:
-    from analyses import confirm_stats
+    from analyses import confirm_section, confirm_stats
 
-    confirm_stats.write_all(opts.results)
+    summary = confirm_stats.write_all(opts.results)
+    if summary:  # every main run has finished: the README's table and sentences (section.md)
+        df = confirm_stats.load_runs(opts.results)
+        text = "\n".join(confirm_section.section(df, summary)) + "\n"
+        (opts.results / "section.md").write_text(text)
 
 
 def main() -> None:
