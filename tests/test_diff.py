@@ -97,10 +97,11 @@ def test_cka_equals_the_full_activation_computation(ids):
     a, b = _model(seed=0), _model((96, 64, 32, 64), seed=3)
     res = run_diff(wrap_model(a, name="a"), wrap_model(b, name="b"), DiffOptions(data=ids, **OPTS))
     x = torch.from_numpy(np.load(ids).astype(np.int64))
-    acts = []
+    acts, mlps = [], []
     for m in (a, b):
         _, cache = m.run_with_cache(x, return_cache_object=False)
         acts.append([cache[f"blocks.{l}.hook_resid_post"].reshape(-1, D).double().numpy() for l in range(L)])
+        mlps.append([cache[f"blocks.{l}.hook_mlp_out"].reshape(-1, D).double().numpy() for l in range(L)])
 
     def cka(X, Y):  # Kornblith et al., from the centred activations themselves
         X, Y = X - X.mean(0), Y - Y.mean(0)
@@ -108,6 +109,9 @@ def test_cka_equals_the_full_activation_computation(ids):
 
     want = np.array([[cka(acts[0][i], acts[1][j]) for j in range(L)] for i in range(L)])
     assert np.allclose(res.cka, want, atol=1e-6)
+    want_mlp = np.array([[cka(mlps[0][i], mlps[1][j]) for j in range(L)] for i in range(L)])
+    assert np.allclose(np.array(res.summary["cka_mlp"], dtype=float), want_mlp, atol=1e-6)
+    assert not np.allclose(want_mlp, want, atol=1e-2)  # a different matrix, not the stream's again
 
 
 def test_cka_sums_merge_exactly():
@@ -134,6 +138,18 @@ def test_the_cli_writes_the_contract_files(tmp_path, ids):
     assert doc["kl_mean"] > 0 and len(doc["drift"]) == L
     for name in ("cka.csv", "layers.csv", "tokens.csv"):
         assert (tmp_path / "d" / name).is_file()
+    assert len(doc["cka_mlp"]) == L
+    # tlm plot DIFF: the heatmap shows diff.json's CKA matrix, the bars tokens.csv's frequency buckets
+    from tlm_probe.plotting.figures import build_figure
+
+    fig = build_figure([tmp_path / "d"])
+    heat = fig.axes[0].images[0].get_array()
+    assert np.allclose(np.asarray(heat, dtype=float), np.array(doc["cka"], dtype=float))
+    buckets = [r for r in doc["buckets"] if r["bucket_kind"] == "target_count"]
+    heights = sorted(round(p.get_height(), 9) for p in fig.axes[2].patches)
+    assert heights == sorted(round(v, 9) for r in buckets for v in (r["kl_mean"], r["dnll_mean"]))
+    plotted = CliRunner().invoke(app, ["plot", str(tmp_path / "d"), "--out", str(tmp_path / "d.png")])
+    assert plotted.exit_code == 0 and (tmp_path / "d.png").stat().st_size > 10_000, plotted.output
     bad = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "nope"), "--data", ids,
                                    "--out", str(tmp_path / "e")])
     assert bad.exit_code == 1 and "Traceback" not in bad.output

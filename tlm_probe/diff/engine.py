@@ -2,6 +2,7 @@
 
 - layer correspondence: linear CKA of the residual stream (each block's output) between every layer of A
   and every layer of B, from accumulated Gram sums (stats/cka.py), and B's best-matching layer for each of A;
+  the same for the MLP outputs (the contract's mlp_out tap of each family) when both models have MLPs;
 - residual drift ||h_A - h_B|| / ||h_B|| per layer (mean over tokens), where the two streams have the same
   width: layer to layer when the depths are equal, else each layer of A against B's layer at the same
   relative depth (diff.json says which);
@@ -14,6 +15,7 @@ when both have a tokenizer).
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import time
 from dataclasses import dataclass, replace
@@ -25,7 +27,7 @@ import torch.nn.functional as F
 
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture import sequences as sq
-from tlm_probe.capture.native import first_tensor
+from tlm_probe.capture.native import first_tensor, register_taps
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.data.sources import resolve_split
 from tlm_probe.diff.options import DiffOptions
@@ -54,21 +56,23 @@ def bucket_label(edges: tuple[int, ...], i: int) -> str:
 
 
 class _Taps:
-    """Forward hooks that keep each block's output (the residual stream after it) for one batch."""
+    """Hooks that keep, for one batch, each block's output (the residual stream after it: `out`) and, when
+    the family has an MLP, what the MLP adds to the stream (the contract's mlp_out tap: `mlp`)."""
 
     def __init__(self, pm: ProbeModel):
         self.out: list[torch.Tensor | None] = [None] * pm.n_layers
-        self.handles = [pm.layer(l).register_forward_hook(self._keep(l)) for l in range(pm.n_layers)]
+        self.mlp: list[torch.Tensor | None] = [None] * pm.n_layers
+        taps = pm.taps()
+        wanted = {"out": taps["resid_post"], **({"mlp": taps["mlp_out"]} if "mlp_out" in taps else {})}
+        self.has_mlp = "mlp" in wanted
+        self.stack = contextlib.ExitStack()
+        register_taps(pm, wanted, self._keep, self.stack)
 
-    def _keep(self, l: int):
-        def hook(module, args, output):
-            self.out[l] = first_tensor(output).detach()
-
-        return hook
+    def _keep(self, layer: int, piece: str, tensor: torch.Tensor | None) -> None:
+        getattr(self, piece)[layer] = tensor.detach()
 
     def close(self) -> None:
-        for h in self.handles:
-            h.remove()
+        self.stack.close()
 
 
 def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
@@ -145,6 +149,7 @@ def run_diff(model_a, model_b, opts: DiffOptions, *, trust_remote_code: bool = F
 @dataclass
 class _Acc:
     cka: LayerCKA
+    cka_mlp: LayerCKA | None
     drift_sum: np.ndarray
     tokens: _Tokens
     pair: list[int]
@@ -154,9 +159,11 @@ class _Acc:
 
 def _stream(pa: ProbeModel, pb: ProbeModel, seqs: list[list[int]], opts: DiffOptions) -> _Acc:
     pair, how = pairing(pa.n_layers, pb.n_layers)
-    acc = _Acc(LayerCKA(pa.n_layers, pa.d_model, pb.n_layers, pb.d_model), np.zeros(pa.n_layers),
-               _Tokens(collections.Counter(t for s in seqs for t in s)), pair, how)
     taps = _Taps(pa), _Taps(pb)
+    both_mlp = taps[0].has_mlp and taps[1].has_mlp
+    acc = _Acc(LayerCKA(pa.n_layers, pa.d_model, pb.n_layers, pb.d_model),
+               LayerCKA(pa.n_layers, pa.d_model, pb.n_layers, pb.d_model) if both_mlp else None,
+               np.zeros(pa.n_layers), _Tokens(collections.Counter(t for s in seqs for t in s)), pair, how)
     try:
         with torch.no_grad():
             for ids, mask in sq.batches(seqs, opts.batch_size, sq.pad_id(pa), opts.device):
@@ -174,8 +181,10 @@ def _batch(pa, pb, taps, ids: torch.Tensor, mask: torch.Tensor, opts: DiffOption
     if opts.exclude_bos:
         keep[:, 0] = False
     flat = keep.reshape(-1)
-    acc.cka.add([h.reshape(-1, h.shape[-1])[flat] for h in taps[0].out],
-                [h.reshape(-1, h.shape[-1])[flat] for h in taps[1].out])
+    rows = lambda hs: [h.reshape(-1, h.shape[-1])[flat] for h in hs]  # noqa: E731  (n, d) kept tokens
+    acc.cka.add(rows(taps[0].out), rows(taps[1].out))
+    if acc.cka_mlp is not None:
+        acc.cka_mlp.add(rows(taps[0].mlp), rows(taps[1].mlp))
     if pa.d_model == pb.d_model:
         for l, j in enumerate(acc.pair):
             ha, hb = taps[0].out[l][keep].double(), taps[1].out[j][keep].double()
@@ -200,7 +209,8 @@ def _result(pa: ProbeModel, pb: ProbeModel, acc: _Acc, opts: DiffOptions, second
     summary = {
         "model_a": pa.name, "model_b": pb.name, "n_layers": [pa.n_layers, pb.n_layers],
         "d_model": [pa.d_model, pb.d_model], "d_ff": [list(pa.d_ff), list(pb.d_ff)],
-        "cka": [[_num(v) for v in row] for row in cka],
+        "cka": _matrix(cka),
+        "cka_mlp": None if acc.cka_mlp is None else _matrix(acc.cka_mlp.value().numpy()),
         "best_match": [int(np.nanargmax(row)) if np.isfinite(row).any() else None for row in cka],
         "drift": [_num(v) for v in drift], "drift_pairing": acc.pairing, "drift_layers_b": acc.pair,
         "kl_mean": kl_mean, "dnll_mean": dnll, "n_tokens": acc.n, "n_predictions": n_pred,
@@ -208,6 +218,10 @@ def _result(pa: ProbeModel, pb: ProbeModel, acc: _Acc, opts: DiffOptions, second
         "paths": [str(pa.path) if pa.path else None, str(pb.path) if pb.path else None],
     }
     return DiffResult(summary, cka, drift)
+
+
+def _matrix(m: np.ndarray) -> list[list[float | None]]:
+    return [[_num(v) for v in row] for row in m]
 
 
 def _num(v: float) -> float | None:
@@ -218,8 +232,9 @@ def tables(res: DiffResult) -> dict[str, list[dict]]:
     """The tidy CSVs: cka.csv (layer x layer matrix rows), layers.csv (per layer of A), tokens.csv."""
     s = res.summary
     name = f"{s['model_a']} vs {s['model_b']}"
-    cka = [{"model": name, "layer_i": i, "layer_j": j, "statistic": "cka_resid", "value": v}
-           for i, row in enumerate(s["cka"]) for j, v in enumerate(row)]
+    cka = [{"model": name, "layer_i": i, "layer_j": j, "statistic": stat, "value": v}
+           for stat, key in (("cka_resid", "cka"), ("cka_mlp", "cka_mlp"))
+           for i, row in enumerate(s[key] or []) for j, v in enumerate(row)]
     n_a = s["n_layers"][0]
     layers = []
     for l in range(n_a):

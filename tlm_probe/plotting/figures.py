@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
+from tlm_probe.plotting.diff import plot_diff
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
@@ -19,6 +20,7 @@ from tlm_probe.plotting.inputs import (
     input_kind,
     lacking_notes,
     load_comparison,
+    load_diff,
     load_probe,
     load_run,
     merge_probes,
@@ -51,6 +53,8 @@ def _one(stats: Sequence[str], default: str, kind: str) -> str:
 
 
 def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+    if len(paths) == 1 and input_kind(paths[0]) == "diff":  # `tlm plot DIFF`: the diff's own figure
+        return _diff(paths, opts, notes)
     results, _, _ = _probe_tables(paths)
     stat = _one(opts.statistic, "align_mlp_mid", "depth")
     notes += lacking_notes(results, results["model"], stat)
@@ -136,6 +140,15 @@ def _advantage(paths, opts: PlotOptions, notes: list[str]) -> Figure:
                        title=title)
 
 
+def _diff(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+    if len(paths) != 1 or input_kind(paths[0]) != "diff":
+        raise UserError("the diff figure takes one `tlm diff --out DIR` folder")
+    s, t = load_diff(paths[0])
+    return plot_diff(t["cka.csv"], t["layers.csv"], t["tokens.csv"], names=(s["model_a"], s["model_b"]),
+                     pairing=s.get("drift_pairing", "layer"), n_tokens=int(s["n_tokens"]), size=opts.pixels,
+                     dpi=opts.dpi, title=opts.title)
+
+
 BUILDERS: dict[str, Callable[[Sequence[str | Path], PlotOptions, list[str]], Figure]] = {
     "depth": _depth,
     "heatmap": _heatmap,
@@ -145,6 +158,7 @@ BUILDERS: dict[str, Callable[[Sequence[str | Path], PlotOptions, list[str]], Fig
     "sweep": _sweep,
     "trajectory": _trajectory,
     "advantage": _advantage,
+    "diff": _diff,
 }
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from tlm_probe.errors import UserError
 
-FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage")
+FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage",
+                "diff")
 """Every figure kind, in figures.BUILDERS' order (a test checks that they agree)."""
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 """The schedules figure's curves when no --schedule is given."""

@@ -1,0 +1,82 @@
+"""`tlm plot DIFF`: one figure of a `tlm diff` folder — the layer correspondence (linear CKA of the residual
+stream, every layer of A against every layer of B, B's best match marked), the residual drift against depth,
+and KL / ΔNLL by the target token's frequency. Draws the tidy tables only (no file reading, no torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
+
+CMAP = "viridis"
+
+
+def cka_grid(cka: pd.DataFrame, statistic: str = "cka_resid") -> np.ndarray:
+    """The (L_A, L_B) matrix of one CKA statistic from cka.csv's tidy rows."""
+    rows = cka[cka["statistic"] == statistic]
+    grid = np.full((int(rows["layer_i"].max()) + 1, int(rows["layer_j"].max()) + 1), np.nan)
+    grid[rows["layer_i"].to_numpy(int), rows["layer_j"].to_numpy(int)] = rows["value"].to_numpy(float)
+    return grid
+
+
+def _cka_panel(ax, grid: np.ndarray, names: tuple[str, str]) -> None:
+    image = ax.imshow(grid, cmap=CMAP, vmin=0.0, vmax=1.0, origin="upper", interpolation="nearest",
+                      aspect="auto")
+    best = np.nanargmax(np.where(np.isfinite(grid), grid, -1.0), axis=1)
+    ax.scatter(best, np.arange(len(best)), marker="o", s=18, facecolors="none", edgecolors="white",
+               label="best match in B")
+    ax.grid(False)
+    ax.set_xticks(range(grid.shape[1]))
+    ax.set_yticks(range(grid.shape[0]))
+    ax.set_xlabel("layer of B")
+    ax.set_ylabel("layer of A")
+    ax.set_title("linear CKA (residual stream)")
+    ax.legend(loc="upper right", fontsize="x-small", framealpha=0.6)
+    ax.figure.colorbar(image, ax=ax, label="CKA")
+
+
+def _drift_panel(ax, layers: pd.DataFrame, pairing: str) -> None:
+    drift = layers[layers["statistic"] == "drift_resid"].dropna(subset=["value"])
+    best = layers[layers["statistic"] == "cka_best"].dropna(subset=["value"])
+    if not drift.empty:
+        ax.plot(drift["depth"], drift["value"], marker="o", label=f"drift ‖h_A − h_B‖/‖h_B‖ (by {pairing})")
+    ax.plot(best["depth"], best["value"], marker="s", linestyle="--", label="best CKA in B")
+    ax.set_xlabel("depth of A's layer")
+    ax.set_ylabel("drift, CKA")
+    ax.set_title("per layer of A" if not drift.empty else "per layer of A (no drift: widths differ)")
+    ax.legend(fontsize="x-small")
+
+
+def _tokens_panel(ax, tokens: pd.DataFrame) -> None:
+    rows = tokens[tokens["bucket_kind"] == "target_count"]
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, rows["kl_mean"], width=0.4, label="KL(A ‖ B)")
+    ax.bar(x + 0.2, rows["dnll_mean"], width=0.4, label="ΔNLL = NLL_A − NLL_B")
+    ax.axhline(0.0, color="0.3", linewidth=0.8)
+    ax.set_xticks(x, [f"{b}\n{n:,}" for b, n in zip(rows["bucket"], rows["n"], strict=True)],
+                  fontsize="x-small")
+    top = float(np.nanmax([rows["kl_mean"].max(), rows["dnll_mean"].max(), 0.0]))
+    ax.set_ylim(top=top * 1.4 if top > 0 else None)  # room for the legend above the bars
+    ax.set_xlabel("target's count (predictions)")
+    ax.set_ylabel("nats per prediction")
+    ax.set_title("by target frequency")
+    ax.legend(fontsize="x-small")
+
+
+def plot_diff(cka: pd.DataFrame, layers: pd.DataFrame, tokens: pd.DataFrame, *, names: tuple[str, str],
+              pairing: str, n_tokens: int, size: Sequence[int] = DEFAULT_SIZE, dpi: int = DEFAULT_DPI,
+              title: str | None = None) -> Figure:
+    """The three panels of a diff from its tidy tables (cka.csv, layers.csv, tokens.csv)."""
+    with figure_style():
+        fig = new_figure(size, dpi)
+        axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.25, 1, 1]})
+        _cka_panel(axes[0], cka_grid(cka), names)
+        _drift_panel(axes[1], layers, pairing)
+        _tokens_panel(axes[2], tokens)
+        fig.suptitle(title or f"tlm diff: A = {names[0]}, B = {names[1]} ({n_tokens:,} tokens)",
+                     fontsize="medium")
+    return fig
