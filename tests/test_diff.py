@@ -153,3 +153,40 @@ def test_the_cli_writes_the_contract_files(tmp_path, ids):
     bad = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "nope"), "--data", ids,
                                    "--out", str(tmp_path / "e")])
     assert bad.exit_code == 1 and "Traceback" not in bad.output
+
+
+def test_arm_over_a_comparison_diffs_every_seed_pair_with_intervals(tmp_path, ids):
+    """`tlm diff CMP --arm ARM`: each seed pair is an ordinary diff (checked against a direct one), and the
+    aggregate is the mean over seeds with a 95% t interval computed here independently."""
+    from scipy import stats
+
+    cmp = tmp_path / "cmp"
+    for seed in (0, 1, 2):
+        save_tlm(_model(seed=10 + seed), cmp / "runs" / f"uniform-s{seed}")
+        save_tlm(_model((96, 80, 48, 32), seed=20 + seed), cmp / "runs" / f"cosine:1.5:0.5-s{seed}")
+    (cmp / "runs" / "cosine:1.5:0.5-s3").mkdir()  # an unfinished seed: left out
+    res = CliRunner().invoke(app, ["diff", str(cmp), "--arm", "cosine:1.5:0.5", "--data", ids,
+                                   "--max-tokens", "0", "--out", str(tmp_path / "d"), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "d" / "diff.json").read_text())
+    assert doc["seeds"] == [0, 1, 2] and len(doc["per_seed"]) == 3
+    direct = run_diff(str(cmp / "runs" / "cosine:1.5:0.5-s1"), str(cmp / "runs" / "uniform-s1"),
+                      DiffOptions(data=ids, **OPTS))
+    assert doc["per_seed"][1]["kl_mean"] == pytest.approx(direct.summary["kl_mean"], rel=1e-9)
+    kls = np.array([p["kl_mean"] for p in doc["per_seed"]])
+    low, high = stats.t.interval(0.95, 2, loc=kls.mean(), scale=kls.std(ddof=1) / np.sqrt(3))
+    got = (doc["kl"]["mean"], doc["kl"]["ci_low"], doc["kl"]["ci_high"])
+    assert got == pytest.approx((kls.mean(), low, high))
+    cell = [p["cka"][2][1] for p in doc["per_seed"]]
+    assert doc["cka"][2][1] == pytest.approx(np.mean(cell)) and doc["cka_ci"][2][1]["n_seeds"] == 3
+    assert "over seeds 0, 1, 2" in res.output
+    from tlm_probe.plotting.figures import build_figure
+
+    build_figure([tmp_path / "d"])  # the aggregate draws like a single diff
+    for args, needle in ((["--arm", "wider-late"], "no finished seed of both"),
+                         (["--arm", "uniform"], "both 'uniform'")):
+        bad = CliRunner().invoke(app, ["diff", str(cmp), *args, "--data", ids, "--out", str(tmp_path / "e")])
+        assert bad.exit_code == 1 and needle in bad.output and "Traceback" not in bad.output, bad.output
+    both = CliRunner().invoke(app, ["diff", str(cmp), str(cmp / "runs" / "uniform-s0"), "--arm", "x",
+                                    "--data", ids, "--out", str(tmp_path / "e")])
+    assert both.exit_code == 1 and "MODEL_B is not given" in both.output

@@ -13,6 +13,7 @@ from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.diff.options import DiffOptions
+from tlm_probe.errors import UserError
 
 MODEL_HELP = "Checkpoint folder (ours or Hugging Face) or a hub name."
 
@@ -25,15 +26,22 @@ class DiffRun(Loading, Threads, JsonOut):
     """Result folder: diff.json, cka.csv, layers.csv, tokens.csv."""
     overwrite: bool = field(default=False, metadata={"help": overwrite_help("diff")})
     """See commands/overwrite.py."""
+    arm: str = ""
+    """With a comparison folder as MODEL_A (and no MODEL_B): diff this arm's run of every seed against the
+    baseline's run of the same seed; each number is a mean over the seeds with a 95% t interval."""
+    baseline: str = "uniform"
+    """The reference arm of --arm (model B of each seed pair)."""
 
 
 def register(app: typer.Typer) -> None:
-    @command(app, "diff", "tlm diff cmp/runs/uniform-s0 cmp/runs/cosine_1.5_0.5-s0 --out diff/u-vs-c")
+    @command(app, "diff", "tlm diff cmp/runs/cosine:1.5:0.5-s0 cmp/runs/uniform-s0 --out diff/c-vs-u\n"
+                          "  tlm diff cmp --arm cosine:1.5:0.5 --baseline uniform --out diff/c-vs-u-seeds")
     @with_options(options=DiffOptions, run=DiffRun)
     def diff(
         model_a: str = typer.Argument(..., help=f"Model A. {MODEL_HELP}"),
-        model_b: str = typer.Argument(..., help=f"Model B, the reference of drift, KL(A||B) and "
-                                                f"ΔNLL = A - B. {MODEL_HELP}"),
+        model_b: str = typer.Argument("", help=f"Model B, the reference of drift, KL(A||B) and "
+                                               f"ΔNLL = A - B. {MODEL_HELP} Omitted with --arm.",
+                                      show_default=False),
         *,
         options: DiffOptions,
         run: DiffRun,
@@ -41,17 +49,23 @@ def register(app: typer.Typer) -> None:
         """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
         from tlm_probe.diff.engine import run_diff, write_diff
+        from tlm_probe.diff.pairs import aggregate
         from tlm_probe.files.fileio import check_apart, claim
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.threads import torch_threads
 
-        check_apart(run.out, [model_a, model_b, options.data])
+        pairs = _pairs(model_a, model_b, run)
+        check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
         claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
         with folder_lock(run.out), torch_threads(run.threads, "--threads"):
-            res = run_diff(model_a, model_b, options, trust_remote_code=run.trust_remote_code,
-                           unsafe_pickle=run.unsafe_pickle)
+            load = dict(trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)
+            results = [run_diff(str(a), str(b), options, **load) for _, a, b in pairs]
+            res = results[0] if not run.arm else aggregate(results, [s for s, _, _ in pairs], run.arm,
+                                                           run.baseline)
             write_diff(run.out, res)
         s = res.summary
+        if run.arm:
+            _print_seeds(s)
         if run.json_out:
             print_json({"out": str(run.out), **s})
             return
@@ -68,3 +82,28 @@ def register(app: typer.Typer) -> None:
 
 
 OURS = ("diff.json", "cka.csv", "layers.csv", "tokens.csv")
+
+
+def _pairs(model_a: str, model_b: str, run: DiffRun) -> list[tuple]:
+    """(seed, A, B) of what to diff: the two models given, or every seed pair of --arm in a comparison."""
+    if not run.arm:
+        if not model_b:
+            raise UserError("give two models (MODEL_A MODEL_B), or a comparison folder with --arm ARM")
+        return [(None, model_a, model_b)]
+    if model_b:
+        raise UserError("with --arm, MODEL_A is a comparison folder and MODEL_B is not given (the baseline "
+                        "is --baseline)")
+    from tlm_probe.diff.pairs import seed_pairs
+
+    return seed_pairs(Path(model_a), run.arm, run.baseline)
+
+
+def _print_seeds(s: dict) -> None:
+    def ci(m: dict) -> str:
+        if m["ci_low"] is None:
+            return f"{m['mean']:+.4f} (one seed: no interval)"
+        return f"{m['mean']:+.4f} [{m['ci_low']:+.4f}, {m['ci_high']:+.4f}]"
+
+    console.print(f"{s['model_a']} vs {s['model_b']} over seeds {', '.join(map(str, s['seeds']))}: KL(A||B) "
+                  f"{ci(s['kl'])}, ΔNLL (A - B) {ci(s['dnll'])} nats/token (means, 95% t intervals)",
+                  highlight=False, markup=False)

@@ -241,9 +241,12 @@ def tables(res: DiffResult) -> dict[str, list[dict]]:
         depth = l / max(n_a - 1, 1)
         finite = [x for x in s["cka"][l] if x is not None]
         best = max(finite) if finite else None
+        ci = {"drift_resid": (s.get("drift_ci") or {}), "cka_best": (s.get("cka_best") or {})}
         for stat, value in (("drift_resid", s["drift"][l]), ("cka_best", best),
                             ("best_match_layer", s["best_match"][l])):
+            over_seeds = ci.get(stat, [])[l] if ci.get(stat) else {}  # `tlm diff CMP --arm`: CIs over seeds
             layers.append({"model": name, "layer": l, "depth": depth, "statistic": stat, "value": value,
+                           "ci_low": over_seeds.get("ci_low"), "ci_high": over_seeds.get("ci_high"),
                            "n_tokens": s["n_tokens"], "d_ff": s["d_ff"][0][l]})
     tokens = [{"model": name, **r} for r in s["buckets"]]
     return {"cka.csv": cka, "layers.csv": layers, "tokens.csv": tokens}
