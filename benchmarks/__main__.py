@@ -3,8 +3,10 @@ every benchmark figure as a ratio with its spread (median of per-round ratios, m
 written to JSON (benchmarks.json by default).
 
 Ratios only: the machine this runs on is shared, so absolute times mean little, but a ratio taken within a
-round (arms interleaved, order rotated) survives the load. --quick finishes in under two minutes on an
-idle 2-core machine (smaller models and fewer rounds; noisier).
+round (arms interleaved, order rotated) survives the load. Each ratio is printed by wall clock and by
+process CPU clock (benchmarks/timing.py), over at least 7 rounds. --quick finishes in under two minutes on
+an idle 2-core machine (smaller models and fewer rounds): a smoke run, not a measurement, and its lines
+say so.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import bench_costs, bench_fixed, bench_probe, bench_train, section
+from benchmarks.timing import MIN_ROUNDS, SMOKE
 
 SECTIONS = {"probe": bench_probe, "costs": bench_costs, "fixed": bench_fixed, "train": bench_train}
 
@@ -33,6 +36,8 @@ def main() -> None:
     section.setup(args)
     logging.disable(logging.WARNING)
     started = time.time()
+    if args.quick:
+        print(f"--quick: {SMOKE} (fewer than {MIN_ROUNDS} rounds, small models)")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only or list(SECTIONS):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import models, section
-from benchmarks.timing import interleaved, line, ratio
+from benchmarks.timing import Times, interleaved, line, ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,10 +34,17 @@ def _python(code: str, *args: str, env: dict | None = None) -> str:
 CORPUS = """
 import time
 from tlm_probe.data import iter_documents
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 n = sum(1 for _ in iter_documents('builtin:pydoc'))
-print(time.perf_counter() - t)
+print(time.perf_counter() - t, time.process_time() - c)
 """
+
+
+def _inner(times: Times, arm: str, printed: str) -> None:
+    """A child's own "wall cpu" seconds (timed inside it, after its imports) into times."""
+    wall, cpu = map(float, printed.split())
+    times[arm].append(wall)
+    times.cpu[arm].append(cpu)
 
 
 def corpus(workdir: Path, rounds: int) -> dict:
@@ -45,10 +52,10 @@ def corpus(workdir: Path, rounds: int) -> dict:
     the cache off (what every run cost before the cache)."""
     cache = str(workdir / "cache")
     _python(CORPUS, env={"TLM_PROBE_CACHE": cache})  # fills the cache (a no-op where there is none)
-    seconds: dict[str, list[float]] = {"cached": [], "built": []}
+    seconds = Times({"cached": [], "built": []}, {"cached": [], "built": []})
     fns = {
-        "cached": lambda: seconds["cached"].append(float(_python(CORPUS, env={"TLM_PROBE_CACHE": cache}))),
-        "built": lambda: seconds["built"].append(float(_python(CORPUS, env={"TLM_PROBE_CACHE": "off"}))),
+        arm: (lambda arm=arm, env=env: _inner(seconds, arm, _python(CORPUS, env={"TLM_PROBE_CACHE": env})))
+        for arm, env in (("cached", cache), ("built", "off"))
     }
     interleaved(fns, rounds, warmup=0)
     return {"builtin:pydoc corpus load, cached / built": ratio(seconds, "cached", "built")}
@@ -131,7 +138,7 @@ def memory(folder: Path, small: int, large: int, allocators=("kept", "system")) 
     out = {}
     for how in allocators:
         for n in (small, large):
-            grow = float(_python(MEMORY, str(folder), str(n), how))
+            grow = float(_python(MEMORY, str(folder), str(n), how, env={"TLM_PROBE_MALLOC": how}))
             out[f"peak RSS growth above start-up, {n:,} tokens, {how} (MiB)"] = {"value_mib": grow}
     return out
 
@@ -156,26 +163,25 @@ trainer = Trainer(plan_run(_config("uniform", size, 100, 1), Path(sys.argv[2]), 
                   overwrite=True)
 for _ in range(2):
     trainer.train_step()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for _ in range(int(sys.argv[3])):
     trainer.train_step()
-print(time.perf_counter() - t)
+print(time.perf_counter() - t, time.process_time() - c)
 """
 
 
 def allocator(workdir: Path, rounds: int, steps: int) -> dict:
     """Training steps in a fresh process: freed memory kept (what `tlm` does) / the system's defaults."""
-    seconds: dict[str, list[float]] = {"kept": [], "system": []}
-    fns = {
-        how: (lambda how=how: seconds[how].append(float(_python(STEPS, how, str(workdir / how), str(steps)))))
-        for how in seconds
-    }
+    seconds = Times({"kept": [], "system": []}, {"kept": [], "system": []})
+    fns = {how: (lambda how=how: _inner(seconds, how, _python(STEPS, how, str(workdir / how), str(steps),
+                                                              env={"TLM_PROBE_MALLOC": how})))
+           for how in seconds}  # fmt: skip
     interleaved(fns, rounds, warmup=0)
     return {"train steps, freed memory kept / system allocator": ratio(seconds, "kept", "system")}
 
 
 def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
-    rounds = rounds or (2 if quick else 7)
+    rounds = rounds or (2 if quick else 7)  # quick: a smoke run (timing.line says so)
     gpt2 = models.gpt2(workdir / "gpt2-768", layers=2 if quick else 4, d_model=768)
     out: dict = {}
     out.update(corpus(workdir, rounds))

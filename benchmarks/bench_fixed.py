@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -26,40 +25,42 @@ import torch
 
 from benchmarks import models, section
 from benchmarks.per_batch import per_batch
-from benchmarks.timing import interleaved, line, ratio
+from benchmarks.timing import MIN_ROUNDS, interleaved, line, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, SEQ = 8, 256
 
 PHASES = """
 import json, sys, time
-t0 = time.perf_counter()
+now = lambda: (time.perf_counter(), time.process_time())  # noqa: E731  (wall, this process's CPU)
+t0 = now()
 import cli  # noqa: F401  (what `tlm` imports before any command runs)
 from tlm_probe.probe.engine import ProbeOptions, run_probe
 from tlm_probe.results import write_results
-t1 = time.perf_counter()
+t1 = now()
 import torch
 torch.set_num_threads(1)
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture import sequences as sq
 pm = load_probe_model(sys.argv[1])
-t2 = time.perf_counter()
+t2 = now()
 seq = int(sys.argv[4])
 seqs = list(sq.token_sequences(pm, sys.argv[2], seq))
-t3 = time.perf_counter()
+t3 = now()
 res = run_probe(pm, ProbeOptions(data=sys.argv[2], seq_len=seq, max_tokens=None))
-t4 = time.perf_counter()
+t4 = now()
 write_results(sys.argv[3], res.table, res.matrices, res.provenance)
-t5 = time.perf_counter()
+t5 = now()
 ids = torch.tensor(seqs[:8])
 mask = torch.ones_like(ids)
 with torch.inference_mode():
     pm.forward(ids, mask)
-    t = time.perf_counter()
+    t = now()
     pm.forward(ids, mask)
-    fwd = time.perf_counter() - t
-print(json.dumps({"imports": t1 - t0, "model load": t2 - t1, "tokenisation (alone)": t3 - t2,
-                  "run_probe": t4 - t3, "write results": t5 - t4, "one batch forward": fwd,
+    fwd = now()
+d = lambda a, b: [b[0] - a[0], b[1] - a[1]]  # noqa: E731
+print(json.dumps({"imports": d(t0, t1), "model load": d(t1, t2), "tokenisation (alone)": d(t2, t3),
+                  "run_probe": d(t3, t4), "write results": d(t4, t5), "one batch forward": d(t, fwd),
                   "batches": (len(seqs) + 7) // 8}))
 """
 
@@ -98,7 +99,8 @@ def per_call(folder: Path, workdir: Path, counts, rounds: int) -> dict:
 
 
 def phases(folder: Path, workdir: Path, rounds: int, vocab: int = 512) -> dict:
-    """Each phase of a fresh `tlm probe`-like process, in one-batch forwards (median over processes)."""
+    """Each phase of a fresh `tlm probe`-like process, in one-batch forwards (median over processes), by
+    wall clock and by the process's CPU clock (under "cpu")."""
     data = workdir / "phases.npy"
     np.save(data, np.random.default_rng(0).integers(0, vocab, (2 * BATCH, SEQ)).astype(np.uint32))
     runs = []
@@ -113,22 +115,21 @@ def phases(folder: Path, workdir: Path, rounds: int, vocab: int = 512) -> dict:
     for key in runs[0]:
         if key in ("one batch forward", "batches"):
             continue
-        values = [r[key] / r["one batch forward"] for r in runs]
-        out[f"fresh process, {key} / one batch forward ({runs[0]['batches']} batches)"] = {
-            "median": statistics.median(values), "min": min(values), "max": max(values), "rounds": len(values)
-        }
+        wall, cpu = ([r[key][c] / r["one batch forward"][c] for r in runs] for c in (0, 1))
+        name = f"fresh process, {key} / one batch forward ({runs[0]['batches']} batches)"
+        out[name] = {**spread(wall), "cpu": spread(cpu)}
     return out
 
 
 def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
-    rounds = rounds or (3 if quick else 7)
+    rounds = rounds or (3 if quick else MIN_ROUNDS)  # quick: a smoke run (timing.line says so)
     stories = models.stories(workdir / "stories")
     out = per_call(stories, workdir, (1, 2, 3) if quick else (1, 2, 3, 8), rounds)
     gpt2 = models.gpt2(workdir / "gpt2-768", layers=2 if quick else 4, d_model=768)  # d >= 512: issue 24
     n = 5 if quick else 6
     out.update(per_batch("stories260K-like 5x64", stories, workdir, n, BATCH, SEQ, rounds))
     out.update(per_batch("GPT-2 768 wide", gpt2, workdir, n, 4, 128, rounds))
-    out.update(phases(stories, workdir, max(2, rounds // 2)))
+    out.update(phases(stories, workdir, rounds))
     return out
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from benchmarks import malloc
+from benchmarks.timing import line
 
 BACKWARD_IN_FORWARDS = 2.0  # a backward costs about two forwards (one per weight and input gradient)
 
@@ -73,7 +74,7 @@ def importance_seconds(pm, ids_file, stats: str, args) -> tuple[float, dict]:
 def interleaved_ratio(pm, ids_file, stats: str, batches, args) -> dict:
     """measured / counted per round, arms interleaved and rotated (benchmarks/timing.py): the probe with
     `stats`, the same probe without its importance pass, and one plain forward over the same batches."""
-    from benchmarks.timing import interleaved, spread
+    from benchmarks.timing import interleaved, per_round
     from tlm_probe.probe.engine import probe
 
     kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
@@ -93,8 +94,8 @@ def interleaved_ratio(pm, ids_file, stats: str, batches, args) -> dict:
     t = interleaved({"stats": with_stats, "stream": lambda: probe(pm, ids_file, stats="stable_rank_mlp_out",
                                                                    **kw), "forward": forward}, args.rounds)
     c = count(passes)
-    per_round = [(a - b) / (c * f) for a, b, f in zip(t["stats"], t["stream"], t["forward"], strict=True)]
-    return {"ratio": spread(per_round), "pass_count": round(c, 3), "passes": passes, "logit_lens": lens}
+    r = per_round(t, lambda s: (s["stats"] - s["stream"]) / (c * s["forward"]))
+    return {"ratio": r, "pass_count": round(c, 3), "passes": passes, "logit_lens": lens}
 
 
 def _pairs(options: list[str]) -> dict:
@@ -161,7 +162,7 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--restart", action="store_true", help="only the restart vs full re-run ablation arm")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (--interleaved, --restart)")
     ap.add_argument("--option", action="append", help="importance option KEY=VALUE (e.g. lens_positions=64)")
     ap.add_argument("--interleaved", action="store_true",
                     help="measured / counted as the median of interleaved rotated rounds (a shared machine)")
@@ -178,12 +179,11 @@ def main() -> None:
         pm = load_probe_model(llama_folder(Path(tmp) / "llama", args.layers, args.d_model, args.vocab))
         if args.restart:
             res = restart_speedup(pm, args)
-            r, c = res["full_over_restart"], res["counted_forwards"]
-            print(
-                f"ablations, llama {args.layers}x{args.d_model} V {args.vocab}: full re-run / restarted "
-                f"{r['median']:.3f}x [min {r['min']:.3f}, max {r['max']:.3f}; {r['rounds']} rounds]; "
-                f"counted forwards {c['full']:.2f} -> {c['restart']:.2f} ({c['full'] / c['restart']:.3f}x)"
-            )
+            c = res["counted_forwards"]
+            print(line(f"ablations, llama {args.layers}x{args.d_model} V {args.vocab}: full / restarted",
+                       res["full_over_restart"]))
+            fewer = c["full"] / c["restart"]
+            print(f"  counted forwards {c['full']:.2f} -> {c['restart']:.2f} ({fewer:.3f}x)")
             print(json.dumps(res))
             return
         n = args.batch * args.seq_len * args.batches
@@ -196,11 +196,8 @@ def main() -> None:
                   "one_forward_s": round(fwd, 4), "stats": {}}  # fmt: skip
         for stats in args.stats.split(",") if args.interleaved else ():
             res = interleaved_ratio(pm, str(Path(tmp) / "ids.npy"), stats, batches, args)
-            r = res["ratio"]
             report["stats"][stats] = res
-            spread = f"[min {r['min']:.3f}, max {r['max']:.3f}; {r['rounds']} rounds]"
-            head = f"{stats:28s} measured / counted {r['median']:.3f}x"
-            print(f"{head} {spread}   passes {res['pass_count']:.2f}")
+            print(line(f"{stats} measured / counted ({res['pass_count']:.2f} passes)", res["ratio"]))
         for stats in args.stats.split(",") if not args.interleaved else ():
             seconds, passes = importance_seconds(pm, str(Path(tmp) / "ids.npy"), stats, args)
             c = count(passes)
@@ -208,7 +205,8 @@ def main() -> None:
                                       "ratio": round(seconds / (c * fwd), 3), "passes": passes}  # fmt: skip
             print(
                 f"{stats:28s} measured {seconds:7.2f} s   passes {c:6.2f} x forward {fwd:.3f} s = "
-                f"{c * fwd:7.2f} s   ratio {seconds / (c * fwd):.2f}"
+                f"{c * fwd:7.2f} s   ratio {seconds / (c * fwd):.2f} "
+                "(one shot, wall clock: not a measurement; --interleaved is)"
             )
     print(json.dumps(report))
 

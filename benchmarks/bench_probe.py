@@ -14,7 +14,7 @@ import torch
 
 from benchmarks import models, section
 from benchmarks import probe_arms as arms
-from benchmarks.timing import interleaved, line, ratio, spread
+from benchmarks.timing import MIN_ROUNDS, interleaved, line, ratio, spread
 
 
 def _batch(pm, batch: int, seq: int):
@@ -148,7 +148,8 @@ def bucketing(folder: Path | None, tokens: int, rounds: int) -> dict:
     }
 
 
-SIZES = {  # quick, full: (batch, seq) for the GPT-2 sections, rounds, bucketing tokens
+SIZES = {  # quick (a smoke run: timing.line says so), full: (batch, seq) for the GPT-2 sections, rounds,
+    # bucketing tokens
     True: ((4, 128), 5, 4096),
     False: ((8, 256), 15, 32768),
 }
@@ -158,6 +159,7 @@ NARROW = (8, 256)  # the probe's default batch: narrow models' overhead is measu
 def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     (batch, seq), default_rounds, btokens = SIZES[quick]
     rounds = rounds or default_rounds
+    floor = 3 if quick else MIN_ROUNDS  # the slower sections run fewer rounds, never below a measurement's
     logging.disable(logging.WARNING)
     gpt2 = models.gpt2(workdir / "gpt2-768", layers=2 if quick else 4, d_model=768)
     out: dict = {}
@@ -168,9 +170,9 @@ def run(quick: bool, workdir: Path, rounds: int | None = None) -> dict:
     for name, folder, (b, t) in targets:
         out.update(overhead(name, folder, b, t, rounds))
     for name, folder, (b, t) in targets:
-        out.update(peers(folder, b, t, max(3, rounds // 2), name=name))
+        out.update(peers(folder, b, t, max(floor, rounds // 2), name=name))
     out.update(first_batch(gpt2, batch, seq, rounds))
-    out.update(bucketing(models.minilm(), btokens, max(3, rounds // 3)))
+    out.update(bucketing(models.minilm(), btokens, max(floor, rounds // 3)))
     return out
 
 

@@ -65,9 +65,9 @@ def end_to_end(size: dict, steps: int, threads: int, out: Path, repeats: int) ->
     return {"trainer end-to-end tokens/s / step-only tokens/s": spread(ratios)}
 
 
-SIZES = {
+SIZES = {  # size, step rounds, steps per whole run, whole runs (quick: a smoke run, timing.line says so)
     True: (dict(d_model=64, n_layers=2, n_heads=2, d_ff=256, batch_size=8, seq_len=64), 8, 12, 2),
-    False: (dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, batch_size=12, seq_len=64), 30, 40, 3),
+    False: (dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, batch_size=12, seq_len=64), 30, 40, 7),
 }
 
 

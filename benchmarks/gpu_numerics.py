@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from benchmarks.timing import interleaved, spread
+from benchmarks.timing import MIN_ROUNDS, interleaved, ratio, spread
 from tlm_probe.models.tlm import next_token_nll
 from tlm_probe.train import compile as block_compile
 
@@ -122,10 +122,6 @@ def _backend(name: str | None):
         block_compile.BACKEND = old
 
 
-def _ratio(num: list[float], den: list[float]) -> dict:
-    return spread([a / b for a, b in zip(num, den, strict=True)])
-
-
 def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |a|; max |b| where a is all zero (a gradient that must stay exactly 0)."""
     scale = float(a.abs().max())
@@ -154,13 +150,14 @@ def compile_equality(arms, size: dict, backend: str | None = None) -> dict:
         comp = arms.trainer("compiled", size, 20, schedule=TAPER, compile=True)
         assert same_weights(eager, comp), "same seed, different initial weights"
         first_eager, first_comp = _timed_step(eager), _timed_step(comp)  # the compiled one compiles here
-        t = interleaved({"eager": lambda: _timed_step(eager), "compiled": lambda: _timed_step(comp)}, 3)
+        steps = {"eager": lambda: _timed_step(eager), "compiled": lambda: _timed_step(comp)}
+        t = interleaved(steps, MIN_ROUNDS)
         out = {"backend": block_compile.BACKEND, "d_ff": list(comp.plan.cfg.d_ff),
                "block shapes (graphs)": comp.compiled_shapes,
                "first step s, compiled / eager": [first_comp, first_eager],
                "compile s (first compiled step - an eager one)": first_comp - spread(t["eager"])["median"],
                "step s eager": spread(t["eager"]), "step s compiled": spread(t["compiled"]),
-               "step time, compiled / eager": _ratio(t["compiled"], t["eager"])}  # fmt: skip
+               "step time, compiled / eager": ratio(t, "compiled", "eager")}  # fmt: skip
         eager.autocast = comp.autocast = contextlib.nullcontext
         bound = fp32_bound(comp.plan.cfg, comp.tc.seq_len)
         loss_rel, grad_rel = 0.0, 0.0

@@ -33,7 +33,7 @@ import torch
 from benchmarks.bench_importance import count, llama_folder
 from benchmarks.gpu_device import pick_device, sync
 from benchmarks.models import smollm2
-from benchmarks.timing import interleaved, spread
+from benchmarks.timing import MIN_ROUNDS, interleaved, per_round, ratio, rounds_note
 
 SIZES = {False: dict(layers=8, d_model=512, vocab=32000, seq=256, batch=8, seqs=16),
          True: dict(layers=2, d_model=64, vocab=1000, seq=64, batch=4, seqs=4)}  # fmt: skip
@@ -93,13 +93,11 @@ def overheads(pm, ids_file: str, batches, size: dict, device: str, rounds: int) 
            "stream": probe_of("stable_rank_mlp_out")}  # the stream of the importance run, no pass
     t = interleaved({k: _synced(f, device) for k, f in fns.items()}, rounds)  # fmt: skip
     c = count(passes)
-    rounds_of = zip(t["importance"], t["stream"], t["forward"], strict=True)
-    per_round = [(i - s) / (c * f) for i, s, f in rounds_of]
     return {
-        "probe / plain forward (alignment, with head)": spread(
-            [p / f for p, f in zip(t["probe"], t["forward"], strict=True)]
+        "probe / plain forward (alignment, with head)": ratio(t, "probe", "forward"),
+        "importance measured / counted": per_round(
+            t, lambda s: (s["importance"] - s["stream"]) / (c * s["forward"])
         ),
-        "importance measured / counted": spread(per_round),
         "importance pass count (forwards)": c,
     }
 
@@ -138,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def probe_checks(device: str, quick: bool, rounds: int | None) -> dict:
-    size, rounds = SIZES[quick], rounds or (2 if quick else 5)
+    size, rounds = SIZES[quick], rounds or (2 if quick else MIN_ROUNDS)
     started = time.time()
     from tlm_probe.capture import load_probe_model
 
@@ -152,6 +150,7 @@ def probe_checks(device: str, quick: bool, rounds: int | None) -> dict:
         batches = [(t[i : i + size["batch"]], torch.ones_like(t[i : i + size["batch"]]))
                    for i in range(0, len(t), size["batch"])]  # fmt: skip
         res = {"device": device, "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+               "rounds": rounds_note(rounds),
                "model": f"llama {size['layers']}x{size['d_model']}, vocab {size['vocab']}",
                "agreement": agreement(folder, ids_file, size, device),
                "agreement SmolLM2-135M (GGUF)": agreement(smollm2(), ids_file, size, device, AGREE_TOL_135M),

@@ -34,7 +34,7 @@ import torch
 
 from benchmarks.gpu_device import pick_device, sync
 from benchmarks.gpu_numerics import bf16_agreement, compile_equality
-from benchmarks.timing import interleaved, spread
+from benchmarks.timing import interleaved, ratio, rounds_note, spread
 from tlm_probe.data.stream import TokenData
 from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.train.config import TrainConfig
@@ -113,7 +113,7 @@ def step_check(arms: Arms, size: dict, rounds: int, peak: float | None) -> dict:
                   "memory": peak_memory(tr, arms.device)}  # fmt: skip
     a, b = out[ARMS[1]], out[ARMS[0]]
     out["same params and FLOPs/token"] = all(a[k] == b[k] for k in ("params", "flops_per_token"))
-    out["step time, cosine / uniform"] = spread([x / y for x, y in zip(t[ARMS[1]], t[ARMS[0]], strict=True)])
+    out["step time, cosine / uniform"] = ratio(t, ARMS[1], ARMS[0])
     out["tokens_per_step"] = trainers[ARMS[0]].tc.tokens_per_step
     return out
 
@@ -141,7 +141,8 @@ def run(device: str, quick: bool, peak_given: float = 0.0, backend: str | None =
     peak = peak_flops(peak_given, torch.device(device))
     started = time.time()
     res: dict = {"device": device, "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
-                 "peak_flops": peak, "torch": torch.__version__}  # fmt: skip
+                 "peak_flops": peak, "torch": torch.__version__,
+                 "rounds": rounds_note(size["rounds"])}  # fmt: skip
     threads = torch.get_num_threads()
     if device == "cpu":  # tiny models, a smoke run: one thread (on a shared machine more only wait)
         torch.set_num_threads(1)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def add_option(ap: argparse.ArgumentParser) -> None:
@@ -12,7 +13,11 @@ def add_option(ap: argparse.ArgumentParser) -> None:
 
 
 def apply(args: argparse.Namespace) -> None:
-    if args.malloc == "kept":
-        from tlm_probe.allocator import keep_freed_memory
+    """kept: set it now; system: TLM_PROBE_MALLOC=system, so that probe() (which keeps freed memory on its
+    first call) and the child processes leave the system's defaults too."""
+    if args.malloc == "system":
+        os.environ["TLM_PROBE_MALLOC"] = "system"
+        return
+    from tlm_probe.allocator import keep_freed_memory
 
-        keep_freed_memory()
+    keep_freed_memory()

@@ -13,18 +13,16 @@ blocks: what the probe runs for the default statistics), in the same rounds (int
 from __future__ import annotations
 
 import statistics
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks.timing import interleaved, spread
+from benchmarks.timing import CLOCKS, interleaved, spread
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
-"""Both clocks at every stamp: wall time, and this thread's CPU time, which on a loaded machine leaves out
-the waits for a core (every arm runs torch on this one thread, --threads 1)."""
+# Both clocks at every stamp (benchmarks/timing.py): wall time, and the process's CPU time (every thread,
+# torch's workers too), which on a loaded machine leaves out the waits for a core.
 
 
 def _now() -> np.ndarray:

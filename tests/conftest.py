@@ -9,6 +9,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# probe() keeps freed memory in its process (tlm_probe/allocator.py): the test process keeps the system's
+# allocator, so its memory shrinks back between tests (tests/test_allocator.py checks both in children)
+os.environ.setdefault("TLM_PROBE_MALLOC", "system")
 # tests never read or write the user's cache (built corpora, weight hashes): a fresh folder per session
 _CACHE = tempfile.mkdtemp(prefix="tlm-probe-test-cache-")
 os.environ["TLM_PROBE_CACHE"] = _CACHE

@@ -164,7 +164,7 @@ CASES = [
     ("resume: state.json step 'one'", "has no integer 'step'", _resume("r-step")),
     ("resume: state.json step 1.5", "has no integer 'step'", _resume("r-fstep")),
     ("resume: state.json rng of the wrong shape", "state.json holds no valid RNG state", _resume("r-badrng")),
-    ("resume: metrics.jsonl garbage line", "metrics.jsonl:1 is not JSON", _resume("r-m-garbage")),
+    ("resume: metrics.jsonl garbage line", "metrics.jsonl:1 is not valid JSON", _resume("r-m-garbage")),
     ("resume: metrics.jsonl non-UTF-8 line", "metrics.jsonl:1 is not UTF-8", _resume("r-m-utf8")),
     ("resume: metrics.jsonl list line", "metrics.jsonl:1 is not a JSON object", _resume("r-m-list")),
     ("resume: metrics.jsonl line without step", "metrics.jsonl:1 has no integer 'step'",

@@ -21,6 +21,8 @@ def test_quick_demo_writes_comparison_probe_and_figure(tmp_path):
         probe = pd.read_csv(out / "probe" / name / "results.csv")
         align = probe[probe["statistic"] == "align_mlp_mid"].sort_values("layer")
         assert align["layer"].tolist() == [0, 1, 2, 3] and align["value"].between(-1, 1).all()
+        prov = json.loads((out / "probe" / name / "provenance.json").read_text())
+        assert prov["options"]["split"] == prov["data"]["split"] == "val"  # provenance agrees with itself
     cos_widths = (
         pd.read_csv(out / "probe" / "cosine:1.5:0.5-s0" / "results.csv").groupby("layer")["d_ff"].first()
     )

@@ -4,6 +4,8 @@ single-device run's, and what needs every weight resident is refused in one line
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -80,3 +82,36 @@ def test_max_memory_parsing():
     assert parse_max_memory("") is None
     with pytest.raises(UserError, match="DEVICE=SIZE"):
         parse_max_memory("cpu")
+
+
+def _offloading(folder) -> dict:
+    return {"device_map": "auto", "max_memory": f"cpu={int(_bytes(folder) * 0.6)}"}  # some blocks to disk
+
+
+def test_offloaded_eval_equals_the_single_device_one(tmp_path, ids):
+    """`tlm eval --device-map/--max-memory` (EvalOptions): the same perplexity, blocks on disk."""
+    from tlm_probe.eval.run import EvalOptions, run_eval
+
+    folder = build_model("llama", tmp_path / "m")
+    opts = EvalOptions(ppl_data=(str(ids),), split="all", ppl_context=32, max_tokens=0)
+    whole = run_eval(str(folder), opts)
+    split = run_eval(str(folder), replace(opts, **_offloading(folder)))
+    placed = split.provenance["dispatch"]["placed"]
+    assert placed.get("disk", 0) >= 1 and placed.get("cpu", 0) >= 1, placed  # a real dispatch
+    a, b = whole.table.set_index("metric")["value"], split.table.set_index("metric")["value"]
+    assert list(a.index) == list(b.index) and (split.table["n"] == whole.table["n"]).all()
+    assert np.allclose(a.to_numpy(), b.to_numpy(), rtol=16 * EPS32, atol=0)
+
+
+def test_offloaded_generate_equals_the_single_device_one(tmp_path):
+    """`tlm generate --device-map/--max-memory` (GenerateOptions): the same greedy ids, blocks on disk."""
+    from tlm_probe.generation import GenerateOptions, generate_text, load_generator
+
+    folder = build_model("llama", tmp_path / "m")
+    prompt = "def main():\n    return"
+    whole = generate_text(str(folder), prompt, GenerateOptions(max_new_tokens=12, device="cpu"))
+    opts = GenerateOptions(max_new_tokens=12, device="cpu", **_offloading(folder))
+    model = load_generator(str(folder), opts)[0]
+    assert "disk" in set(model.hf_device_map.values()), model.hf_device_map  # a real dispatch
+    split = generate_text(str(folder), prompt, opts)
+    assert split["ids"] == whole["ids"] and len(whole["ids"]) > 0

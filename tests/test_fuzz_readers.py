@@ -5,10 +5,15 @@ regression case below."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import resource
 import struct
+import subprocess
+import sys
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,9 +22,12 @@ from typer.testing import CliRunner
 from cli import app
 from tlm_probe.data.tokens import read_shard_header
 from tlm_probe.errors import UserError
+from tlm_probe.files.fileio import read_manifest
 from tlm_probe.files.jsonfile import read_json_object
-from tlm_probe.files.ownership import manifest_kind
+from tlm_probe.files.ownership import check_unchanged, manifest_kind
+from tlm_probe.files.yamlfile import compose_file, load_file
 from tlm_probe.models.safetensors_header import read_safetensors_header
+from tlm_probe.results import metrics_lines, read_results
 from tlm_probe.schedules.widths import ScheduleError, read_schedule_file
 
 EXAMPLES = int(os.environ.get("TLM_FUZZ_EXAMPLES", "150"))
@@ -100,7 +108,113 @@ def test_schedule_file_reader(tmp_path_factory, data):
 def test_manifest_reader(tmp_path_factory, data):
     folder = tmp_path_factory.mktemp("m")
     (folder / ".tlm-manifest.json").write_bytes(data)
+    (folder / "results.csv").write_text("a user's table\n")
     _only_user_errors(lambda: manifest_kind(folder))
+    _only_user_errors(lambda: check_unchanged(folder, read_manifest(folder)))  # the content hashes too
+
+
+# ---- the YAML, table and metrics.jsonl readers (files/yamlfile.py, files/tablefile.py, results.py) ------
+GOOD_YAML = (b"steps: 3\nlr: 0.001\nschedule: cosine:1.5:0.5\nitems: [1, 2, {a: b}]\nanchor: &x [1, 2]\n"
+             b"again: *x\nblock:\n  - one\n  - two: 2\n")
+YAML_ODDITIES = [b"x: !!python/object/apply:os.system [echo]\n", b"x: &a [1, *a]\n", b"*nowhere\n",
+                 b"--- a\n--- b\n", b"x: !!binary ===\n", b"? [a, b]\n: c\n", b"x: !custom 3\n", b"\t- tab\n",
+                 b"x: 1\nx: 2\n", b"<<: *a\n", b"a: &a {b: 1}\n<<: *a\n", b"%YAML 9.9\n--- x\n"]
+
+
+def _alias_bomb(levels: int, fanout: int) -> bytes:
+    lines = ["l0: &l0 [" + ",".join(["x"] * fanout) + "]"]
+    lines += [f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * fanout) + "]" for i in range(1, levels)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _block_nesting(depth: int) -> bytes:
+    return "".join(f"{' ' * i}k{i}:\n" for i in range(depth)).encode() + b" " * depth + b"end\n"
+
+
+yaml_documents = st.one_of(
+    _mutations(GOOD_YAML),
+    json_values.map(lambda v: json.dumps(v).encode()),  # JSON is YAML
+    st.sampled_from(YAML_ODDITIES),
+    st.tuples(st.integers(1, 12), st.integers(1, 12)).map(lambda t: _alias_bomb(*t)),
+    st.integers(1, 300).map(_block_nesting),
+)
+
+
+@FUZZ
+@given(data=yaml_documents)
+def test_yaml_reader(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("y") / "config.yaml"
+    path.write_bytes(data)
+    _only_user_errors(lambda: load_file(path))
+    _only_user_errors(lambda: compose_file(path))
+
+
+TABLE = pd.DataFrame({"model": ["m", "m"], "layer": [0, 1], "depth": [0.0, 1.0], "statistic": ["s", "s"],
+                      "value": [0.5, 0.25], "ci_low": [0.4, 0.2], "ci_high": [0.6, 0.3], "n_tokens": [10, 10],
+                      "d_ff": [64, 32]})
+
+
+def _parquet_bytes() -> bytes:
+    buffer = io.BytesIO()
+    TABLE.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+@FUZZ
+@given(suffix=st.sampled_from([".csv", ".parquet"]), data=st.data())
+def test_table_reader(tmp_path_factory, suffix, data):
+    good = TABLE.to_csv(index=False).encode() if suffix == ".csv" else _parquet_bytes()
+    path = tmp_path_factory.mktemp("tb") / f"results{suffix}"
+    path.write_bytes(data.draw(_mutations(good)))
+    _only_user_errors(lambda: read_results(path))
+
+
+metrics_files = st.one_of(
+    _mutations(b'{"step": 1, "loss": 2.5}\n{"step": 2, "loss": 2.25, "val": {"a": [1]}}\n'),
+    st.lists(json_values.map(lambda v: json.dumps({"step": 1, "x": v})), max_size=5).map(
+        lambda lines: "\n".join(lines).encode()),
+)
+
+
+@FUZZ
+@given(data=metrics_files)
+def test_metrics_jsonl_reader(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("mj") / "metrics.jsonl"
+    path.write_bytes(data)
+    _only_user_errors(lambda: metrics_lines(path))
+
+
+# the hostile inputs of these readers, in a child under a memory cap and a time limit: what the bounds are for
+HOSTILE_READS = {
+    "alias bomb (387 million nodes)": ("config.yaml", "load_file", _alias_bomb(9, 9)),
+    "YAML nested 50,000 deep": ("deep.yaml", "load_file", b"x: " + b"[" * 50_000 + b"]" * 50_000),
+    "metrics line nested 100,000 deep": ("metrics.jsonl", "metrics_lines",
+                                         b'{"step": 1}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n"),
+}
+CHILD = """
+import sys
+from pathlib import Path
+from tlm_probe.errors import UserError
+from tlm_probe.files.yamlfile import load_file
+from tlm_probe.results import metrics_lines
+try:
+    {fn}(Path(sys.argv[1]))
+except UserError as e:
+    print("error:", e)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_READS))
+def test_hostile_reads_end_in_one_line_within_memory_and_time(tmp_path, case):
+    name, fn, data = HOSTILE_READS[case]
+    path = tmp_path / name
+    path.write_bytes(data)
+    cap = 2 * 2**30
+    p = subprocess.run([sys.executable, "-c", CHILD.format(fn=fn), str(path)], capture_output=True, text=True,
+                       timeout=60, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    assert p.returncode == 1 and p.stdout.startswith("error: ") and "Traceback" not in p.stderr, (p.stdout,
+                                                                                                   p.stderr)
 
 
 # ---- regression cases from issue 36, through the CLI as a user meets them -------------------------------

@@ -4,8 +4,10 @@ The printed count must be provenance's pass count (the run's own PassCounter) an
 here from the rules the code documents (importance/suite.py, restart.py, passes.py), on a tiny Llama of L
 layers with untied embeddings:
 - head share h = V·d / (every 2-D weight but the input embedding, a lookup), from config.json;
-- clean pass: one forward per row, plus the logit lens: L unembeddings of the decoded share s of the
-  positions (s = 1, or k/T with lens_positions = k), L·h·s forwards;
+- clean pass: one forward per row, plus the logit lens by its FLOPs (issue 34) on the decoded share s of
+  the positions (s = 1, or k/T with lens_positions = k): per decoded position L·(2·d·V + 8·V) + 9·V (the
+  unembeddings, the vocabulary-wide passes per layer, the final prediction's), over a forward's FLOPs per
+  token, 2·(matmul weights) + 4·L·d·T (attention's scores and weighted sum over T keys);
 - ablations, per batch: the clean forward (1) and, per layer l and kind, the batch's rows restarted from
   the cached stream at l: the head plus the blocks l..L-1, h + (1-h)(L-l)/L. Summed over the L layers that
   is L·h + (1-h)(L+1)/2 per kind (the issue's (L+1)/2 floor, plus the head), whatever the grouping of
@@ -53,13 +55,22 @@ def head_share(folder) -> float:
     return V * d / (V * d + c["num_hidden_layers"] * per_layer)
 
 
+def lens_share(folder, T: int) -> float:
+    """The logit lens on every position, in forwards: its FLOPs per position over a forward's."""
+    c = json.loads((folder / "config.json").read_text())
+    L, d, V = c["num_hidden_layers"], c["hidden_size"], c["vocab_size"]
+    forward = 2 * V * d / head_share(folder) + 4 * L * d * T  # 2 FLOPs per matmul weight, and attention
+    return (L * (2 * d * V + 8 * V) + 9 * V) / forward
+
+
 def closed_form(folder, R: int, kinds: int, share: float, grads: int) -> dict:
     L = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
     h = head_share(folder)
     B0 = min(BATCH, R)
     ablation = 1 + kinds * (L * h + (1 - h) * (L + 1) / 2) + B0 / R * (h + (1 - h) / L)
     G = min(grads, R) / R
-    return {"clean": (1 + L * h * share, 0.0), "ablation": (ablation, 0.0), "gradients": (G, G)}
+    return {"clean": (1 + lens_share(folder, SEQ_LEN) * share, 0.0), "ablation": (ablation, 0.0),
+            "gradients": (G, G)}
 
 
 def run(folder, out, stats: str, *options: str):
@@ -113,3 +124,32 @@ def test_weights_only_says_no_forwards():
     said = []
     CostNotice(12, said.append).before({}, {}, 12)
     assert said == ["importance pass: no forwards (the asked statistics read only the weights)"]
+
+
+def test_lens_count_is_its_flops_over_a_forwards(llama):
+    """The clean pass's count (a forward, and the lens in forwards) is FLOPs as torch's own FlopCounterMode
+    counts them (every matmul of the clean forward and of the lens's unembeddings; attention run eagerly so
+    that its products are counted too) plus the lens's vocabulary-wide passes counted by hand, over the
+    forward's (before issue 34: 1 + L x a parameter share, 1.72 forwards, where the FLOPs give 1.79)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tlm_probe.capture import load_probe_model
+    from tlm_probe.importance import run_importance
+
+    pm = load_probe_model(llama)
+    pm.model.config._attn_implementation = "eager"
+    g = torch.Generator().manual_seed(0)
+    ones = torch.ones(BATCH, SEQ_LEN, dtype=torch.long)
+    ids = [torch.randint(5, pm.vocab_size, (BATCH, SEQ_LEN), generator=g) for _ in range(2)]
+    batches = [{"input_ids": x, "attention_mask": ones} for x in ids]
+    with torch.inference_mode(), FlopCounterMode(display=False) as forward:
+        for b in batches:
+            pm.forward(b["input_ids"], b["attention_mask"])
+    with FlopCounterMode(display=False) as clean:
+        info = run_importance(pm, batches, ["logit_lens_kl"])[2]
+    positions, V = 2 * BATCH * SEQ_LEN, pm.vocab_size  # every position decoded
+    v_wide = positions * (pm.n_layers * 8 * V + 9 * V)  # LogitLens._chunk per layer; _Final once
+    want = (clean.get_total_flops() + v_wide) / forward.get_total_flops()
+    assert info["passes"]["clean"]["forwards"] == pytest.approx(want, abs=1e-4)
+    assert clean.get_total_flops() > forward.get_total_flops()  # the lens's matmuls were counted

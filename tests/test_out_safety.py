@@ -198,7 +198,10 @@ def test_old_manifests_without_a_kind(tmp_path):
     assert (fileio.manifest_kind(ev), fileio.manifest_kind(pr)) == ("eval", "probe")
     with pytest.raises(UserError, match="holds the output of `tlm eval`"):
         fileio.claim(ev, overwrite=True, kind="probe")
-    assert fileio.claim(pr, overwrite=False, own_needs_overwrite=False, kind="probe") == []
+    with pytest.raises(UserError, match="records no content hash"):  # a probe's files, unhashed: not replaced
+        fileio.claim(pr, overwrite=False, own_needs_overwrite=False, kind="probe")
+    assert fileio.claim(_legacy(tmp_path / "c", "compare"), overwrite=False, own_needs_overwrite=False,
+                        kind="compare") == []  # a comparison's files are never hashed: the name rules decide
     with pytest.raises(UserError, match="manifest does not name"):
         fileio.claim(_legacy(tmp_path / "n", None), overwrite=True, kind="probe")
     fileio.record(pr, ["matrices.csv"], "probe")  # the next write records the kind

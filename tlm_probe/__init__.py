@@ -6,7 +6,12 @@ never touches transformers (commands such as `tlm schedule` and `tlm --help` sta
 module import order can form a circle through it.
 """
 
+import time
+
 __version__ = "0.1.0"
+STARTED = time.perf_counter()
+"""When tlm_probe was first imported: in the `tlm` command, its start (cli.py's first import of the package),
+so that the durations a command prints count its start-up (progress.since_start)."""
 
 
 def register_with_transformers() -> None:

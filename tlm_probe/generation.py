@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import InitVar, dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import CONFIG, read_config_json
 from tlm_probe.seeds import check_seed
@@ -40,6 +41,10 @@ class GenerateOptions:
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
     """float32 | float64 | bfloat16 | float16"""
+    device_map: str = field(default="", metadata={"help": DEVICE_MAP_HELP})
+    """See capture/dispatch.py DEVICE_MAP_HELP."""
+    max_memory: str = field(default="", metadata={"help": MAX_MEMORY_HELP})
+    """See capture/dispatch.py MAX_MEMORY_HELP."""
     use_cache: InitVar[bool | None] = None
     """Old name of cache (deprecated)."""
 
@@ -79,13 +84,14 @@ def load_generator(source: str, opts: GenerateOptions):
     from tlm_probe.progress import Phase
 
     folder = Path(source)
-    if folder.is_dir() and (folder / CONFIG).is_file():
-        if read_config_json(folder).get("model_type") == "tlm":
+    if not opts.device_map and folder.is_dir() and (folder / CONFIG).is_file():  # dispatched: the loader's
+        if read_config_json(folder).get("model_type") == "tlm":  # TLMForCausalLM (capture/loading.py)
             with Phase(f"loading {source}") as phase:  # a slow load says so (load_probe_model does too)
                 loaded = _load_tlm(folder, opts)
                 phase.result = f"loaded {source} (tlm, {loaded[0].config.n_layers} layers)"
             return loaded
-    pm = load_probe_model(source, opts.device, opts.dtype)
+    pm = load_probe_model(source, opts.device, opts.dtype, device_map=opts.device_map,
+                          max_memory=opts.max_memory)
     if not pm.is_causal or not hasattr(pm.model, "generate"):
         raise UserError(f"{source} is not a causal language model; it cannot generate text")
     return pm.model, TextCodec(pm.tokenizer, *NEEDS_TOKENIZER), model_max_length(pm)
@@ -125,7 +131,9 @@ def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: in
 def _generate(model, ids: list[int], n: int, opts: GenerateOptions, eos_id: int) -> list[int]:
     import torch
 
-    x = torch.tensor([ids], device=next(model.parameters()).device)
+    from tlm_probe.capture.dispatch import input_device
+
+    x = torch.tensor([ids], device=input_device(model))  # a dispatched model: where its first block is
     sample = opts.temperature > 0
     out = model.generate(
         x,

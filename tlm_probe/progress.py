@@ -34,6 +34,13 @@ ANNOUNCE_AFTER_S = 2.0
 TLM_ANNOUNCE_AFTER_S replaces it (0: every phase says so as it starts)."""
 
 
+def since_start() -> float:
+    """Seconds since tlm_probe was first imported: a command's whole time, its imports included."""
+    import tlm_probe
+
+    return time.perf_counter() - tlm_probe.STARTED
+
+
 def where() -> str:
     """'notebook', 'terminal' or 'log' (stderr redirected to a file or a pipe)."""
     from rich.console import Console

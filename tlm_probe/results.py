@@ -16,9 +16,11 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.bounded import read_bounded
 from tlm_probe.files.content_hash import content_hash
 from tlm_probe.files.fileio import publish, temp_folder
-from tlm_probe.files.jsonfile import decode_utf8, read_json_object
+from tlm_probe.files.jsonfile import loads_bounded, read_json_object
+from tlm_probe.files.tablefile import SUFFIXES, read_table_file
 
 RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
 # the columns of every result table, in order; statistics may add columns after these
@@ -27,6 +29,8 @@ RESULT_COLUMNS = [
 ]
 MATRIX_COLUMNS = ["model", "layer_i", "layer_j", "statistic", "value"]
 METRICS = "metrics.jsonl"
+METRICS_MAX_BYTES = 256 * 2**20
+"""The largest metrics.jsonl read (a line per logged step: a long run's is a few megabytes)."""
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
 
 
@@ -115,18 +119,14 @@ def _write_all(folder: Path, table, matrices, provenance) -> None:
     (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2, default=str) + "\n")
 
 
-READERS = {".parquet": pd.read_parquet, ".csv": pd.read_csv}
+READERS = SUFFIXES  # the table formats of a result folder, preferred first
 NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j")
 REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value")}
 
 
 def _read_file(path: Path, stem: str) -> pd.DataFrame:
     """One table file, checked: an empty, corrupt or non-numeric file is one UserError naming it."""
-    try:
-        df = READERS[path.suffix](path)
-    except Exception as e:  # pandas/pyarrow raise many types (EmptyDataError, ArrowInvalid, ...)
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"cannot read {path}: {first}") from None
+    df = read_table_file(path)  # bounded: size, and what a Parquet footer declares
     missing = [c for c in REQUIRED[stem] if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
@@ -173,7 +173,7 @@ def metrics_lines(path: Path) -> list[tuple[str, dict]]:
     "step" (what resume, plots and reports rely on)."""
     if not path.is_file():
         return []
-    raw = path.read_bytes()
+    raw = read_bounded(path, METRICS_MAX_BYTES, f"a {METRICS}")
     lines = raw.split(b"\n")
     out = []
     for number, line in enumerate(lines, start=1):
@@ -189,14 +189,10 @@ def metrics_lines(path: Path) -> list[tuple[str, dict]]:
 
 
 def _metrics_record(line: bytes, where: str) -> tuple[str, dict]:
-    text = decode_utf8(line, where)
-    try:
-        rec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{where} is not JSON ({e.msg})") from None
+    rec = loads_bounded(line, where)  # the one bounded JSON parser: UTF-8, nesting depth
     if not isinstance(rec, dict):
         raise UserError(f"{where} is not a JSON object (it holds a {type(rec).__name__})")
     step = rec.get("step")
     if not isinstance(step, int) or isinstance(step, bool):
         raise UserError(f"{where} has no integer 'step' (found {step!r})")
-    return text, rec
+    return line.decode("utf-8"), rec

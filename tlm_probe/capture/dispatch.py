@@ -8,15 +8,22 @@ the loaders (capture/loading.py) pass the result to `from_pretrained`.
 from __future__ import annotations
 
 import atexit
-import json
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+DEVICE_MAP_HELP = ("Dispatch a model larger than one device over GPUs, the CPU and disk (transformers' "
+                   "device_map): auto | balanced | balanced_low_0 | sequential | a JSON file "
+                   "{module: device}; empty: one device.")
+MAX_MEMORY_HELP = ("With --device-map: the most each device may hold, DEVICE=SIZE,... "
+                   "(e.g. cpu=200MB,0=10GiB); the blocks that do not fit are offloaded to disk.")
+"""The help of --device-map and --max-memory, for every command that loads a model (probe, eval,
+generate)."""
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
@@ -51,8 +58,8 @@ def parse_device_map(spec: str):
         if not path.is_file():
             raise UserError(f"--device-map {spec}: no such file")
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+            doc = read_json(path)  # bounded: size, nesting depth, UTF-8
+        except UserError as e:
             raise UserError(f"--device-map {spec} is not a JSON object of module -> device: {e}") from None
         if not isinstance(doc, dict) or not all(isinstance(v, str | int) for v in doc.values()):
             raise UserError(f"--device-map {spec} must map module names to devices (cpu, disk, 0, cuda:1)")
@@ -69,9 +76,11 @@ def from_pretrained_kwargs(device_map: str, max_memory: str) -> dict:
 
 
 def input_device(model) -> str:
-    """Where a dispatched model takes its input ids: the device of its first placed module (disk and CPU
-    offload both compute on the CPU)."""
-    placed = getattr(model, "hf_device_map", None) or {"": "cpu"}
+    """Where a model takes its input ids: a dispatched one, the device of its first placed module (disk and
+    CPU offload both compute on the CPU); any other, the device of its first weight."""
+    placed = getattr(model, "hf_device_map", None)
+    if not placed:
+        return str(next(model.parameters()).device)
     first = next(iter(placed.values()))
     if first in ("cpu", "disk"):
         return "cpu"

@@ -137,10 +137,9 @@ def arm_list(schedules: str | None, shapes: str | None, ratios: str) -> list[str
 
 def write_sweep(out: Path) -> Path | None:
     """sweep.csv (each arm's paired difference to uniform) and sweep_heatmap.png, once there are pairs."""
-    import pandas as pd
-
     from tlm_probe.files.fileio import atomic_write_text, record
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.tablefile import read_table_file
     from tlm_probe.plotting.style import save_figure
     from tlm_probe.plotting.sweep import plot_sweep
     from tlm_probe.stats.sweep import sweep_table
@@ -148,7 +147,7 @@ def write_sweep(out: Path) -> Path | None:
 
     if not (out / "paired.csv").is_file() or (out / "paired.csv").stat().st_size < 2:
         return None
-    table = sweep_table(pd.read_csv(out / "paired.csv"))
+    table = sweep_table(read_table_file(out / "paired.csv"))  # bounded: size before reading
     on_grid = (table["ratio"].astype(str) != "").any()
     with folder_lock(out):
         record(out, list(SWEEP_FILES), "sweep")

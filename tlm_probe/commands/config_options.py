@@ -13,12 +13,12 @@ from typing import Annotated
 import typer
 
 from tlm_probe.commands.options import field_docs, flag_of, plain_type, split_default
+from tlm_probe.train.model_options import MIXER_FIELDS as MIXER_SETTINGS
+from tlm_probe.train.model_options import SHOWN_DEFAULT
 
-MIXER_FIELDS = (
-    "window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent", "cms_chunks", "cms_step_periods",
-    "match_params",
-)
-"""The TrainConfig fields of the mixers' settings, offered by train, compare, sweep and demo."""
+MIXER_FIELDS = (*MIXER_SETTINGS, "match_params")
+"""The TrainConfig fields of the mixers' settings (every registered mixer's, made from its settings class),
+offered by train, compare, sweep and demo."""
 
 Config = Annotated[Path, typer.Option(help="YAML or TOML file of training options (flags override it).")]
 
@@ -69,13 +69,16 @@ def with_config_options(cls: type, names: Sequence[str], shown: dict[str, dict] 
     or the dataclass default. `shown[field]` may replace a field's help ("help"), the default the help
     states ("default") or describe it in words ("show": a default that depends on other flags)."""
     shown = shown or {}
-    hints, docs = typing.get_type_hints(cls), field_docs(cls)
-    defaults = {f.name: f.default for f in cls.__dataclass_fields__.values()}
+    hints, docs, by_name = typing.get_type_hints(cls), field_docs(cls), cls.__dataclass_fields__
+    # an option made from a model field (train/model_options.py) carries its help and the model's default
+    meta = {n: by_name[n].metadata for n in names}
+    docs = {n: meta[n].get("help") or docs.get(n, "") for n in names}
+    shown = {n: shown.get(n) or ({"show": meta[n][SHOWN_DEFAULT]} if SHOWN_DEFAULT in meta[n] else {})
+             for n in names}
 
     def deco(fn: Callable) -> Callable:
         own = inspect.signature(fn, eval_str=True).parameters
-        extra = [_option(n, plain_type(hints[n]), docs.get(n, ""), defaults[n], shown.get(n, {}))
-                 for n in names]
+        extra = [_option(n, plain_type(hints[n]), docs[n], by_name[n].default, shown[n]) for n in names]
 
         @functools.wraps(fn)
         def wrapper(**kwargs):

@@ -66,19 +66,20 @@ def register(app: typer.Typer) -> None:
         if run.json_out:
             print_json(doc)
             return
-        for row in doc["summary"]:
-            console.print(
-                f"{row['arm']:>16}: val loss {row['val_loss_mean']:.4f}, ppl {row['val_ppl_mean']:.2f}, "
-                f"bpb {row['val_bpb_mean']:.3f}  ({row['params']:,} params)",
-                highlight=False,
-            )
-        from tlm_probe.report.summary import NOT_EVIDENCE, paired_sentence
+        print_summary(doc, out)
 
-        for p in doc["paired"]:
-            console.print(paired_sentence(p), highlight=False, markup=False)
-        if any((p.get("n_pairs") or 0) < 2 for p in doc["paired"]):
-            console.print(f"warning: {NOT_EVIDENCE}", highlight=False, markup=False)
-        figure = doc.get("figures_alignment") or "(not drawn)"
-        console.print(
-            f"wrote {out} in {doc['wall_seconds']:.0f} s; alignment vs depth: {figure}", highlight=False
-        )
+
+def print_summary(doc: dict, out: Path) -> None:
+    """The demo's closing lines, each whole however narrow the log (soft_wrap: no break mid-sentence)."""
+    from tlm_probe.progress import since_start
+    from tlm_probe.report.summary import MORE_SEEDS, paired_sentence
+
+    lines = [f"{row['arm']:>16}: val loss {row['val_loss_mean']:.4f}, ppl {row['val_ppl_mean']:.2f}, "
+             f"bpb {row['val_bpb_mean']:.3f}  ({row['params']:,} params)" for row in doc["summary"]]
+    lines += [paired_sentence(p) for p in doc["paired"]]  # a one-pair row says it is not evidence
+    if any((p.get("n_pairs") or 0) < 2 for p in doc["paired"]):
+        lines.append(f"warning: {MORE_SEEDS}")
+    figure = doc.get("figures_alignment") or "(not drawn)"
+    lines.append(f"wrote {out} in {since_start():.0f} s; alignment vs depth: {figure}")  # start-up included
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)

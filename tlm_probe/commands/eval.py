@@ -18,6 +18,7 @@ from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import HIDDEN, with_options
 from tlm_probe.errors import UserError
 from tlm_probe.eval.run import EvalOptions
+from tlm_probe.progress import since_start
 
 EVAL_MARKERS = ("provenance.json", "results.csv", "results.parquet", "tasks")
 
@@ -140,5 +141,6 @@ def print_summary(table, prov: dict, out: Path) -> None:
         stderr = "" if r["stderr"] is None or r["stderr"] != r["stderr"] else f"{r['stderr']:.4g}"
         t.add_row(r["task"], r["metric"], f"{r['value']:.4g}", stderr, f"{int(r['n']):,}")
     console.print(t)
-    console.print(f"wrote {out}/results.csv, results.parquet, provenance.json ({prov['seconds']:.1f} s)")
+    console.print(f"wrote {out}/results.csv, results.parquet, provenance.json in {since_start():.1f} s "
+                  f"({prov['seconds']:.1f} s of it loading and evaluating)", soft_wrap=True)
 

@@ -11,17 +11,17 @@ off switch (`--guardrails/--no-guardrails`). A field with no default is a requir
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 import inspect
 import re
-import textwrap
 import types
 import typing
 from collections.abc import Callable
 
 import typer
+
+from tlm_probe.docstrings import field_docs
 
 FLAG_NAMES = {"n_layers": "--layers", "n_heads": "--heads", "n_kv_heads": "--kv-heads", "json_out": "--json"}
 """field -> flag, where the flag reads better than the field name."""
@@ -29,21 +29,6 @@ SHORT = {"out": "-o", "statistic": "-s"}
 """field -> a one-letter alias."""
 HIDDEN = "hidden"
 """Field metadata key: the option exists but is left out of --help (a deprecated alias)."""
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass and of its bases (the string after its annotation)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
-        for node, nxt in zip(body, body[1:], strict=False):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
 
 
 def plain_type(kind):

@@ -22,6 +22,7 @@ from pathlib import Path
 from tlm_probe.errors import UserError
 from tlm_probe.files.content_hash import hash_files
 from tlm_probe.files.fileio import atomic_write_text
+from tlm_probe.files.jsonfile import read_json
 from tlm_probe.schedules.options import MAX_LAYERS, MAX_WIDTH, FromProbeOptions
 from tlm_probe.schedules.rules import Rule, check_rule, weights, widths_from_statistic
 from tlm_probe.schedules.widths import FILE, SCHEDULE_FORMAT, ScheduleSpec, schedule_file_dict
@@ -37,9 +38,10 @@ def check_out(out: Path | None) -> Path:
         raise UserError(f"--out {out}: no folder {out.parent}")
     if out.exists():
         try:
-            ours = json.loads(out.read_text()).get("format") == SCHEDULE_FORMAT
-        except (OSError, ValueError, AttributeError):
-            ours = False
+            doc = read_json(out)  # bounded: a huge, deep or endless file is not a schedule file either
+        except UserError:
+            doc = None
+        ours = isinstance(doc, dict) and doc.get("format") == SCHEDULE_FORMAT
         if not ours:
             raise UserError(f"--out {out} exists and is not a schedule file; refusing to replace it")
     return out

@@ -9,7 +9,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from tlm_probe.errors import UserError
 from tlm_probe.eval.run import EvalOptions, resolved_device, run_eval
+from tlm_probe.files.jsonfile import read_json_object
+from tlm_probe.files.tablefile import read_table_file
 
 FOLDER = "eval"
 
@@ -23,15 +26,13 @@ def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
     opts = resolved_device(opts)  # as run_eval records it in provenance.json
 
     def after_run(run: Path) -> dict:
-        import pandas as pd
-
         from tlm_probe.results import write_results
 
         folder = run / FOLDER
         prov = folder / "provenance.json"
-        same = prov.is_file() and json.loads(prov.read_text()).get("options") == _jsonable(opts)
+        same = prov.is_file() and read_json_object(prov).get("options") == _jsonable(opts)  # bounded readers
         if same:
-            table = pd.read_csv(folder / "results.csv")
+            table = _cached_table(folder / "results.csv")
         else:
             res = run_eval(str(run), opts)
             write_results(folder, res.table, None, res.provenance, kind="eval")
@@ -40,6 +41,19 @@ def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
 
     after_run.needs_tokenizer = bool(opts.tasks)  # task text must become ids: compare checks it first
     return after_run
+
+
+def _cached_table(path: Path):
+    """A run's kept eval table, read back bounded; one without the columns (or numbers) used is refused."""
+    import pandas as pd
+
+    table = read_table_file(path)
+    missing = [c for c in ("task", "metric", "value") if c not in table.columns]
+    if missing:
+        raise UserError(f"{path} is not a tlm eval table: no column {missing[0]!r}")
+    if pd.to_numeric(table["value"], errors="coerce").isna().ne(table["value"].isna()).any():
+        raise UserError(f"{path}: column 'value' holds a non-number")
+    return table
 
 
 def _jsonable(opts: EvalOptions) -> dict:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tlm_probe.api_names import renamed_keywords
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP, resolve_split
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
@@ -65,6 +66,10 @@ class EvalOptions:
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
     """float32 | float64 | bfloat16 | float16"""
+    device_map: str = field(default="", metadata={"help": DEVICE_MAP_HELP})
+    """See capture/dispatch.py DEVICE_MAP_HELP."""
+    max_memory: str = field(default="", metadata={"help": MAX_MEMORY_HELP})
+    """See capture/dispatch.py MAX_MEMORY_HELP."""
     seed: int = 0
     """Seed of the built-in tasks' draws and of the harness."""
     trust_task_code: bool = False
@@ -154,7 +159,8 @@ def load_scorer(model: str, opts: EvalOptions, unsafe_pickle: bool = False, trus
     from tlm_probe.eval.scorer import Scorer, TextCodec
 
     opts = resolved_device(opts)
-    pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, unsafe_pickle)
+    pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, unsafe_pickle,
+                          device_map=opts.device_map, max_memory=opts.max_memory)
     ids_only = not opts.tasks and all(is_token_source(s) for s in opts.ppl_data)  # no text to encode
     codec = IdsOnly() if pm.tokenizer is None and ids_only else TextCodec(pm.tokenizer)
     return Scorer(pm, codec, batch_size=opts.batch_size)
@@ -280,6 +286,7 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
     import transformers
 
     from tlm_probe import __version__
+    from tlm_probe.capture.dispatch import placement
     from tlm_probe.code_version import code_commit
     from tlm_probe.files.content_hash import content_hash
 
@@ -295,6 +302,7 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
         "tasks": tasks,
         "perplexity": ppl,
         "options": asdict(opts),
+        **({"dispatch": {"placed": placement(pm.model)}} if opts.device_map else {}),
         "threads": torch.get_num_threads(),  # the run's, after --threads set them
         "versions": {
             "tlm_probe": __version__,

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tlm_probe.capture.dispatch import input_device
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.errors import UserError
 
@@ -70,7 +71,7 @@ class Scorer:
         if not self.pm.is_causal:
             raise UserError(f"{self.pm.name} is not a causal language model; tlm eval scores decoders only")
         self.max_length = self.max_length or model_max_length(self.pm)
-        self.device = next(self.pm.model.parameters()).device
+        self.device = input_device(self.pm.model)  # a dispatched model: where its first block is
 
     @torch.no_grad()
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -8,38 +8,27 @@ function importer refuses any module outside lm_eval's own task folder (a file t
 another way, e.g. a sibling YAML of a group in the same folder).
 
 Reading those files is itself bounded (issue 36), with or without --trust-task-code, since they are
-received data: only regular files (not /dev/zero, a pipe or a folder), at most MAX_BYTES each (the size
-checked before reading, and no more read), nesting at most MAX_DEPTH (checked while composing, before
-PyYAML's recursion could overflow the stack), at most MAX_NODES nodes once every alias is expanded (an
-alias bomb of 400 bytes is 387 million nodes; the harness and tlm's provenance expand them) and no alias
-inside itself. An `include:` that is missing, not a mapping, or reached twice (a cycle: lm-eval refuses a
-file it has already read) is one line naming it, as is a data file (dataset_kwargs.data_files of a local
-json/csv/... dataset) that is not where the harness will look for it."""
+received data: they are read by the one bounded YAML reader, tlm_probe/files/yamlfile.py (regular files
+only, size, nesting depth, alias expansion). An `include:` that is missing, not a mapping, or reached twice
+(a cycle: lm-eval refuses a file it has already read) is one line naming it, as is a data file
+(dataset_kwargs.data_files of a local json/csv/... dataset) that is not where the harness will look for it."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
-import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.jsonfile import decode_utf8
+from tlm_probe.files.yamlfile import compose_file, distinct_nodes
 
 PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in
               ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "binary", "merge", "omap",
                "pairs", "set", "value")}
 HINT = "pass --trust-task-code to run it"
-MAX_BYTES = 2**20
-"""The largest task config read (lm-eval's own are a few kilobytes; documents belong in a data file)."""
-MAX_DEPTH = 64
-"""The deepest nesting of a task config (lm-eval's nest a few levels)."""
-MAX_NODES = 100_000
-"""The most YAML nodes of a task config with every alias expanded."""
+TOO_BIG = "a task config (its documents belong in a data file: dataset_kwargs.data_files)"
 MAX_INCLUDES = 100
 """The most files one task config may reach through `include:`."""
 LOCAL_BUILDERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pandas", "xml"})
@@ -84,7 +73,7 @@ class _Config:
     def code_tags(self) -> Iterator[tuple[str, str]]:
         import yaml
 
-        for node in _distinct_nodes(self.root):
+        for node in distinct_nodes(self.root):
             if node.tag not in PLAIN_TAGS:
                 yield node.tag, node.value if isinstance(node, yaml.ScalarNode) else "..."
 
@@ -147,127 +136,10 @@ def _is_mapping(node) -> bool:
 
 
 def _read_config(path: Path, shown: Path) -> _Config:
-    """`path` read and composed within the bounds; messages name it as `shown` (as the user gave it)."""
-    import yaml
-
-    text = _read_text(shown)
-    loader = _loader_class()(text, shown)
-    try:
-        root = loader.get_single_node()
-    except yaml.YAMLError as e:
-        raise UserError(f"cannot read task config {shown}: {' '.join(str(e).split())[:300]}") from None
-    except RecursionError:  # MAX_DEPTH keeps PyYAML well inside the stack; this is the last guard
-        raise UserError(f"task config {shown} nests too deep to read: not a task config") from None
-    finally:
-        loader.dispose()
-    _check_expansion(root, shown)
+    """`path` read and composed within the bounds (files/yamlfile.py); messages name it as `shown` (as the
+    user gave it)."""
+    root = compose_file(path, f"task config {shown}", TOO_BIG)
     return _Config(shown, root, _includes(root, shown))
-
-
-def _read_text(path: Path) -> str:
-    """The file's text, refused unless a regular file of at most MAX_BYTES (checked before reading, and no
-    more than that read: a file that grows is cut at the limit) and UTF-8."""
-    try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"task config {path} is not a regular file (a device, a pipe or a folder): "
-                            "refusing to read it")
-        if info.st_size > MAX_BYTES:
-            raise UserError(f"task config {path} holds {info.st_size:,} bytes, more than the {MAX_BYTES:,} "
-                            "a task config may (its documents belong in a data file: "
-                            "dataset_kwargs.data_files)")
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise UserError(f"cannot read task config {path}: {e.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise UserError(f"task config {path} holds more than the {MAX_BYTES:,} bytes a task config may")
-    return decode_utf8(raw, f"task config {path}")
-
-
-@functools.cache
-def _loader_class():
-    import yaml
-
-    class BoundedLoader(yaml.SafeLoader):
-        """SafeLoader's composer with a depth count: refused at MAX_DEPTH, before the recursion of
-        compose_node could reach Python's limit (50,000 levels were a RecursionError traceback). The
-        scanner and parser below it keep their state in lists, not in the stack."""
-
-        def __init__(self, text: str, path: Path):
-            super().__init__(text)
-            self.depth, self.where = 0, path
-
-        def compose_node(self, parent, index):
-            self.depth += 1
-            try:
-                if self.depth > MAX_DEPTH:
-                    line = self.peek_event().start_mark.line + 1
-                    raise UserError(f"task config {self.where} nests more than {MAX_DEPTH} levels deep (line "
-                                    f"{line}): not a task config")
-                return super().compose_node(parent, index)
-            finally:
-                self.depth -= 1
-
-    return BoundedLoader
-
-
-def _children(node) -> list:
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def _check_expansion(root, path: Path) -> None:
-    """Refuse a document whose aliases expand to more than MAX_NODES nodes, or hold themselves: each
-    distinct node's expanded size is counted once (the work is linear in the file, whatever its aliases)."""
-    if root is None:
-        return
-    size: dict[int, int] = {}
-    open_: set[int] = set()
-    stack = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            open_.discard(key)
-            size[key] = 1 + sum(size[id(c)] for c in _children(node))
-            if size[key] > MAX_NODES:
-                raise UserError(f"task config {path} expands to more than {MAX_NODES:,} YAML nodes through "
-                                "its aliases (an alias bomb): not a task config")
-            continue
-        if key in size:
-            continue
-        if key in open_:
-            raise UserError(f"task config {path} holds an alias inside the node it names (a recursive "
-                            "alias): not a task config")
-        open_.add(key)
-        stack.append((node, True))
-        for child in _children(node):
-            if id(child) in open_:
-                raise UserError(f"task config {path} holds an alias inside the node it names (a recursive "
-                                "alias): not a task config")
-            if id(child) not in size:
-                stack.append((child, False))
-
-
-def _distinct_nodes(root) -> Iterator:
-    """Every node once (an aliased node is one node, however many times it is referred to)."""
-    if root is None:
-        return
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        stack.extend(_children(node))
 
 
 def _includes(root, path: Path) -> list[Path]:

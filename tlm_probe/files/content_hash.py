@@ -21,14 +21,25 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).iterdir() if p.suffix in WEIGHT_SUFFIXES)
 
 
+def _update(h, path: Path) -> None:
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+
+
 def hash_files(files: list[Path]) -> str:
     """sha256 over each file's name and bytes, in the order given."""
     h = hashlib.sha256()
     for p in files:
         h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        _update(h, p)
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of one file's bytes (what a folder's manifest records of each file tlm wrote)."""
+    h = hashlib.sha256()
+    _update(h, path)
     return h.hexdigest()
 
 

@@ -11,6 +11,13 @@ lock that guards them is tlm_probe/files/folder_lock.py).
   create, and leaves every other file where it is. The manifest is data from disk, not an instruction:
   an entry that is absolute, holds '..', names the folder itself or passes through a symbolic link is
   refused, and only regular files and real folders strictly inside OUT are ever deleted.
+- Content hashes: publish records the sha256 of every file it writes, and a file whose manifest records
+  one is deleted or replaced (remove_owned, publish, and checked at once by claim) only while its bytes
+  still hash to it, else one line names it and nothing is touched. A file entry without a hash is refused
+  too in the folders tlm always hashes (probe, eval, report, export, diff, trust, data prepare: so also
+  their folders from a tlm before hashes, which the user clears by hand); folders, and the files of train,
+  compare, sweep and demo (rewritten or appended to while a run lives), go by the name and kind rules
+  alone. The rule and its reasons: tlm_probe/files/ownership.py.
 - Inputs: --out may not be, contain or lie inside an input of the same command (check_apart).
 """
 
@@ -29,12 +36,16 @@ from pathlib import Path, PurePosixPath
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.ownership import (  # noqa: F401 (check_apart, manifest_kind: for the commands)
+    HASHES,
     MANIFEST,
     check_apart,
     check_kind,
+    check_unchanged,
     entry_problem,
+    hashes_of,
     manifest_doc,
     manifest_kind,
+    recorded_hashes,
 )
 
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
@@ -239,19 +250,28 @@ def read_manifest(folder: str | Path) -> list[str]:
 
 def record(folder: str | Path, entries: Iterable[str], command: str) -> None:
     """Add `entries` to the folder's manifest (creating both); call it before writing the entries. The
-    folder keeps the kind of the command that first recorded into it."""
+    folder keeps the kind of the command that first recorded into it. A recorded entry's old content hash
+    is dropped (it is about to be rewritten); the other entries keep theirs."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     check_kind(folder, command)
+    entries = list(entries)
     old = read_manifest(folder)
     new = list(dict.fromkeys([*old, *entries]))
     kind = manifest_kind(folder) or command
-    if new != old or not (folder / MANIFEST).is_file() or manifest_doc(folder).get("kind") != kind:
-        _write_manifest(folder, kind, command, new)
+    had = recorded_hashes(folder)
+    hashes = {e: h for e, h in had.items() if e in new and e not in entries}
+    if new != old or not (folder / MANIFEST).is_file() or manifest_doc(folder).get("kind") != kind \
+            or hashes != had:
+        _write_manifest(folder, kind, command, new, hashes)
 
 
-def _write_manifest(folder: Path, kind: str, command: str, entries: list[str]) -> None:
+def _write_manifest(folder: Path, kind: str, command: str, entries: list[str],
+                    hashes: dict[str, list[str]] | None = None) -> None:
     doc = {"written_by": "tlm_probe", "kind": kind, "command": command, "entries": entries}
+    kept = {e: h[0] if len(h) == 1 else h for e, h in (hashes or {}).items() if e in entries and h}
+    if kept:
+        doc[HASHES] = kept
     atomic_write_text(folder / MANIFEST, json.dumps(doc, indent=1) + "\n")
 
 
@@ -272,7 +292,9 @@ def remove_owned(folder: str | Path) -> list[str]:
     """Delete the entries the manifest names (and folders they leave empty); keep everything else.
     Returns the names kept."""
     folder = Path(folder)
-    for entry in read_manifest(folder):  # every entry checked before the first is deleted
+    entries = read_manifest(folder)  # every entry checked (place, then bytes) before the first is deleted
+    check_unchanged(folder, entries)
+    for entry in entries:
         _remove_entry(folder, entry)
     with contextlib.suppress(FileNotFoundError):
         (folder / MANIFEST).unlink()
@@ -297,22 +319,33 @@ def publish(tmp: Path, out: Path, command: str) -> list[str]:
     Returns the names of the files kept."""
     entries = sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST)
     follow_umask(tmp)
+    hashes = hashes_of(tmp, entries)  # what tlm writes: --overwrite later replaces only these bytes
     if not out.exists():
-        record(tmp, entries, command)
+        _write_manifest(tmp, command, command, entries, hashes)
         os.replace(tmp, out)
         return []
     check_kind(out, command)
     clash = sorted(set(entries) & set(foreign(out)))
     if clash:
         raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it")
+    _publish_into(tmp, out, command, entries, hashes)
+    return foreign(out)
+
+
+def _publish_into(tmp: Path, out: Path, command: str, entries: list[str], hashes: dict) -> None:
+    """publish() into an existing `out`: every entry it replaces or deletes is checked to hold tlm's bytes
+    first; while the new entries go in, the manifest accepts either the old or the new bytes of each."""
+    old = read_manifest(out)
+    check_unchanged(out, old)
     kind = manifest_kind(out) or command
-    for stale in set(read_manifest(out)) - set(entries):
+    had = recorded_hashes(out)
+    for stale in set(old) - set(entries):
         _remove_entry(out, stale)
-    record(out, entries, command)
+    either = {e: [*had.get(e, []), *hashes.get(e, [])] for e in {*had, *hashes}}
+    _write_manifest(out, kind, command, list(dict.fromkeys([*old, *entries])), either)
     for name in entries:
         replace_entry(tmp / name, out / name)
-    _write_manifest(out, kind, command, entries)
-    return foreign(out)
+    _write_manifest(out, kind, command, entries, hashes)
 
 
 # ---- checking an output folder before any work ----------------------------------------------------
@@ -379,6 +412,8 @@ def claim(
         )
     if not overwrite and own_needs_overwrite:
         raise UserError(f"output folder {out} already exists; pass --overwrite to replace it{hint}")
+    if ours:  # what the command will replace or delete still holds the bytes tlm wrote
+        check_unchanged(out, read_manifest(out))
     clash = sorted(set(others) & set(writes))
     if clash:
         raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first)")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.bounded import read_bounded
 
 MAX_BYTES = 256 * 2**20
 """The largest JSON file tlm reads (its own files are kilobytes; a tokenizer.json some megabytes)."""
@@ -52,18 +53,7 @@ def decode_utf8(raw: bytes, where: str) -> str:
 
 def read_json(path: str | Path):
     """The JSON document in `path`, read within MAX_BYTES (checked before reading) and MAX_DEPTH."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise UserError(f"{path} holds {size:,} bytes, more than the {MAX_BYTES:,} a JSON file tlm reads")
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # a file that grows (or /dev/zero) is cut at the limit
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise UserError(f"{path} holds more than the {MAX_BYTES:,} bytes a JSON file tlm reads")
-    return loads_bounded(raw, str(path))
+    return loads_bounded(read_bounded(path, MAX_BYTES, "a JSON file tlm reads"), str(path))
 
 
 def read_json_object(path: str | Path) -> dict:

@@ -1,6 +1,20 @@
 """Who owns an output folder, and what a command may touch in it: the manifest's kind of command, the
-safety of each entry it names, and an --out kept apart from the command's inputs. Pure checks on paths
-and manifests (fileio does the writing); every refusal is one UserError line."""
+safety of each entry it names, the bytes of each file it names, and an --out kept apart from the
+command's inputs. Pure checks on paths and manifests (fileio does the writing); every refusal is one
+UserError line.
+
+Content hashes (issue 36): the manifest records the sha256 of every file written whole through
+fileio.publish (`sha256`: entry -> digest). A file whose manifest records a digest is deleted or replaced
+only while its bytes still hash to it; otherwise the command refuses, naming the file, before anything
+is touched (check_unchanged) — so a manifest copied beside someone's files, or a user's results.csv put
+where tlm's was, costs nothing. A manifest is data, not proof: whoever forges one can also omit digests,
+so for the kinds of folder tlm always hashes (HASHED_KINDS: probe, eval, report, export, diff, trust,
+data prepare) a file entry WITHOUT a digest is refused too. That includes folders written before digests
+were recorded (tlm before issue 36): `--overwrite` then stops with one line naming the file, and the user
+moves or deletes it (nothing is lost either way). Not hashed, and deleted by the name and kind rules
+alone (check_kind, fileio.check_entries_are_ours, entry_problem): folder entries (runs/…, checkpoints,
+shards) and the folders of train, compare, sweep and demo, whose files are rewritten in place or appended
+to while a run lives (metrics.jsonl gets a line per logged step)."""
 
 from __future__ import annotations
 
@@ -10,9 +24,16 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.content_hash import file_sha256
 from tlm_probe.files.jsonfile import read_json
 
 MANIFEST = ".tlm-manifest.json"
+HASHES = "sha256"
+"""The manifest's map: entry -> the sha256 of the bytes tlm wrote there (a list of the accepted digests
+while fileio.publish replaces the file: the old bytes' or the new's, so a kill at any point leaves every
+file matching its manifest)."""
+HASHED_KINDS = frozenset({"probe", "eval", "report", "export", "diff", "trust", "data prepare"})
+"""The kinds of folder written only through fileio.publish, which records a digest of every file."""
 
 # The kind of command whose folder it is ("kind"; "command" is the last one that recorded entries).
 # Manifests written before kinds were recorded hold only "command": sweep and demo recorded theirs into
@@ -80,6 +101,47 @@ def _is_eval_provenance(path: Path) -> bool:
     except UserError:
         return False
     return isinstance(doc, dict) and "perplexity" in doc
+
+
+def recorded_hashes(folder: Path) -> dict[str, list[str]]:
+    """entry -> the digests its manifest accepts for it (entries without one are absent)."""
+    raw = manifest_doc(folder).get(HASHES)
+    if not isinstance(raw, dict):
+        return {}
+    found = {k: v if isinstance(v, list) else [v] for k, v in raw.items()}
+    return {k: [d for d in v if isinstance(d, str)] for k, v in found.items()}
+
+
+def hashes_of(folder: Path, entries: Iterable[str]) -> dict[str, list[str]]:
+    """entry -> [sha256] of every entry of `folder` that is a regular file (no link, no folder)."""
+    return {e: [file_sha256(folder / e)] for e in entries
+            if (folder / e).is_file() and not (folder / e).is_symlink()}
+
+
+def changed(folder: Path, entry: str, hashes: dict[str, list[str]], strict: bool) -> str:
+    """Why the file `entry` does not hold the bytes tlm wrote ('' when it does, or is not a file)."""
+    path = folder / entry
+    if path.is_symlink() or not path.is_file():
+        return ""  # absent, or a folder: entry_problem and the name rules decide
+    if entry not in hashes:
+        return ("the manifest records no content hash of it (a folder written by a tlm from before hashes "
+                "were recorded, or a manifest tlm did not write)") if strict else ""
+    if file_sha256(path) not in hashes[entry]:
+        return ("its bytes are not the ones tlm wrote there (the file changed since, or the manifest is not "
+                "tlm's)")
+    return ""
+
+
+def check_unchanged(folder: Path, entries: Iterable[str]) -> None:
+    """Refuse (one UserError naming the file) unless every file among `entries` still holds the bytes its
+    manifest records: call it before the first entry is deleted or replaced."""
+    hashes = recorded_hashes(folder)
+    strict = manifest_kind(folder) in HASHED_KINDS
+    for entry in entries:
+        problem = changed(folder, entry, hashes, strict)
+        if problem:
+            raise UserError(f"refusing to replace or delete {folder / entry}: {problem}; nothing was "
+                            "touched: move it away (or delete it yourself) and run again")
 
 
 def check_kind(folder: str | Path, kind: str | None) -> None:

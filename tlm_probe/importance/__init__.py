@@ -15,12 +15,13 @@ catalogue.py says what each statistic needs; suite.py is the second pass that pr
 bounded set of the probed sequences. Nothing here is loaded by name: probe/engine.py imports it.
 """
 
-from tlm_probe.importance.agreement import TARGETS, spearman_rows
+from tlm_probe.importance.agreement import spearman_rows
 from tlm_probe.importance.catalogue import (
     AGREEMENT,
     CI_METHODS,
     NEEDS,
     STATISTICS,
+    TARGETS,
     needs,
     reasons,
     spearman_parts,

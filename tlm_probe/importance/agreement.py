@@ -14,21 +14,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from tlm_probe.importance.streaming import Z95
-
-PROXIES = (
-    "align_mlp_mid",
-    "align_mlp_pre",
-    "mlp_influence",
-    "block_influence",
-    "norm_ratio_mlp",
-    "logit_lens_kl",
-    "taylor_mlp",
-    "fisher_mlp",
-    "grad_norm_mlp",
-    "dead_neuron_frac",
-    "stable_rank_mlp_out",
-)
-TARGETS = ("ablation_dnll_mlp_zero", "ablation_shift_mlp_zero")
+from tlm_probe.statistic_names import PROXIES
 
 
 def spearman_ci(rho: float, n: int) -> tuple[float, float]:

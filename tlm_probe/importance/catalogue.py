@@ -6,33 +6,18 @@ passes the asked statistics need, and to write the reasons and CI methods into p
 
 from __future__ import annotations
 
-from tlm_probe.importance.agreement import PROXIES, TARGETS
-from tlm_probe.importance.logit_lens import LENS_STATS
-from tlm_probe.importance.options import DEFAULT_ABLATIONS
 from tlm_probe.importance.streaming import CI_CLUSTERED
 
-GRADIENT_STATS = ("taylor_mlp", "fisher_mlp", "grad_norm_mlp")
-ABLATION_STATS = tuple(f"ablation_{m}_{a}" for m in ("dnll", "shift") for a in DEFAULT_ABLATIONS)
-PER_LAYER = (
-    *LENS_STATS,
-    *ABLATION_STATS,
-    *GRADIENT_STATS,
-    "effective_rank",
-    "participation_ratio",
-    "anisotropy",
-    "dead_neuron_frac",
-    "stable_rank_mlp_out",
-    "probe_acc",
-)
-MATRICES = (
-    "angular_distance",
-    "angular_distance_last",
-    "cka_linear",
-    "drop_block_best",
-    "drop_block_best_last",
-)
-AGREEMENT = tuple(f"spearman_{p}" for p in PROXIES)
-STATISTICS = PER_LAYER + MATRICES + AGREEMENT
+# the names live in statistic_names.py (read at start-up, without torch); re-exported beside the table
+from tlm_probe.statistic_names import ABLATION_STATS, GRADIENT_STATS, IMPORTANCE, LENS_STATS
+from tlm_probe.statistic_names import AGREEMENT as AGREEMENT
+from tlm_probe.statistic_names import DEFAULT_ABLATIONS as DEFAULT_ABLATIONS
+from tlm_probe.statistic_names import MATRICES as MATRICES
+from tlm_probe.statistic_names import PER_LAYER as PER_LAYER
+from tlm_probe.statistic_names import TARGETS as TARGETS
+from tlm_probe.statistic_names import spearman_parts as spearman_parts
+
+STATISTICS = IMPORTANCE
 
 # statistic -> what it needs: first-pass parts (lens, angular, angular_last, anisotropy, sample, labels,
 # neurons, calib), "ablation", "grad" (summed gradient), "grad_per_sequence" (Fisher); () = weights only
@@ -85,11 +70,6 @@ CI_METHODS = {
     "taylor_mlp, grad_norm_mlp, effective_rank, participation_ratio, anisotropy, dead_neuron_frac, "
     "stable_rank_mlp_out": "none (not a mean over tokens): NaN",
 }
-
-
-def spearman_parts(stat: str) -> tuple[str, ...]:
-    """spearman_<proxy> needs the proxy and the ablation target (both metrics: the model picks one)."""
-    return (stat.removeprefix("spearman_"), *TARGETS)
 
 
 def reasons(stats: list[str], causal: bool, world: int) -> dict[str, str]:

@@ -24,9 +24,8 @@ from collections.abc import Callable
 import torch
 
 from tlm_probe.importance.streaming import TokenMean
+from tlm_probe.statistic_names import LENS_STATS
 from tlm_probe.stats.workspace import Workspace
-
-LENS_STATS = ("logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", "logit_lens_top1")
 
 
 def sampled_positions(T: int, k: int, seed: int) -> torch.Tensor | None:

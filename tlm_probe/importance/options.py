@@ -8,8 +8,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from tlm_probe.errors import UserError
-
-DEFAULT_ABLATIONS = ("mlp_zero", "mlp_mean", "mlp_resample", "attn_zero", "block_skip")
+from tlm_probe.statistic_names import DEFAULT_ABLATIONS
 
 
 @dataclass(frozen=True)

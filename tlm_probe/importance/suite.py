@@ -64,7 +64,8 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
             out = forward(batch)
             acc.update(store, out, batch, mask_ref["mask"])
             if acc.lens is not None:  # the decoded share of the rows: all of them, or the position sample's
-                counter.extra("clean", lens_forwards(pm, acc.lens.batch_rows, counter.rows))
+                T = batch["input_ids"].shape[1]
+                counter.extra("clean", lens_forwards(pm, acc.lens.batch_rows, counter.rows, T))
     acc.all_reduce_()
     calib.all_reduce_(targets, pm.d_model)
     return acc, calib
@@ -166,7 +167,7 @@ def expected_passes(pm, batches: list[dict], stats: list[str], opts=None, restar
         counter.forward("clean", B)
         if lens:
             pos = sampled_positions(T, opts.lens_positions, opts.seed)
-            counter.extra("clean", lens_forwards(pm, B * decoded_share(pos, T), counter.rows))
+            counter.extra("clean", lens_forwards(pm, B * decoded_share(pos, T), counter.rows, T))
     eff = _effects(pm, opts, None, None) if "ablation" in need else None
     for i, b in enumerate(batches if eff is not None else ()):
         for rows, share in eff.planned(b["input_ids"].shape[0], i == 0, restartable):

@@ -14,7 +14,6 @@ from tlm_probe.schedules.widths import ScheduleSpec, make_schedule, parse_schedu
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "learned")
-MIXER_KINDS = ("attention", "gated_attention", "titans", "hope_attention")
 NORM_SCALINGS = {
     "none": lambda layer: 1.0,
     # LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth in LLMs", arXiv 2502.05795): the outputs of
@@ -28,9 +27,76 @@ class ConfigError(UserError, ValueError):
     """An invalid model configuration; the message names the bad field."""
 
 
+# Each mixer's own settings: one frozen dataclass per mixer, whose fields (name, type, default, docstring)
+# TLMConfig inherits and config.json stores flat; TrainConfig and the CLI offer them (train/model_options.py),
+# and the model, shapes, accounting and presets read them off the config (cfg.window, ...).
+
+
 @dataclass(frozen=True)
-class TLMConfig:
-    """A decoder-only transformer whose MLP width may change with depth."""
+class TitansSettings:
+    """titans (MAL: neural long-term memory, then sliding-window attention; models/titans.py)."""
+
+    window: int = 64
+    """titans: sliding-window attention span in tokens (the query and window-1 tokens before it); the
+    paper-scale presets use 1024 (models/presets.py)."""
+    mem_chunk: int = 16
+    """titans: chunk size of the parallel memory update (gradients inside a chunk are taken at the
+    memory of the chunk's start)."""
+    mem_expand: int = 2
+    """titans: hidden width of each head's 2-layer memory MLP, as a multiple of the head dimension."""
+    layer_mem_width: tuple[int, ...] = field(default=(), metadata={"schedule": "mem_schedule"})
+    """titans, optional: per-layer hidden width d_m of each head's memory MLP (empty: mem_expand·d_head in
+    every layer)."""
+    mem_persistent: int = 0
+    """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
+    conv_kernel: int = 4
+    """titans: width of the depthwise causal convolution after the q/k/v projections."""
+
+    def validate(self) -> None:
+        for key in ("window", "mem_chunk", "mem_expand", "conv_kernel"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.mem_persistent < 0:
+            raise ConfigError(f"mem_persistent must be >= 0, got {self.mem_persistent}")
+
+
+@dataclass(frozen=True)
+class HopeSettings:
+    """hope_attention (attention + a continuum memory system in place of the MLP; models/cms.py)."""
+
+    cms_chunks: tuple[int, ...] = (16, 64, 256, 1024)
+    """hope_attention: chunk size C_l (tokens) of each continuum-memory level, in chain order: level l
+    updates its weights in context after every C_l tokens (the update applies from the next chunk on);
+    a level with C_l >= max_seq_len never updates within a context and is a plain residual MLP."""
+    cms_step_periods: tuple[int, ...] = ()
+    """hope_attention, optional: the older optimizer-step reading of the CMS, on top of the in-context one:
+    level l takes an AdamW step only every P_l optimizer steps (train/multifreq.py); empty = every step."""
+
+    def validate(self) -> None:
+        if not self.cms_chunks or min(self.cms_chunks) < 1:
+            raise ConfigError(f"cms_chunks must be one or more chunk sizes >= 1, got {list(self.cms_chunks)}")
+        if self.cms_step_periods and (len(self.cms_step_periods) != len(self.cms_chunks)
+                                      or min(self.cms_step_periods) < 1):
+            raise ConfigError(f"cms_step_periods needs one period >= 1 per level ({len(self.cms_chunks)}), "
+                              f"got {list(self.cms_step_periods)}")
+
+
+MIXER_SETTINGS: dict[str, type | None] = {
+    "attention": None,  # its settings (heads, key/value heads) are every mixer's: TLMConfig's own fields
+    "gated_attention": None,  # the G1 gate is the mixer kind itself
+    "titans": TitansSettings,
+    "hope_attention": HopeSettings,
+}
+"""Mixer kind -> its settings dataclass: the one row a new mixer adds here (models/mixers.py, shapes.py and
+accounting.py hold its module, shapes and counts; tests/test_mixer_registry.py checks all four agree)."""
+MIXER_KINDS = tuple(MIXER_SETTINGS)
+SETTINGS = tuple(dict.fromkeys(s for s in MIXER_SETTINGS.values() if s is not None))
+"""The settings classes, each once, in registry order: TLMConfig's bases, and config.json's order."""
+
+
+@dataclass(frozen=True)
+class TLMConfig(*SETTINGS):
+    """A decoder-only transformer whose MLP width may change with depth (its mixers' settings: SETTINGS)."""
 
     vocab_size: int = 256
     """Vocabulary size (256 for the byte-level tokenizer)."""
@@ -60,27 +126,7 @@ class TLMConfig:
     """attention | gated_attention (per-head elementwise sigmoid output gate, Qiu et al. 2025 G1) | titans
     (MAL: neural long-term memory, then sliding-window attention; models/titans.py) | hope_attention
     (attention + continuum memory system in place of the MLP; models/cms.py)"""
-    window: int = 64
-    """titans: sliding-window attention span in tokens (the query and window-1 tokens before it)."""
-    mem_chunk: int = 16
-    """titans: chunk size of the parallel memory update (gradients inside a chunk are taken at the
-    memory of the chunk's start)."""
-    mem_expand: int = 2
-    """titans: hidden width of each head's 2-layer memory MLP, as a multiple of the head dimension."""
-    layer_mem_width: tuple[int, ...] = ()
-    """titans, optional: per-layer hidden width d_m of each head's memory MLP (empty: mem_expand·d_head in
-    every layer)."""
-    mem_persistent: int = 0
-    """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
-    conv_kernel: int = 4
-    """titans: width of the depthwise causal convolution after the q/k/v projections."""
-    cms_chunks: tuple[int, ...] = (16, 64, 256, 1024)
-    """hope_attention: chunk size C_l (tokens) of each continuum-memory level, in chain order: level l
-    updates its weights in context after every C_l tokens (the update applies from the next chunk on);
-    a level with C_l >= max_seq_len never updates within a context and is a plain residual MLP."""
-    cms_step_periods: tuple[int, ...] = ()
-    """hope_attention, optional: the older optimizer-step reading of the CMS, on top of the in-context one:
-    level l takes an AdamW step only every P_l optimizer steps (train/multifreq.py); empty = every step."""
+    # the mixers' settings (window ... cms_step_periods) come from SETTINGS and follow `mixer` in config.json
     tie_embeddings: bool = True
     """Share the input embedding and the unembedding matrix."""
     max_seq_len: int = 256
@@ -101,12 +147,9 @@ class TLMConfig:
     """The ScheduleSpec (as a dict) that produced d_ff, for provenance."""
 
     def __post_init__(self):
-        object.__setattr__(self, "d_ff", tuple(int(w) for w in self.d_ff))
-        object.__setattr__(self, "layer_heads", tuple(int(h) for h in self.layer_heads))
-        object.__setattr__(self, "layer_kv_heads", tuple(int(h) for h in self.layer_kv_heads))
-        object.__setattr__(self, "layer_mem_width", tuple(int(w) for w in self.layer_mem_width))
-        object.__setattr__(self, "cms_chunks", tuple(int(c) for c in self.cms_chunks))
-        object.__setattr__(self, "cms_step_periods", tuple(int(c) for c in self.cms_step_periods))
+        for f in fields(self):  # lists (from JSON) and numpy integers become the tuples of ints declared
+            if f.type == "tuple[int, ...]":
+                object.__setattr__(self, f.name, tuple(int(w) for w in getattr(self, f.name)))
         self.validate()
 
     @property
@@ -154,6 +197,8 @@ class TLMConfig:
 
     def validate(self) -> None:
         self._validate_fields()
+        for settings in SETTINGS:
+            settings.validate(self)
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.kv_heads:
@@ -188,33 +233,24 @@ class TLMConfig:
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
-        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "window", "mem_chunk",
-                    "mem_expand", "conv_kernel"):
+        for key in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
-        if self.mem_persistent < 0:
-            raise ConfigError(f"mem_persistent must be >= 0, got {self.mem_persistent}")
-        if not self.cms_chunks or min(self.cms_chunks) < 1:
-            raise ConfigError(f"cms_chunks must be one or more chunk sizes >= 1, got {list(self.cms_chunks)}")
-        if self.cms_step_periods and (len(self.cms_step_periods) != len(self.cms_chunks)
-                                      or min(self.cms_step_periods) < 1):
-            raise ConfigError(f"cms_step_periods needs one period >= 1 per level ({len(self.cms_chunks)}), "
-                              f"got {list(self.cms_step_periods)}")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["d_ff"] = list(self.d_ff)
-        d["cms_chunks"] = list(self.cms_chunks)
-        d["cms_step_periods"] = list(self.cms_step_periods)
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         # absent when uniform (or norm_scaling none): an old model's config.json is written byte for byte
         for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
-            if d[key]:
-                d[key] = list(d[key])
-            else:
+            if not d[key]:
                 del d[key]
         if d["norm_scaling"] == "none":
             del d["norm_scaling"]
-        return {"model_type": "tlm", **d}
+        # the mixers' settings (inherited, so first in asdict) follow `mixer`, where config.json has them
+        settings = {f.name: d.pop(f.name) for s in SETTINGS for f in fields(s) if f.name in d}
+        out = {"model_type": "tlm"}
+        for k, v in d.items():
+            out.update({k: v, **(settings if k == "mixer" else {})})
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> TLMConfig:
@@ -234,7 +270,9 @@ class TLMConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> TLMConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        from tlm_probe.files.jsonfile import read_json_object  # bounded: size, depth, UTF-8 (issue 36)
+
+        return cls.from_dict(read_json_object(path))
 
     def replace(self, **changes) -> TLMConfig:
         return replace(self, **changes)

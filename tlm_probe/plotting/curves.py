@@ -49,10 +49,14 @@ def plot_curves(
         axes = fig.subplots(1, len(metrics), squeeze=False).ravel()
         for ax, metric in zip(axes, metrics, strict=True):
             _panel(ax, curves[curves["metric"] == metric], metric, arms, colours)
-        seeds = int(curves["n_seeds"].max())
-        band = f"band: ± 1 std over up to {seeds} seeds" if seeds > 1 else "one seed each (no band)"
-        fig.suptitle(title or f"loss vs tokens seen, {len(arms)} arm(s); {band}")
+        fig.suptitle(title or f"loss vs tokens seen, {len(arms)} arm(s); {band_note(curves)}")
     return fig
+
+
+def band_note(curves: pd.DataFrame) -> str:
+    """What the curves' bands are: the title's words and a report's caption say the same."""
+    seeds = int(curves["n_seeds"].max())
+    return f"band: ± 1 std over up to {seeds} seeds" if seeds > 1 else "one seed each (no band)"
 
 
 def _panel(ax, rows: pd.DataFrame, metric: str, arms: list[str], colours: Mapping | None) -> None:

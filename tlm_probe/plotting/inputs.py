@@ -9,7 +9,6 @@ Three kinds of input (contracts in /work/shared/DESIGN.md and the interfaces not
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
+from tlm_probe.files.tablefile import MAX_BYTES, WHAT, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.results import ProbeResult, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
@@ -57,9 +58,14 @@ def _is_run(p: Path) -> bool:
     return p.is_dir() and (p / "metrics.jsonl").is_file()
 
 
+def _is_diff(p: Path) -> bool:
+    return p.is_dir() and (p / "diff.json").is_file()
+
+
 # order matters: a comparison folder also holds results.csv, so it is recognised before a probe folder
 KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("compare", _is_compare),
+    ("diff", _is_diff),
     ("run", _is_run),
     ("eval", _is_eval),
     ("probe", _is_probe),
@@ -188,13 +194,10 @@ def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) ->
     """A CSV whose every column outside `text` holds numbers (empty cells are NaN): a corrupt file, a
     missing column or a word where a number belongs is one UserError naming the file, the column and
     the cell, not a table drawn or printed as if nothing were wrong."""
-    if not required and not path.read_bytes().strip():  # compare writes a table with no rows so (paired)
+    small = checked_size(path, MAX_BYTES, WHAT) <= 64  # compare writes a table with no rows as a blank line
+    if not required and small and not path.read_bytes().strip():
         return pd.DataFrame()
-    try:
-        df = pd.read_csv(path)
-    except Exception as e:  # pandas raises many types (EmptyDataError, ParserError, UnicodeDecodeError)
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"cannot read {path}: {first}") from None
+    df = read_table_file(path)  # bounded: size before reading; a corrupt file is one UserError
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm table: no column {missing[0]!r}")
@@ -205,6 +208,20 @@ def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) ->
             raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
         df[col] = numbers
     return df
+
+
+DIFF_TABLES = {"cka.csv": ("model", "statistic"), "layers.csv": ("model", "statistic"),
+               "tokens.csv": ("model", "bucket_kind", "bucket")}
+"""A `tlm diff` folder's tidy tables and their word columns."""
+
+
+def load_diff(path: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """diff.json (bounded read) and the tidy tables of a `tlm diff` folder."""
+    p = Path(path)
+    summary = read_json(p / "diff.json")
+    if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
+        raise UserError(f"{p / 'diff.json'} is not a tlm diff summary (no model_a, model_b, n_tokens)")
+    return summary, {name: read_table(p / name, text, required=text) for name, text in DIFF_TABLES.items()}
 
 
 def load_run(path: str | Path) -> Comparison:
@@ -227,7 +244,7 @@ def advantage_curves(path: str | Path, metric: str = "val_loss") -> pd.DataFrame
     (`arm, metric, tokens, mean, std, n_seeds`; metric '<metric> − <baseline>'). Negative: the arm is
     ahead. One mixer's comparison (one baseline)."""
     p = Path(path)
-    info = json.loads((p / "compare.json").read_text()) if (p / "compare.json").is_file() else {}
+    info = read_json_object(p / "compare.json") if (p / "compare.json").is_file() else {}
     baseline = info.get("baseline", "uniform")
     if not isinstance(baseline, str):
         raise UserError(f"{p} compares several mixers; the advantage figure takes one mixer's comparison")

@@ -10,7 +10,6 @@ the run's name, so a figure overlays steps of one model. Only the checkpoints tr
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.results import ProbeResult
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -71,10 +71,13 @@ def _linked_checkpoint(run: Path, step_dir: Path, tmp: Path) -> Path:
 
 
 def _tokens(step_dir: Path) -> int | None:
-    try:
-        return int(json.loads((step_dir / "state.json").read_text())["tokens"])
-    except (OSError, ValueError, KeyError, TypeError):
+    """The training tokens a checkpoint's state.json records (None: no state.json, or no count in it); a
+    state.json that is not JSON, too big or too deep is one UserError naming it (the bounded reader)."""
+    path = step_dir / "state.json"
+    if not path.is_file():
         return None
+    tokens = read_json_object(path).get("tokens")
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
 
 def _tag(df: pd.DataFrame | None, name: str, step: int, tokens: int | None) -> pd.DataFrame | None:
@@ -88,10 +91,11 @@ def probe_checkpoints(run: str | Path, steps: list[tuple[int, Path]], opts, run_
     run = Path(run)
     name = run.resolve().name
     tables, mats, provs = [], [], []
+    seen = {step: _tokens(folder) for step, folder in steps}  # each state.json read before any probe
     for step, folder in steps:
         with tempfile.TemporaryDirectory(prefix="tlm-ckpt-") as tmp:
             res = run_probe(str(_linked_checkpoint(run, folder, Path(tmp))), replace(opts), **kw)
-        tokens = _tokens(folder)
+        tokens = seen[step]
         tables.append(_tag(res.table, name, step, tokens))
         mats.append(_tag(res.matrices, name, step, tokens))
         provs.append({"step": step, "tokens": tokens, "checkpoint": str(folder.resolve()),

@@ -15,7 +15,6 @@ all-reduced across ranks (equal to one process), or refused under torchrun with 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import os
 import time
@@ -27,6 +26,7 @@ import pandas as pd
 import torch
 
 from tlm_probe import importance as imp
+from tlm_probe.allocator import keep_freed_memory
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
@@ -49,6 +49,8 @@ from tlm_probe.probe.rows import (
 )
 from tlm_probe.progress import Ticker, tick
 from tlm_probe.results import ProbeResult
+from tlm_probe.statistic_names import SETS as SETS
+from tlm_probe.statistic_names import asked_statistics
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
 from tlm_probe.threads import torch_threads
@@ -56,10 +58,6 @@ from tlm_probe.threads import torch_threads
 DEFAULT_SEQ_LEN = 256
 NEURON_STATS = ("dead_neuron_frac", "stable_rank_mlp_out")
 """Importance statistics that read the MLP neurons (the mlp_post tap) or the down projection's weights."""
-
-
-SETS = {"alignment": tuple(ALIGNMENT), "importance": imp.STATISTICS}
-SETS["all"] = SETS["alignment"] + SETS["importance"]
 
 
 @dataclass(frozen=True)
@@ -72,18 +70,8 @@ class StatPlan:
 
 
 def plan_stats(spec: str) -> StatPlan:
-    """Resolve set and statistic names; unknown names are a UserError before any model is loaded."""
-    asked: list[str] = []
-    for item in (s.strip() for s in str(spec).split(",") if s.strip()):
-        if item not in SETS and item not in SETS["all"]:
-            names = [*SETS, *SETS["all"]]
-            close = difflib.get_close_matches(item, names, n=3)
-            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            raise UserError(f"unknown statistic {item!r}{hint}; the sets are {', '.join(SETS)}, and the "
-                            f"statistics: {', '.join(SETS['all'])}")
-        asked += [s for s in SETS.get(item, (item,)) if s not in asked]
-    if not asked:
-        raise UserError(f"--stats {spec!r} names no statistics")
+    """Resolve set and statistic names (statistic_names.py; ProbeOptions checked them at start-up)."""
+    asked = asked_statistics(spec)
     computed = list(asked)
     for s in asked:  # spearman_<proxy> needs its proxy and the ablation target
         if s.startswith("spearman_"):
@@ -144,6 +132,7 @@ def run_probe(
 ) -> ProbeResult:
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
+    keep_freed_memory()  # as the `tlm` command does, for a Python caller too (once per process)
     plan = plan_stats(opts.stats)  # names and options first: no model is loaded for a typo
     check_dispatch(opts, plan)
     imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
+from tlm_probe.statistic_names import asked_statistics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,12 +41,10 @@ class ProbeOptions:
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
     """float32 | float64 | bfloat16 | float16"""
-    device_map: str = ""
-    """Dispatch a model larger than one device over GPUs, the CPU and disk (transformers' device_map):
-    auto | balanced | balanced_low_0 | sequential | a JSON file {module: device}; empty: one device."""
-    max_memory: str = ""
-    """With --device-map: the most each device may hold, DEVICE=SIZE,... (e.g. cpu=200MB,0=10GiB); the
-    blocks that do not fit are offloaded to disk."""
+    device_map: str = field(default="", metadata={"help": DEVICE_MAP_HELP})
+    """See capture/dispatch.py DEVICE_MAP_HELP."""
+    max_memory: str = field(default="", metadata={"help": MAX_MEMORY_HELP})
+    """See capture/dispatch.py MAX_MEMORY_HELP."""
     guardrails: bool = field(default=True, metadata={"cli": False})
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
     length_bucketing: bool = field(default=True, metadata={"cli": False})
@@ -69,3 +69,4 @@ def check_options(opts: ProbeOptions) -> None:
         raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.split not in SPLIT_CHOICES:
         raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
+    asked_statistics(opts.stats)  # a typo in --stats is refused here, before torch is imported

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlm_probe.plotting.curves import plot_curves
+from tlm_probe.plotting.curves import band_note, plot_curves
 from tlm_probe.plotting.depth import plot_depth
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
@@ -242,7 +242,7 @@ def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
     }
     section.blocks += [Table(captions[name], frame) for name, frame in comp.tables.items()]
     if not comp.curves.empty:
-        caption = "loss against tokens seen (band: ± 1 std over seeds)"
+        caption = f"loss against tokens seen ({band_note(comp.curves)})"
         section.blocks.append(
             FigureBlock(
                 _name("curves", n, comp.path.name),

@@ -70,8 +70,8 @@ def eval_headline(table: pd.DataFrame) -> Table:
     return Table("evaluation: the first metric of each task, one column per model", wide.reset_index())
 
 
-NOT_EVIDENCE = ("one seed pair has no CI and no p: it is not evidence of a difference; train more seeds "
-                "(--seeds 0,1,2)")
+MORE_SEEDS = "train more seeds (--seeds 0,1,2) for a CI and a p"
+NOT_EVIDENCE = f"one seed pair has no CI and no p: it is not evidence of a difference; {MORE_SEEDS}"
 
 
 def _finite(x) -> bool:

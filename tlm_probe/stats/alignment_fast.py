@@ -1,11 +1,12 @@
 """All alignment statistics of every layer of a batch from their dot products, in a few tensor operations.
 
-FORMULAS is the one table of the alignment statistics (stats.alignment.STATISTICS, the one-by-one
-reference path, is made from it). Each is a cosine, one minus a cosine, or a ratio of norms of two
-pieces, so a layer needs only the dot products of a few pairs of pieces (`Plan.pairs`: the squared norm of
-every piece read, then the cross terms). Evaluating the statistics one by one costs ~60 small operations per
-layer, which on narrow models (64-384 wide) is a visible share of the forward pass; here the dot products of
-all layers of a batch are stacked into one (layers * pairs, n) table and every value is computed at once.
+FORMULAS (in statistic_names.py: plain data) is the one table of the alignment statistics
+(stats.alignment.STATISTICS, the one-by-one reference path, is made from it). Each is a cosine, one minus
+a cosine, or a ratio of norms of two pieces, so a layer needs only the dot products of a few pairs of
+pieces (`Plan.pairs`: the squared norm of every piece read, then the cross terms). Evaluating the
+statistics one by one costs ~60 small operations per layer, which on narrow models (64-384 wide) is a
+visible share of the forward pass; here the dot products of all layers of a batch are stacked into one
+(layers * pairs, n) table and every value is computed at once.
 The arithmetic per value is the one-by-one formulas' (dot / clamp(|a||b|), -cos + 1 == 1 - cos exactly,
 |a| / clamp(|b|)) on the same products, so the values are bitwise equal; a test checks it.
 """
@@ -17,24 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tlm_probe.statistic_names import FORMULAS  # the table is plain data, read at start-up too
 from tlm_probe.stats.workspace import Workspace
-
-# name -> (kind, a, b): cos = cos(a, b), |cos| = |cos(a, b)|, 1-cos = 1 - cos(a, b), ratio = |a| / |b|
-FORMULAS = {
-    "align_mlp_mid": ("cos", "mlp_out", "resid_mid"),
-    "align_mlp_pre": ("cos", "mlp_out", "resid_pre"),
-    "align_abs_mlp_mid": ("|cos|", "mlp_out", "resid_mid"),
-    "align_abs_mlp_pre": ("|cos|", "mlp_out", "resid_pre"),
-    # against the stream after the MLP's own write: the third reading of "aligned with the residual
-    # stream" (it includes mlp_out itself, so it is >= align_mlp_mid whenever the MLP writes along it)
-    "align_mlp_post": ("cos", "mlp_out", "resid_post"),
-    "align_attn_pre": ("cos", "attn_out", "resid_pre"),
-    "norm_ratio_mlp": ("ratio", "mlp_out", "resid_mid"),
-    "block_influence": ("1-cos", "resid_pre", "resid_post"),
-    "mlp_influence": ("1-cos", "resid_mid", "resid_post"),
-    "attn_influence": ("1-cos", "resid_pre", "resid_mid"),
-    "resid_norm_growth": ("ratio", "resid_post", "resid_pre"),
-}
 
 
 @dataclass(frozen=True)

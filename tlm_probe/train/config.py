@@ -16,6 +16,7 @@ from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, confi
 from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.schedules.widths import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
+from tlm_probe.train.model_options import ModelOptions, given_model_options
 
 try:
     import tomllib
@@ -37,8 +38,10 @@ ARCH_DEFAULTS = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """A training run. None model fields come from the preset (or the tlm-tiny-sized defaults)."""
+class TrainConfig(ModelOptions):
+    """A training run. Its model options (d_model, n_heads, mixer, every mixer's settings, ...) are
+    TLMConfig's fields (ModelOptions, train/model_options.py); those not given come from the preset (or
+    TLMConfig's defaults)."""
 
     data: str = "builtin:pydoc"
     """Data source (see `tlm data --help`), a prepared folder or a token file."""
@@ -59,42 +62,10 @@ class TrainConfig:
     mem_schedule: str = ""
     """titans: memory-width schedule spec (`tlm schedule --component mem`): per-layer hidden width of each
     head's memory MLP, mean exactly mem_expand·d_head, multiples of 8; empty = uniform."""
-    d_model: int | None = None
-    """Residual width."""
-    n_layers: int | None = None
-    """Number of blocks."""
-    n_heads: int | None = None
-    """Attention heads."""
-    n_kv_heads: int | None = None
-    """Key/value heads (grouped-query attention; default: n_heads)."""
     d_ff: int | None = None
     """Uniform (mean) MLP width; the schedule keeps n_layers·d_ff."""
     vocab_size: int = 0
     """Model vocabulary; 0 = the tokenizer's."""
-    mlp: str = "swiglu"
-    """MLP kind (see models/mlp.py)."""
-    mixer: str = "attention"
-    """Token mixer: attention | gated_attention | titans | hope_attention (see models/mixers.py)."""
-    norm_scaling: str = "none"
-    """none | lns: LayerNorm Scaling (arXiv 2502.05795), each pre-norm's output in block l (1-based) times
-    1/sqrt(l); no parameters added (see models/config.py)."""
-    window: int | None = None
-    """titans: sliding-window attention span in tokens (default: the model config's, 64; presets at paper
-    scale 1024)."""
-    mem_chunk: int | None = None
-    """titans: chunk size of the memory's parallel update (default 16)."""
-    conv_kernel: int | None = None
-    """titans: width of the causal depthwise convolution after the memory's q/k/v (default 4)."""
-    mem_expand: int | None = None
-    """titans: hidden width of each head's memory MLP, as a multiple of the head dimension (default 2)."""
-    mem_persistent: int | None = None
-    """titans: learnable persistent-memory tokens prepended to each mixer layer's input (default 0)."""
-    cms_chunks: str = ""
-    """hope_attention: comma-separated chunk sizes (tokens) of the continuum-memory levels, one per level in
-    chain order; a level updates in context every C tokens (default 16,64,256,1024)."""
-    cms_step_periods: str = ""
-    """hope_attention, optional: comma-separated optimizer-step periods, one per level (the older
-    optimizer-step reading of the CMS; default: every level steps every optimizer step)."""
     match_params: bool = False
     """Shrink this mixer's MLP budget (d_ff) to the width whose parameter count is closest to the attention
     model's of the same shape (size-matched comparisons); the exact counts are printed."""
@@ -145,8 +116,6 @@ class TrainConfig:
     be several times faster than oversubscribed threads."""
     peak_flops: float = 0.0
     """Peak FLOP/s for the MFU estimate; 0 = a table guess on known GPUs, none on CPU."""
-    dropout: float = 0.0
-    """Dropout probability."""
     progress: bool = True
     """Draw a progress bar on stderr (rank 0)."""
 
@@ -186,11 +155,9 @@ class TrainConfig:
         return cfg
 
     def _model_config(self, vocab_size: int, d_ff: int | None = None) -> TLMConfig:
-        arch = {k: getattr(self, k) for k in ARCH_DEFAULTS if getattr(self, k) is not None}
-        if d_ff is not None:
-            arch["d_ff"] = d_ff
-        extra = dict(mlp=self.mlp, dropout=self.dropout, mixer=self.mixer, norm_scaling=self.norm_scaling,
-                     **self._mixer_settings(), **self._head_settings())
+        d_ff = self.d_ff if d_ff is None else d_ff
+        arch = {"d_ff": d_ff} if d_ff is not None else {}
+        extra = {**given_model_options(self), **self._schedules()}
         if self.max_seq_len:
             extra["max_seq_len"] = self.max_seq_len
         if self.vocab_size:
@@ -200,27 +167,18 @@ class TrainConfig:
             return preset_config(self.preset, spec, **arch, **extra)
         extra.setdefault("vocab_size", vocab_size)
         extra.setdefault("max_seq_len", self.seq_len)
-        full = {**ARCH_DEFAULTS, **arch}
-        d_ff = full.pop("d_ff")
-        return config_with_schedule(spec, d_ff, **full, **extra)
+        full = {**ARCH_DEFAULTS, **arch, **extra}
+        return config_with_schedule(spec, full.pop("d_ff"), **full)
 
-    def _head_settings(self) -> dict:
-        """n_kv_heads and the heads / kv schedules given, as config_with_schedule's arguments."""
-        out = {"n_kv_heads": self.n_kv_heads} if self.n_kv_heads is not None else {}
+    def _schedules(self) -> dict:
+        """The heads / kv / memory-width schedules given, as config_with_schedule's arguments."""
+        out = {}
         if self.heads_schedule:
             out["heads"] = self.heads_schedule
         if self.kv_schedule:
             out["kv"] = self.kv_schedule
         if self.mem_schedule:
             out["mem"] = self.mem_schedule
-        return out
-
-    def _mixer_settings(self) -> dict:
-        """The mixer fields given (None / empty: the model config's default), as TLMConfig fields."""
-        out = {k: getattr(self, k) for k in MIXER_FIELDS if getattr(self, k) is not None}
-        for key in ("cms_chunks", "cms_step_periods"):
-            if getattr(self, key):
-                out[key] = _int_list(key, getattr(self, key))
         return out
 
     def to_dict(self) -> dict:
@@ -256,17 +214,6 @@ def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMCon
         if count_params(candidate).total < target:
             break  # smaller budgets only move further away
     return best
-
-
-MIXER_FIELDS = ("window", "mem_chunk", "conv_kernel", "mem_expand", "mem_persistent")
-"""Titans' integer settings, passed to TLMConfig under the same names (the CMS lists are parsed)."""
-
-
-def _int_list(key: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in str(text).split(","))
-    except ValueError:
-        raise UserError(f"{key} must be comma-separated integers, got {text!r}") from None
 
 
 # annotation -> (accepted Python types, converter for a string such as YAML's `lr: 1e-3`, words)
@@ -347,7 +294,7 @@ def read_config_file(path: str | Path) -> dict:
     readers = {".toml": _read_toml, ".yaml": _read_yaml, ".yml": _read_yaml, ".json": _read_json}
     if path.suffix not in readers:
         raise UserError(f"config file {path} must end in .yaml, .yml, .toml or .json")
-    data = readers[path.suffix](path, decode_utf8(path.read_bytes(), f"config file {path}"))
+    data = readers[path.suffix](path, _config_text(path))
     if not isinstance(data, dict):
         raise UserError(f"config file {path} does not hold a mapping of options")
     if "train" in data and not isinstance(data["train"], dict):  # a [train] section holds the options
@@ -360,15 +307,23 @@ def _read_toml(path: Path, text: str) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path} is not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise UserError(f"config file {path} nests too deep to read: not a config file") from None
+
+
+def _config_text(path: Path) -> str:
+    """The config file's text, read within the YAML reader's size bound (checked before reading)."""
+    from tlm_probe.files.bounded import read_bounded
+    from tlm_probe.files.yamlfile import MAX_BYTES
+
+    where = f"config file {path}"
+    return decode_utf8(read_bounded(path, MAX_BYTES, "a config file", where), where)
 
 
 def _read_yaml(path: Path, text: str) -> dict:
-    import yaml
+    from tlm_probe.files.yamlfile import loads
 
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise UserError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return loads(text, f"config file {path}")  # the one bounded YAML reader: depth, aliases
 
 
 def _read_json(path: Path, text: str) -> dict:

@@ -138,11 +138,12 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
                 seq_len=base.seq_len,
                 max_tokens=PROBE_TOKENS[size],
                 batch_size=base.batch_size,
+                split="val",  # the ids are the trainer's validation split: options and data.split say so
                 full=True,
                 progress=base.progress,
             )
-            # the ids came as an array: say what they are (the trainer's validation split of the demo data)
-            res.provenance["data"].update(source=str(base.data), split="val")
+            # the ids came as an array: name the source they were cut from
+            res.provenance["data"].update(source=str(base.data))
             folders[name] = str(write_results(out / "probe" / name, res.table, res.matrices, res.provenance))
             tables.append(res.table)
     figure = out / "alignment_vs_depth.png"
