@@ -69,7 +69,8 @@ def lr_lines(df: pd.DataFrame) -> list[str]:
     rows = ["| learning rate | Δ cosine − uniform, seed 0 | seed 1 |", "|---|---|---|"]
     for lr, part in table.groupby("lr", sort=False):
         by_seed = dict(zip(part["seed"], part["diff"], strict=True))
-        rows.append(f"| {lr} | {_num(by_seed[0], 4)} | {_num(by_seed[1], 4)} |")
+        cells = [_num(by_seed[s], 4) if s in by_seed else "not finished" for s in (0, 1)]
+        rows.append(f"| {lr} | {cells[0]} | {cells[1]} |")
     return rows
 
 
