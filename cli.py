@@ -1,76 +1,9 @@
-"""The `tlm` command line: each command lives in tlm_probe/commands/<name>.py; this file only assembles.
-Command modules import their heavy dependencies (torch, pandas, matplotlib) inside the command, so
-`tlm --help` stays fast."""
+"""`python cli.py ...` and `torchrun ... cli.py ...` from a checkout: the `tlm` program, whose app lives in
+tlm_probe/cli.py (this file is not installed; the console script `tlm` runs tlm_probe.cli:main)."""
 
-from __future__ import annotations
+from tlm_probe.cli import app, main
 
-import typer
-
-from tlm_probe.commands import (
-    compare,
-    data,
-    demo,
-    diff,
-    export,
-    generate,
-    info,
-    plot,
-    probe,
-    report,
-    schedule,
-    train,
-    trust,
-)
-from tlm_probe.commands import eval as eval_cmd
-from tlm_probe.commands.common import OneLineUsage, stop_on_sigterm
-
-# the order of `tlm --help`
-COMMANDS = (schedule, info, plot, report, train, data, probe, diff, trust, compare, demo, eval_cmd, generate,
-            export)
-
-app = typer.Typer(
-    name="tlm",
-    help="Probe how language models use their depth; train tapered models against fair uniform baselines.",
-    no_args_is_help=True,
-    add_completion=False,
-    cls=OneLineUsage,  # usage errors in one line (exit 2), like every other error
-    pretty_exceptions_enable=False,
-)
-for _command in COMMANDS:
-    _command.register(app)
-
-
-def _print_version(value: bool) -> None:
-    if not value:
-        return
-    import torch  # only here: `tlm --help` stays fast
-    import transformers
-
-    from tlm_probe import __version__
-
-    typer.echo(f"tlm_probe {__version__}, torch {torch.__version__}, transformers {transformers.__version__}")
-    raise typer.Exit(0)
-
-
-@app.callback()
-def _tlm(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                 help="Print the versions of tlm_probe, torch and transformers, and exit."),
-) -> None:
-    """Probe how language models use their depth; train tapered models against fair uniform baselines."""
-    from tlm_probe.progress import quiet_third_party_bars, where
-
-    if where() == "log":  # other libraries' tqdm bars are carriage-return spam in a log
-        quiet_third_party_bars()
-
-
-def main() -> None:
-    from tlm_probe.allocator import keep_freed_memory
-
-    keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in again
-    stop_on_sigterm()  # SIGTERM: one line and exit 143, as Ctrl-C gives one line and 130
-    app()
-
+__all__ = ["app", "main"]
 
 if __name__ == "__main__":
     main()

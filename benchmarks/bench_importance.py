@@ -13,6 +13,9 @@ the same probe without its importance pass, one plain forward), for a machine sh
 --option KEY=VALUE: an importance option for every arm (e.g. lens_positions=64).
 --restart: the ablation pass restarted from the cached clean stream (importance/restart.py) against the
 full re-run of every ablation, interleaved rotated rounds on the same model; prints full / restarted.
+--floor KINDS: the ablation pass against its floor (the restarted forwards from a cached clean stream):
+run_importance alone, and in a probe with a streamed statistic (fused with its stream, and not), also
+against the floor plus the clean readout (head, clean NLL) the stream does not compute.
 """
 
 from __future__ import annotations
@@ -147,6 +150,143 @@ def restart_speedup(pm, args) -> dict:
     return {"full_over_restart": ratio(times, "full", "restart"), "counted_forwards": passes}
 
 
+def _random_batches(args) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    return [
+        {"input_ids": torch.randint(0, args.vocab, (args.batch, args.seq_len), generator=g),
+         "attention_mask": torch.ones(args.batch, args.seq_len, dtype=torch.long),
+         "seq_index": torch.arange(i * args.batch, (i + 1) * args.batch)}
+        for i in range(args.batches)
+    ]  # fmt: skip
+
+
+def _floor(pm, batches: list[dict], stats: list[str]):
+    """The floor of the ablation pass: its restarted ablated forwards and their ΔNLL alone, each batch's
+    clean layer outputs and clean NLL cached beforehand (untimed). Returns (timed arm, its effects, the
+    cache)."""
+    from tlm_probe.importance import suite
+    from tlm_probe.importance.passes import PassCounter
+
+    opts, _ = suite._asked(stats, None)
+    counter = PassCounter(sum(len(b["input_ids"]) for b in batches))
+    eff = suite._effects(pm, opts, suite._forward(pm, counter, "ablation"), None)
+    restart, cached = eff.restart, []
+    with torch.no_grad():
+        for b in batches:
+            with restart.recording():
+                clean = eff._run(b, 1.0)
+            restart.self_check(eff._run, b)
+            cached.append((restart.outputs, restart.templates, eff.reference(clean, b)))
+    assert restart.usable(), restart.reason
+
+    @torch.no_grad()
+    def run():
+        for b, (outputs, templates, ref) in zip(batches, cached, strict=True):
+            restart.outputs, restart.templates = outputs, templates
+            mask = suite.token_mask(b, opts.exclude_bos)
+            B, T = mask.shape
+            for group in eff._schedule(B):
+                out = eff._ablated(b, group, B, T, restart)
+                for k, ab in enumerate(group):
+                    vals, m = eff.metric(ref, out[k * B : (k + 1) * B], b, mask)
+                    eff.means[f"ablation_{eff.metric_name}_{ab.name}"].add(ab.layer, vals, m)
+
+    return run, eff, cached
+
+
+def _readout(pm, eff, batches: list[dict], cached: list):
+    """The clean readout the ablations' reference needs where the stream stops before the head: the final
+    norm, the head and the clean NLL of each batch, from its cached last layer output."""
+    norm, head = pm.final_norm() or torch.nn.Identity(), pm.lm_head()
+
+    @torch.no_grad()
+    def run():
+        for b, (outputs, _, _) in zip(batches, cached, strict=True):
+            eff.reference(head(norm(outputs[-1])), b)
+
+    return run
+
+
+def _probe_arms(pm, folder: Path, batches: list[dict], stats: list[str], args):
+    """probe() of a streamed statistic with the ablations (fused with its stream: stream_ablations.py, and
+    the same with the fusion off: the importance pass's own clean forward), and of the statistic alone."""
+    from tlm_probe.probe import engine
+    from tlm_probe.probe.engine import probe
+
+    np.save(folder / "ids.npy", torch.cat([b["input_ids"] for b in batches]).numpy().astype(np.uint32))
+    kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True)
+    got = {}
+
+    def with_ablations(fuse: bool):
+        def run():
+            saved = engine._fused
+            engine._fused = saved if fuse else (lambda *a: None)
+            try:
+                res = probe(pm, str(folder / "ids.npy"), stats=",".join([STREAMED, *stats]), **kw)
+            finally:
+                engine._fused = saved
+            df = res.table[res.table.statistic.str.startswith("ablation_")]
+            got["fused" if fuse else "unfused"] = {
+                "rows": {(s, int(l)): v for s, l, v in zip(df.statistic, df.layer, df.value, strict=True)},
+                "passes": res.provenance["importance"]["passes"]}
+
+        return run
+
+    stream = lambda: probe(pm, str(folder / "ids.npy"), stats=STREAMED, **kw)  # noqa: E731
+    return {"fused": with_ablations(True), "unfused": with_ablations(False), "stream": stream}, got
+
+
+STREAMED = "resid_norm_growth"
+"""The probe's streamed statistic in the fused arms (a cheap one: its stream is subtracted)."""
+
+
+def ablation_floor(pm, args, folder: Path) -> dict:
+    """The ablation pass against its floor (_floor: the restarted ablated forwards and their ΔNLL, the
+    clean stream and clean NLL cached, untimed), per round:
+    - pass: run_importance of the ablations alone (its own clean forward, the self-check, the restarts);
+    - in the probe: probe(streamed statistic + ablations) - probe(streamed statistic), the ablations fused
+      with the probe's stream (no clean forward of their own), and the same with the fusion off;
+    - over floor + readout: the same against the floor plus the clean readout (final norm, head, clean NLL
+      from the cached last layer output), work the ablations need that the stream (no head) does not do.
+    And the largest ΔNLL difference between each and the floor (the floor's sums run over every round:
+    its means are the same numbers)."""
+    from benchmarks.timing import interleaved, per_round, ratio
+    from tlm_probe.importance import suite
+
+    batches = _random_batches(args)
+    stats = [f"ablation_dnll_{a}" for a in args.floor.split(",")]
+    floor, eff, cached = _floor(pm, batches, stats)
+    arms, got = _probe_arms(pm, folder, batches, stats, args)
+
+    def full():
+        rows, _, info = suite.run_importance(pm, batches, stats)
+        got["pass"] = {"rows": {(r["statistic"], r["layer"]): r["value"] for r in rows},
+                       "passes": info["passes"], "restart": info["ablation_restart"]}
+
+    arms = {"pass": full, **arms, "floor": floor, "readout": _readout(pm, eff, batches, cached)}
+    times = interleaved(arms, args.rounds)
+    mine = {(name, l): r["value"] for name, rs in eff.rows().items() for l, r in enumerate(rs)}
+    diff = {arm: max(abs(v - got[arm]["rows"][k]) for k, v in mine.items()) for arm in ("pass", "fused",
+                                                                                           "unfused")}
+    return {"pass_over_floor": ratio(times, "pass", "floor"),
+            "probe_fused_over_floor": per_round(times, lambda s: (s["fused"] - s["stream"]) / s["floor"]),
+            "probe_unfused_over_floor": per_round(times, lambda s: (s["unfused"] - s["stream"]) / s["floor"]),
+            "probe_fused_over_floor_and_readout": per_round(
+                times, lambda s: (s["fused"] - s["stream"]) / (s["floor"] + s["readout"])),
+            "readout_over_floor": ratio(times, "readout", "floor"),
+            "max_abs_dnll_difference": diff, "passes": {a: got[a]["passes"] for a in ("pass", "fused")},
+            "restart": got["pass"]["restart"], "streamed_statistic": STREAMED}  # fmt: skip
+
+
+FLOOR_LINES = {
+    "pass_over_floor": "run_importance (own clean forward) / floor",
+    "probe_fused_over_floor": "in the probe, fused with its stream / floor",
+    "probe_unfused_over_floor": "in the probe, fusion off / floor",
+    "probe_fused_over_floor_and_readout": "in the probe, fused / (floor + clean readout)",
+    "readout_over_floor": "clean readout (norm, head, NLL) / floor",
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=5)
@@ -162,7 +302,10 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--restart", action="store_true", help="only the restart vs full re-run ablation arm")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (--interleaved, --restart)")
+    ap.add_argument("--floor", default="", help="only the ablation pass / its floor (a restart from the "
+                    "cached clean stream, untimed) for these kinds, e.g. mlp_zero")
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="interleaved rounds (--interleaved, --restart, --floor)")
     ap.add_argument("--option", action="append", help="importance option KEY=VALUE (e.g. lens_positions=64)")
     ap.add_argument("--interleaved", action="store_true",
                     help="measured / counted as the median of interleaved rotated rounds (a shared machine)")
@@ -177,6 +320,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         pm = load_probe_model(llama_folder(Path(tmp) / "llama", args.layers, args.d_model, args.vocab))
+        if args.floor:
+            res = ablation_floor(pm, args, Path(tmp))
+            print(f"ablations {args.floor}, llama {args.layers}x{args.d_model} V {args.vocab}:")
+            for key, name in FLOOR_LINES.items():
+                print(line(name, res[key]))
+            diff = ", ".join(f"{k} {v:.2e}" for k, v in res["max_abs_dnll_difference"].items())
+            print(f"  max |ΔNLL - floor's|: {diff}; restart: {res['restart']}")
+            print(json.dumps(res))
+            return
         if args.restart:
             res = restart_speedup(pm, args)
             c = res["counted_forwards"]

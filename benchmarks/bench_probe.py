@@ -61,7 +61,9 @@ def peer_models(folder: Path) -> dict:
 
 def peers(folder: Path, batch: int, seq: int, rounds: int, name: str = "") -> dict:
     """Each group of arms on its own freshly loaded model (peer_models), same batch; ratios are
-    peer / tlm_probe with the same head, peers against tlm_probe on the model as loaded."""
+    peer / tlm_probe with the same head, peers against tlm_probe on the model as loaded. Which arms run
+    the LM head: the plain forward, tlm_probe, the hand-written hooks and every TransformerLens arm (TL
+    always runs it); the nnsight arm and the tlm_probe it is compared with run the blocks only."""
     m = peer_models(folder)
     pm, tl_pm, bridge = m["tlm"], m["tl"], m["bridge"]
     ids, mask = _batch(pm, batch, seq)
@@ -78,12 +80,14 @@ def peers(folder: Path, batch: int, seq: int, rounds: int, name: str = "") -> di
         t = interleaved(fns, rounds)
     out = {
         f"{at}tlm_probe native / plain forward (with head)": ratio(t, "native", "forward"),
-        f"{at}hand-written hooks + stats / tlm_probe (with head)": ratio(t, "hand", "native"),
+        f"{at}hand-written hooks + stats / tlm_probe (both with head)": ratio(t, "hand", "native"),
         f"{at}TransformerLens forward / plain forward (with head)": ratio(t, "tl_forward", "forward"),
-        f"{at}TL run_with_cache (all hooks) + stats / tlm_probe": ratio(t, "tl_cache", "native"),
-        f"{at}TL run_with_hooks (needed hooks) + stats / tlm_probe": ratio(t, "tl_hooks", "native"),
+        f"{at}TL run_with_cache (all hooks) + stats / tlm_probe (both with head)":
+            ratio(t, "tl_cache", "native"),
+        f"{at}TL run_with_hooks (needed hooks) + stats / tlm_probe (both with head)":
+            ratio(t, "tl_hooks", "native"),
     }
-    key = f"{at}nnsight trace + stats / tlm_probe (blocks)"
+    key = f"{at}nnsight trace + stats / tlm_probe (both blocks only, no head)"
     try:
         with torch.inference_mode():
             nn_fns = {

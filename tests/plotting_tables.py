@@ -80,7 +80,7 @@ def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 5
     from tlm_probe.models.io import save_tlm
     from tlm_probe.models.tlm import TaperedLM
     from tlm_probe.probe.engine import ProbeOptions, run_probe
-    from tlm_probe.results import write_results
+    from tlm_probe.results import write_probe
     from tlm_probe.schedules.widths import parse_schedule
 
     text = pydoc_data.topics.topics["assert"].encode()
@@ -95,5 +95,5 @@ def real_probe_results(root: Path, stats: str = "alignment", max_tokens: int = 5
         opts = ProbeOptions(data=str(ids), stats=stats, seq_len=64, max_tokens=max_tokens, batch_size=8,
                             importance=dict(FAST_IMPORTANCE))
         res = run_probe(root / name, opts)
-        out[name] = write_results(root / f"probe-{name}", res.table, res.matrices, res.provenance)
+        out[name] = write_probe(root / f"probe-{name}", res)
     return out

@@ -84,12 +84,12 @@ def test_restart_equals_full_rerun_float32_and_counts_passes(tmp_path, monkeypat
     info, info_full = assert_same(pm, monkeypatch, 1e-4)
     L, h = pm.n_layers, head_share(pm)
     share = [h + (1 - h) * (L - l) / L for l in range(L)]
-    # 1 clean, the self-check (last layer, on the first batch only: 1/2 of the data here), then every
-    # ablation of layer l from layer l on (groups never span layers)
-    want = 1 + share[L - 1] / 2 + sum(len(DEFAULT_ABLATIONS) * share[l] for l in range(L))
+    # 1 clean, the self-check (the last block alone, no head, on the first batch only: 1/2 of the data
+    # here), then every ablation of layer l from layer l on (groups never span layers)
+    want = 1 + (1 - h) / L / 2 + sum(len(DEFAULT_ABLATIONS) * share[l] for l in range(L))
     assert info["passes"]["ablation"]["forwards"] == pytest.approx(want, abs=1e-4)
     # per ablation: the head + (L+1)/2 of L blocks on average
-    per_ablation = (want - 1 - share[L - 1] / 2) / (L * len(DEFAULT_ABLATIONS))
+    per_ablation = (want - 1 - (1 - h) / L / 2) / (L * len(DEFAULT_ABLATIONS))
     assert per_ablation == pytest.approx(h + (1 - h) * (L + 1) / (2 * L))
     full = 1 + L * len(DEFAULT_ABLATIONS)  # the old count: one forward per ablation
     assert info_full["passes"]["ablation"]["forwards"] == pytest.approx(full, abs=1e-4)

@@ -27,7 +27,7 @@ def test_keeps_freed_memory_unless_told_not_to():
 
 
 def test_the_tlm_command_sets_it(monkeypatch):
-    import cli
+    from tlm_probe import cli
 
     calls = []
     monkeypatch.setattr("tlm_probe.allocator.keep_freed_memory", lambda: calls.append(1) or True)

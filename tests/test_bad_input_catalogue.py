@@ -110,12 +110,12 @@ CATALOGUE = [
     ),
     (
         "train: --lr inf",
-        "lr must be a finite number",
+        "--lr must be a number in [0.0, 10.0], got inf",  # its stated range (tlm_probe/ranges.py)
         ["train", "--data", "ids.npy", "--out", "out", *TINY, "--lr", "inf"],
     ),
     (
         "train: --lr nan",
-        "lr must be a finite number",
+        "--lr must be a number in [0.0, 10.0], got nan",
         ["train", "--data", "ids.npy", "--out", "out", *TINY, "--lr", "nan"],
     ),
     ("train: --lr 0", "lr must be > 0", ["train", "--data", "ids.npy", "--out", "out", *TINY, "--lr", "0"]),

@@ -1,6 +1,6 @@
 """Console summaries (issue 22): a paired difference is printed with its 95% CI and p (and the adjusted p
-where compare wrote one), one seed pair says it is not evidence; the probe's per-model Spearman rows get
-their own table instead of vanishing from (or posing as layer -1 in) the per-layer one."""
+where compare wrote one), one seed pair says it is not evidence; the probe's per-model Spearman rows
+(agreement.csv) get their own table instead of vanishing from (or posing as layer -1 in) the per-layer one."""
 
 from __future__ import annotations
 
@@ -54,17 +54,19 @@ def test_compare_table_has_the_ci_and_warns_for_one_seed(monkeypatch):
 def test_probe_summary_shows_per_model_rows_in_their_own_table(monkeypatch):
     rows = [dict(model="m", layer=l, depth=l / 2, statistic="block_influence", value=0.1 * l, ci_low=0.0,
                  ci_high=0.3, n_tokens=64, d_ff=32) for l in range(3)]
-    rows.append(dict(model="m", layer=-1, depth=math.nan, statistic="spearman_taylor_mlp", value=0.5,
-                     ci_low=-0.25, ci_high=0.875, n_tokens=64, d_ff=pd.NA))
+    agreement = pd.DataFrame([dict(model="m", statistic="spearman_taylor_mlp", proxy="taylor_mlp",
+                                   target="ablation_dnll_mlp_zero", value=0.5, ci_low=-0.25, ci_high=0.875,
+                                   n_layers=3)])
     table = pd.DataFrame(rows)
     table["d_ff"] = table["d_ff"].astype("Int64")
     prov = {"model": "m", "architecture": {"family": "tlm", "block_kind": "pre_ln"}, "data": {"n_tokens": 64},
             "backend": "native"}
     monkeypatch.setattr(probe_cmd.console, "width", 200)
     with probe_cmd.console.capture() as cap:
-        probe_cmd._print_summary(table, prov, "OUT")
+        probe_cmd._print_summary(table, prov, "OUT", agreement)
     text = cap.get()
-    assert "per model (one value each" in text
+    assert "Spearman agreement across layers with ablation_dnll_mlp_zero (agreement.csv)" in text
     line = next(l for l in text.splitlines() if "spearman_taylor_mlp" in l)
     assert "+0.5000" in line and "[-0.250, +0.875]" in line
-    assert "-1" not in text.split("per model")[0]  # no layer -1 row in the per-layer table
+    assert "spearman" not in text.split("Spearman agreement")[0]  # not a row of the per-layer table
+    assert "agreement.csv, agreement.parquet" in text.splitlines()[-1]

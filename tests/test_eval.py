@@ -190,7 +190,7 @@ def test_cli_writes_tidy_results(tiny_run, tmp_path):
     [
         ([], "nothing to evaluate"),
         (["--tasks", "missing.yaml"], "task config not found"),
-        (["--tasks", "pydoc-mc", "--limit", "-1"], "--limit must be >= 0 (0: all)"),
+        (["--tasks", "pydoc-mc", "--limit", "-1"], "--limit must be an integer in [0, 1000000000], got -1"),
         (["--ppl-data", "builtin:pydoc", "--split", "held-out"], "--split must be one of auto"),
     ],
 )

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import read_shard_header
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import read_manifest
@@ -184,12 +185,35 @@ def test_metrics_jsonl_reader(tmp_path_factory, data):
     _only_user_errors(lambda: metrics_lines(path))
 
 
+corpus_files = st.one_of(
+    _mutations(b'{"text": "a b c"}\n{"text": "d", "id": [1, {"x": null}]}\n'),
+    st.lists(json_values.map(lambda v: json.dumps({"text": v})), max_size=5).map(
+        lambda lines: "\n".join(lines).encode()),
+    st.integers(1, 5000).map(lambda k: b'{"text": "x"}\n{"text": ' + b"[" * k + b"]" * k + b"}\n"),
+    st.integers(4000, 6000).map(lambda k: b'{"text": "x", "n": ' + b"7" * k + b"}\n"),  # int digit limit
+)
+
+
+@FUZZ
+@given(data=corpus_files)
+def test_jsonl_corpus_reader(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("cj") / "corpus.jsonl"
+    path.write_bytes(data)
+    _only_user_errors(lambda: list(iter_documents(str(path))))
+    _only_user_errors(lambda: list(iter_documents(f"{path}:id")))
+
+
 # the hostile inputs of these readers, in a child under a memory cap and a time limit: what the bounds are for
 HOSTILE_READS = {
     "alias bomb (387 million nodes)": ("config.yaml", "load_file", _alias_bomb(9, 9)),
     "YAML nested 50,000 deep": ("deep.yaml", "load_file", b"x: " + b"[" * 50_000 + b"]" * 50_000),
     "metrics line nested 100,000 deep": ("metrics.jsonl", "metrics_lines",
                                          b'{"step": 1}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n"),
+    "corpus line nested 100,000 deep": ("corpus.jsonl", "documents",
+                                        b'{"text": "a"}\n{"text": ' + b"[" * 100_000 + b"]" * 100_000
+                                        + b"}\n"),
+    "corpus line of 64 MiB + 12 bytes": ("corpus.jsonl", "documents",
+                                         b'{"text": "' + b"a" * (64 * 2**20) + b'"}\n'),
 }
 CHILD = """
 import sys
@@ -197,6 +221,8 @@ from pathlib import Path
 from tlm_probe.errors import UserError
 from tlm_probe.files.yamlfile import load_file
 from tlm_probe.results import metrics_lines
+from tlm_probe.data.sources import iter_documents
+documents = lambda path: list(iter_documents(str(path)))
 try:
     {fn}(Path(sys.argv[1]))
 except UserError as e:
@@ -240,3 +266,19 @@ def test_a_deeply_nested_config_is_one_error_line(tmp_path):
     (folder / "config.json").write_bytes(b'{"model_type": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     res = CliRunner().invoke(app, ["info", str(folder)])
     assert res.exit_code == 1 and "nests" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    (b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "corpus.jsonl:2 nests 100001 levels deep (the limit is 64)"),
+    (b'{"text": "x", "n": ' + b"7" * 5000 + b"}", "corpus.jsonl:2 holds a number tlm does not read"),
+])
+def test_a_hostile_corpus_line_is_one_error_line(tmp_path, line, says):
+    """issue 36: a JSONL corpus line was parsed by json.loads itself (a RecursionError / ValueError
+    traceback); now one line naming the file, the line and the limit, before anything is written."""
+    (tmp_path / "corpus.jsonl").write_bytes(b'{"text": "a b c"}\n' + line + b"\n")
+    res = CliRunner().invoke(app, ["data", "prepare", str(tmp_path / "corpus.jsonl"),
+                                   "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and says in res.output, res.output
+    assert res.output.count("error:") == 1 and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()

@@ -24,7 +24,7 @@ from models_zoo import VOCAB  # noqa: E402
 from tlm_probe.stats import STATISTICS  # noqa: E402
 
 FAMILIES = ["gpt2", "gpt_neox", "bert", "opt", "tlm"]
-ADDED_LATER = {"align_abs_mlp_mid", "align_abs_mlp_pre", "align_mlp_post"}
+ADDED_LATER = {"align_abs_mlp_mid", "align_abs_mlp_pre", "align_mlp_post", "attn_entropy"}
 
 # Portable bounds (issue 18). Every statistic is computed from a float32 forward (and backward) pass, and
 # PyTorch picks other float32 kernels, so another summation order, on another CPU (AVX-512/AMX, AVX2, or

@@ -41,7 +41,7 @@ def _one_line_error(r) -> str:
 
 def test_diverged_training_stops_exit_1_and_keeps_the_last_finite_checkpoint(tmp_path, ids):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["train", "--data", ids, "--out", str(out), *TINY, "--steps", "8", "--lr", "1e6",
+    r = runner.invoke(app, ["train", "--data", ids, "--out", str(out), *TINY, "--steps", "8", "--lr", "10",
                             "--warmup", "0", "--ckpt-interval", "1", "--eval-interval", "100"])
     err = _one_line_error(r)
     assert "training diverged at step" in err and "--lr" in err

@@ -122,7 +122,9 @@ def test_static_cache_generation_with_left_padding_equals_uncached():
 def test_save_pretrained_auto_model_and_our_checkpoint_round_trip_bit_equal(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    import tlm_probe  # noqa: F401  (registers model_type "tlm")
+    import tlm_probe
+
+    tlm_probe.register_with_transformers()  # model_type "tlm" with the Auto classes (public API)
 
     torch.manual_seed(1)
     model = TaperedLM(_cfg()).eval()

@@ -196,10 +196,10 @@ def test_titans_memory_width_taper_keeps_the_budget_and_counts_its_inner_loop():
     cfg = config_with_schedule("uniform", 128, mem="cosine:1.5:0.5", **kw)
     flat = config_with_schedule("uniform", 128, **kw)
     assert cfg.layer_mem_width == (48, 48, 40, 24, 16, 16) and flat.mem_width_at(3) == 32  # 2·d_head
-    from tlm_probe.models.accounting import memory_flops_per_token
+    from tlm_probe.models.accounting import inner_flops_per_token
 
     by_hand = sum(6 * 4 * (11 * m * 16 + 2 * 4 * (m + 16)) for m in cfg.layer_mem_width)
-    assert memory_flops_per_token(cfg) == by_hand == memory_flops_per_token(flat)
+    assert inner_flops_per_token(cfg) == by_hand == inner_flops_per_token(flat)
     pairs = zip(count_params(cfg).layers, count_params(flat).layers, strict=True)
     diff = [a.total - b.total for a, b in pairs]
     assert diff == [2 * 4 * (m - 32) * 16 for m in cfg.layer_mem_width]

@@ -260,7 +260,7 @@ def test_distinct_arms_are_not_taken_for_one(work):
 @pytest.mark.parametrize("bad, needle", [
     (["--seq-len", "4096"], "training split"),  # longer than the corpus
     (["--seq-len", "1000"], "validation split"),  # longer than its validation split
-    (["--batch-size", "100000000"], "GiB of memory"),  # logits beyond this machine's memory
+    (["--d-model", "1048576", "--d-ff", "1048576"], "GiB of memory"),  # weights beyond this machine's memory
 ])
 def test_a_refused_compare_writes_nothing(work, existing, bad, needle):
     """Before: compare_settings.json, the manifest and runs/ were written, then the first run refused."""

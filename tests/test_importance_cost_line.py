@@ -12,7 +12,7 @@ layers with untied embeddings:
   the cached stream at l: the head plus the blocks l..L-1, h + (1-h)(L-l)/L. Summed over the L layers that
   is L·h + (1-h)(L+1)/2 per kind (the issue's (L+1)/2 floor, plus the head), whatever the grouping of
   kinds into one forward. Once, on the first batch (B0 rows of R), a self-check restarts at the last
-  layer: (B0/R)(h + (1-h)/L);
+  layer and stops at its output (no head): (B0/R)(1-h)/L;
 - gradients: one forward and one backward per sequence of the first grad_sequences: G/R each.
 Provenance rounds each part to 4 decimals, so the closed form agrees within 1e-4 (two roundings of 5e-5).
 Before this change no such line was printed (the test fails at the regex).
@@ -67,7 +67,7 @@ def closed_form(folder, R: int, kinds: int, share: float, grads: int) -> dict:
     L = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
     h = head_share(folder)
     B0 = min(BATCH, R)
-    ablation = 1 + kinds * (L * h + (1 - h) * (L + 1) / 2) + B0 / R * (h + (1 - h) / L)
+    ablation = 1 + kinds * (L * h + (1 - h) * (L + 1) / 2) + B0 / R * (1 - h) / L
     G = min(grads, R) / R
     return {"clean": (1 + lens_share(folder, SEQ_LEN) * share, 0.0), "ablation": (ablation, 0.0),
             "gradients": (G, G)}

@@ -7,7 +7,7 @@ from models_zoo import build_model
 
 from tlm_probe.errors import UserError
 from tlm_probe.probe.engine import ProbeOptions, probe, run_probe
-from tlm_probe.results import read_results, write_results
+from tlm_probe.results import AGREEMENT_COLUMNS, read_agreement, read_results, write_probe, write_results
 
 KW = dict(seq_len=24, max_tokens=192, batch_size=4, importance={"sample_size": 64, "grad_sequences": 4})
 
@@ -22,11 +22,16 @@ def test_stats_all_has_alignment_importance_and_agreement(gpt2, tmp_path):
     df = res.table
     stats = set(df.statistic)
     assert {"align_mlp_mid", "ablation_dnll_mlp_zero", "taylor_mlp", "logit_lens_kl", "probe_acc"} <= stats
-    agree = df[df.layer == -1].set_index("statistic")
+    agree = res.agreement.set_index("statistic")
     assert {"spearman_align_mlp_mid", "spearman_taylor_mlp", "spearman_logit_lens_kl"} <= set(agree.index)
-    assert agree.d_ff.isna().all() and agree.depth.isna().all()
+    assert list(res.agreement.columns) == AGREEMENT_COLUMNS and (agree.n_layers == 3).all()
+    assert (agree.target == "ablation_dnll_mlp_zero").all()
+    assert agree.loc["spearman_taylor_mlp", "proxy"] == "taylor_mlp"
+    # the per-layer table is per layer only: groupby("layer") needs no filter
+    assert (df.layer >= 0).all() and df.depth.notna().all()
+    assert not df.statistic.str.startswith("spearman_").any()
     # independent path: pandas rank correlation over the table itself
-    wide = df[df.layer >= 0].pivot(index="layer", columns="statistic", values="value")
+    wide = df.pivot(index="layer", columns="statistic", values="value")
     ref = wide["align_mlp_mid"].corr(wide["ablation_dnll_mlp_zero"], method="spearman")
     assert agree.loc["spearman_align_mlp_mid", "value"] == pytest.approx(ref)
     prov = df.attrs["provenance"]["importance"]
@@ -38,10 +43,25 @@ def test_stats_all_has_alignment_importance_and_agreement(gpt2, tmp_path):
 def test_result_files_round_trip(gpt2, tmp_path):
     opts = ProbeOptions(stats="importance", **KW)
     res = run_probe(gpt2, opts)
-    out = write_results(tmp_path / "res", res.table, res.matrices, res.provenance)
+    out = write_probe(tmp_path / "res", res)
     back, back_m, back_p = read_results(out)
     assert len(back) == len(res.table) and len(back_m) == len(res.matrices)
     assert back_p["importance"]["options"]["sample_size"] == 64
+    pd.testing.assert_frame_equal(read_agreement(out), res.agreement, check_dtype=False)
+    assert (out / "agreement.csv").is_file() and (out / "agreement.parquet").is_file()
+
+
+def test_a_folder_from_before_agreement_csv_reads_the_same(gpt2, tmp_path):
+    """Layer -1 rows in results.csv (the old layout) are read as the agreement table, and left out of the
+    per-layer one."""
+    res = run_probe(gpt2, ProbeOptions(stats="align_mlp_mid,ablation_dnll_mlp_zero,spearman_align_mlp_mid",
+                                       **KW))
+    old = res.agreement.assign(layer=-1, n_tokens=res.agreement["n_layers"])
+    out = write_results(tmp_path / "old", pd.concat([res.table, old[["model", "layer", "statistic", "value",
+                        "ci_low", "ci_high", "n_tokens"]]], ignore_index=True), None, res.provenance)
+    back, _, _ = read_results(out)
+    assert (back.layer >= 0).all() and len(back) == len(res.table)
+    pd.testing.assert_frame_equal(read_agreement(out), res.agreement, check_dtype=False)
 
 
 def test_single_statistics_and_options(gpt2):
@@ -54,10 +74,11 @@ def test_single_statistics_and_options(gpt2):
 
 def test_encoder_agreement_uses_hidden_shift(tmp_path):
     folder = build_model("bert", tmp_path / "bert")
-    df = probe(folder, "builtin:pydoc", stats="all", **KW)
+    res = probe(folder, "builtin:pydoc", stats="all", full=True, **KW)
+    df = res.table
     assert not df.statistic.str.startswith(("ablation_dnll", "logit_lens", "taylor")).any()
     assert df.attrs["provenance"]["importance"]["agreement_target"] == "ablation_shift_mlp_zero"
-    rho = df[df.statistic == "spearman_align_mlp_mid"].value
+    rho = res.agreement[res.agreement.statistic == "spearman_align_mlp_mid"].value
     assert len(rho) == 1 and (np.isnan(rho).all() or (rho.abs() <= 1).all())
     assert isinstance(df.attrs["provenance"]["importance"]["skipped"], dict)
     assert pd.api.types.is_integer_dtype(df.d_ff)

@@ -1,12 +1,17 @@
-"""Every registered mixer (models/config.py MIXER_SETTINGS) through every path: its settings reach the model
-from TrainConfig (so from the CLI) and back from config.json, the model builds on the meta device with the
-parameter count and tensor shapes that accounting and shapes give by formula, it runs a forward pass, and
-the train / compare / sweep / demo help offers each of its settings. A new mixer is one registry row plus
-its module; this test fails until every table knows it."""
+"""Every registered mixer (models/mixer_registry.py: one MixerSpec row each) through every path: its row is
+complete (module and MLP module import, settings documented, help in --mixer), config, the model, shapes and
+accounting read the row and name no mixer themselves, its settings reach the model from TrainConfig (so
+from the CLI) and back from config.json, the model builds on the meta device with the parameter count and
+tensor shapes that accounting and shapes give by formula, it runs a forward pass, and the train / compare
+/ sweep / demo help offers each of its settings. A new mixer is its module plus one registry row; this test
+fails until the row has every part."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import ast
+import inspect
+import textwrap
+from dataclasses import MISSING, fields, is_dataclass
 
 import pytest
 import torch
@@ -14,18 +19,75 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe.commands.options import flag_of
-from tlm_probe.models import accounting, mixers, shapes
-from tlm_probe.models.config import MIXER_KINDS, MIXER_SETTINGS, SETTINGS, TLMConfig
+from tlm_probe.docstrings import field_docs
+from tlm_probe.models import accounting, attention, config, mixers, shapes
+from tlm_probe.models.config import MIXER_KINDS, SETTINGS, TLMConfig
+from tlm_probe.models.mixer_registry import MIXER_HELP, MIXERS
+from tlm_probe.models.mixer_spec import MixerSpec
+from tlm_probe.models.mlp import MLPS
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.model_options import MIXER_FIELDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+READERS = (config, mixers, shapes, accounting, attention)
+"""The modules that build or count a mixer: each reads the registry and names no mixer itself."""
 
 
 def test_every_table_knows_the_same_mixers():
-    for table in (mixers.MIXERS, shapes.MIXERS, accounting.MIXER_PARAMS):
-        assert tuple(table) == MIXER_KINDS
+    assert tuple(mixers.MIXERS) == MIXER_KINDS == tuple(MIXERS)
+    assert all(name == row.name for name, row in MIXERS.items())
+
+
+@pytest.mark.parametrize("mixer", MIXER_KINDS)
+def test_a_row_has_every_part(mixer):
+    row = MIXERS[mixer]
+    required = [f.name for f in fields(MixerSpec) if f.default is MISSING and f.default_factory is MISSING]
+    assert set(required) >= {"name", "help", "module", "shapes", "params"}
+    for f in fields(MixerSpec):
+        value = getattr(row, f.name)
+        if f.type.startswith("Callable"):
+            assert callable(value), (mixer, f.name)
+    assert issubclass(mixers.MIXERS[mixer], torch.nn.Module)
+    if row.mlp_module:
+        assert issubclass(mixers.MLP_MODULES[mixer], torch.nn.Module)
+    assert (f"{mixer} ({row.help})" if row.help else mixer) in MIXER_HELP.split(" | ")
+    if row.settings is not None:
+        assert is_dataclass(row.settings) and callable(row.settings.validate)
+        docs = field_docs(row.settings)
+        for f in fields(row.settings):
+            assert docs.get(f.name), (mixer, f.name)  # its docstring is its CLI help
+            assert "schedule" not in f.metadata or f.metadata.get("what"), (mixer, f.name)
+    if row.splits_mlp:
+        assert row.settings is not None  # its levels are counted from its settings
+
+
+def _named_mixers(module) -> list[str]:
+    """String constants naming a mixer in a comparison or as a dict key: a branch or a table on its name."""
+    tree, found = ast.parse(textwrap.dedent(inspect.getsource(module))), []
+    for node in ast.walk(tree):
+        consts = []
+        if isinstance(node, ast.Compare):
+            consts = [node.left, *node.comparators]
+            consts += [e for c in node.comparators if isinstance(c, ast.Tuple | ast.List | ast.Set)
+                       for e in c.elts]
+        elif isinstance(node, ast.Dict):
+            consts = [k for k in node.keys if k is not None]
+        found += [c.value for c in consts if isinstance(c, ast.Constant) and c.value in MIXER_KINDS]
+    return found
+
+
+@pytest.mark.parametrize("module", READERS, ids=lambda m: m.__name__)
+def test_no_reader_branches_on_a_mixer_name(module):
+    assert _named_mixers(module) == [], module.__name__
+
+
+def test_the_name_check_sees_a_branch():
+    class Branchy:  # what the check above must find
+        def f(self, cfg):
+            return {"titans": 1} if cfg.mixer == "hope_attention" else 0
+
+    assert sorted(_named_mixers(Branchy)) == ["hope_attention", "titans"]
 
 
 def test_every_setting_is_a_training_option_or_set_by_a_schedule():
@@ -38,7 +100,7 @@ def test_every_setting_is_a_training_option_or_set_by_a_schedule():
 
 def _given(mixer: str) -> dict:
     """Each integer setting of the mixer one above its default, as training options."""
-    settings = MIXER_SETTINGS[mixer]
+    settings = MIXERS[mixer].settings
     ints = [f for f in fields(settings) if f.type == "int"] if settings else []
     return {f.name: f.default + 1 for f in ints}
 
@@ -58,6 +120,12 @@ def test_a_mixer_builds_through_every_path(mixer):
 
     with torch.device("meta"):
         meta = TaperedLM(cfg)
+    row = MIXERS[mixer]
+    assert type(meta.blocks[0].attn) is mixers.MIXERS[mixer]
+    mlp = mixers.MLP_MODULES[mixer] if row.mlp_module else MLPS[cfg.mlp]
+    assert type(meta.blocks[0].mlp) is mlp and cfg.cms_levels == row.mlp_levels(cfg)
+    if type(meta.blocks[0].attn) is attention.Attention:  # the G1 gate: the row says so
+        assert (meta.blocks[0].attn.W_G is not None) == row.output_gate
     assert sum(p.numel() for p in meta.parameters()) == accounting.count_params(cfg).total
     assert {k: tuple(v.shape) for k, v in meta.state_dict().items()} == shapes.state_shapes(cfg)
     assert accounting.train_flops_per_token(cfg, 16) > 6 * accounting.count_params(cfg).non_embedding

@@ -183,7 +183,9 @@ def test_hope_splits_the_mlp_budget_over_its_levels():
 def test_checkpoint_and_auto_model_round_trip(tmp_path, mixer):
     from transformers import AutoModelForCausalLM
 
-    import tlm_probe  # noqa: F401  (registers model_type "tlm")
+    import tlm_probe
+
+    tlm_probe.register_with_transformers()  # model_type "tlm" with the Auto classes (public API)
 
     cfg = config_with_schedule(parse_schedule("cosine", 16), 128, vocab_size=61, d_model=32, n_layers=3,
                                n_heads=4, max_seq_len=40, **MIXER_KW[mixer])

@@ -38,8 +38,20 @@ def test_curves_and_depth_from_a_real_demo(real_demo_dir, tmp_path):
                             "--size", "600x400", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
     assert png_size(out) == (600, 400) and "cosine:1.5:0.5, 2 seeds" in json.loads(r.stdout)["title"]
-    r = runner.invoke(app, ["plot", str(real_demo_dir), "--out", str(out)])  # a comparison is not a probe
-    assert r.exit_code == 1 and "needs probe results" in r.stderr
+    title = json.loads(r.stdout)["title"]
+    r = runner.invoke(app, ["plot", str(real_demo_dir), "--statistic", "mlp_influence", "--x", "layer",
+                            "--size", "600x400", "--out", str(out), "--json"])  # the demo: its probes
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["title"] == title
+
+
+def test_plot_of_a_folder_without_probes_says_how_to_make_them(real_demo_dir, tmp_path):
+    bare = tmp_path / "cmp"
+    bare.mkdir()
+    (bare / "compare.json").write_text((real_demo_dir / "compare.json").read_text())
+    r = CliRunner().invoke(app, ["plot", str(bare), "--out", str(tmp_path / "f.png")])
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert "no probe results" in r.stderr and f"tlm probe {bare}/runs/NAME --out DIR" in r.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -56,8 +56,8 @@ def test_html_is_escaped_and_self_contained(report_dir, real_probe_dirs):
         assert im.size == (500, 350)
     sections = ["Probe results", "Statistics vs depth", "Layer importance", "Layer × layer", "Tables"]
     assert summary["sections"] == sections and all(f"<h2>{s}</h2>" in page for s in sections)
-    # the per-model Spearman rows are a table, not a figure
-    assert "per-model statistics" in page and "spearman_taylor_mlp" in page
+    # the per-model Spearman rows (agreement.csv) are a table, not a figure
+    assert "Spearman agreement of each proxy" in page and "spearman_taylor_mlp" in page
 
 
 def _expected_figures(dirs) -> int:

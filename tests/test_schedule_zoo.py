@@ -259,8 +259,8 @@ def test_probe_has_no_mlp_rows_for_blocks_without_mlp(tmp_path):
         assert {"align_mlp_mid", "mlp_influence", "ablation_dnll_mlp_zero", "stable_rank_mlp_out"} <= set(
             t[t.layer == l].statistic)
     assert res.provenance["no_mlp_layers"] == [0, 3] and "no MLP" in res.provenance["no_mlp_note"]
-    rho = t[t.statistic == "spearman_block_influence"]
-    assert len(rho) == 1 and int(rho.n_tokens.iloc[0]) == 2  # compared over the 2 blocks with an MLP
+    rho = res.agreement[res.agreement.statistic == "spearman_block_influence"]
+    assert len(rho) == 1 and int(rho.n_layers.iloc[0]) == 2  # compared over the 2 blocks with an MLP
 
 
 def test_train_probe_and_plot_a_middle_model(tmp_path):

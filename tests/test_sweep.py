@@ -46,6 +46,8 @@ def test_sweep_table_and_heatmap():
     assert "-0.0200\np=0.004**" in texts and "+0.0050\np=0.7" in texts
     assert len(texts) == 3  # the off-grid arm (wider-early) is in the table, not in the heatmap
     assert significance(float("nan")) == "p n/a"
+    with pytest.raises(UserError, match="needs two or more shape x ratio arms; cosine:1.5:0.5 against"):
+        plot_sweep(table.iloc[[0, 3]])  # a two-arm demo: one grid cell (and an off-grid arm)
 
 
 def test_sweep_cli_end_to_end(tmp_path):

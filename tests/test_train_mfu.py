@@ -35,9 +35,10 @@ def test_a_cpu_run_reports_mfu_against_its_measured_peak(tmp_path, capsys):
     doc = json.loads((tmp_path / "cpu" / "run.json").read_text())
     assert doc["peak_flops"] == cpu_peak_flops() and 0 < doc["mfu"] < 1
     assert "mfu" in capsys.readouterr().err
-    # the cached peak is a matmul rate of this machine: a fresh measurement agrees within a factor 3
-    # (another process may share the cores); 2·n^3 FLOPs per SIZE x SIZE product
-    assert measure() / 3 < doc["peak_flops"] < measure() * 3 and SIZE == 1024
+    # the cached peak is a matmul rate of this machine (2·n^3 FLOPs per SIZE x SIZE product): a fresh
+    # measurement does not beat it by more than a factor 3. Not a lower bound: processes sharing the cores
+    # (a loaded CI machine) slow a fresh measurement by more than that.
+    assert 1e8 < doc["peak_flops"] and measure() < doc["peak_flops"] * 3 and SIZE == 1024
 
 
 def test_plain_line_mfu_is_its_own_rate_times_flops_over_peak(capsys):

@@ -10,7 +10,7 @@ import time
 
 __version__ = "0.1.0"
 STARTED = time.perf_counter()
-"""When tlm_probe was first imported: in the `tlm` command, its start (cli.py's first import of the package),
+"""When tlm_probe was first imported: in the `tlm` command, its start (tlm_probe/cli.py's import),
 so that the durations a command prints count its start-up (progress.since_start)."""
 
 

@@ -1,6 +1,6 @@
-"""`python -m tlm_probe ...`: the same program as the `tlm` console script (cli.main)."""
+"""`python -m tlm_probe ...`: the same program as the `tlm` console script (tlm_probe.cli.main)."""
 
-from cli import main  # the app lives in the top-level cli module; this entry point only runs it
+from tlm_probe.cli import main
 
 if __name__ == "__main__":
     main()

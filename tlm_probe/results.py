@@ -1,5 +1,5 @@
 """The result contract: tidy columns, provenance, and the result folders on disk (results.csv/.parquet,
-matrices.csv/.parquet, provenance.json; a run's metrics.jsonl).
+matrices.csv/.parquet, agreement.csv/.parquet, provenance.json; a run's metrics.jsonl).
 
 Writes are all-or-nothing: every file goes to a temporary folder next to DIR first and is then renamed
 into place (fileio.publish), so an interrupted run never leaves a half-written result; in an existing DIR
@@ -22,16 +22,20 @@ from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.jsonfile import loads_bounded, read_json_object
 from tlm_probe.files.tablefile import SUFFIXES, read_table_file
 
-RESULTS, MATRICES, PROVENANCE = "results", "matrices", "provenance.json"
+RESULTS, MATRICES, AGREEMENT, PROVENANCE = "results", "matrices", "agreement", "provenance.json"
 # the columns of every result table, in order; statistics may add columns after these
 RESULT_COLUMNS = [
     "model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "std"
 ]
 MATRIX_COLUMNS = ["model", "layer_i", "layer_j", "statistic", "value"]
+# one row per model and proxy: the Spearman rank agreement across layers of the proxy with the ablation
+# effect (target), with its 95% CI over n_layers; a per-model number, so not a row of the per-layer table
+AGREEMENT_COLUMNS = ["model", "statistic", "proxy", "target", "value", "ci_low", "ci_high", "n_layers"]
 METRICS = "metrics.jsonl"
 METRICS_MAX_BYTES = 256 * 2**20
 """The largest metrics.jsonl read (a line per logged step: a long run's is a few megabytes)."""
-OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES) for ext in ("csv", "parquet")} | {PROVENANCE}
+OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES, AGREEMENT) for ext in ("csv", "parquet")}
+OURS |= {PROVENANCE}
 
 
 @dataclass
@@ -42,6 +46,8 @@ class ProbeResult:
     matrices: pd.DataFrame | None
     provenance: dict = field(default_factory=dict)
     path: Path | None = None
+    agreement: pd.DataFrame | None = None
+    """AGREEMENT_COLUMNS rows (--stats with spearman_*), None when none were asked or computed."""
 
 
 def _versions() -> dict:
@@ -97,31 +103,39 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
 
 
 def write_results(
-    out: str | Path, table: pd.DataFrame, matrices: pd.DataFrame | None, provenance: dict, kind: str = "probe"
+    out: str | Path, table: pd.DataFrame, matrices: pd.DataFrame | None, provenance: dict,
+    kind: str = "probe", agreement: pd.DataFrame | None = None,
 ) -> Path:
-    """Write DIR/results.{csv,parquet}, DIR/matrices.{csv,parquet} (if any) and DIR/provenance.json;
-    `kind`: the command whose folder DIR is (probe or eval: neither replaces the other's results)."""
+    """Write DIR/results.{csv,parquet}, DIR/matrices.{csv,parquet} and DIR/agreement.{csv,parquet} (if any)
+    and DIR/provenance.json; `kind`: the command whose folder DIR is (probe or eval: neither replaces the
+    other's results)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
     with temp_folder(out) as tmp:
-        _write_all(tmp, table, matrices, provenance)
+        _write_all(tmp, {RESULTS: table, MATRICES: matrices, AGREEMENT: agreement}, provenance)
         publish(tmp, out, kind)  # matrices of an earlier run with other stats go; other files stay
     return out
 
 
-def _write_all(folder: Path, table, matrices, provenance) -> None:
-    table.to_csv(folder / f"{RESULTS}.csv", index=False)
-    table.to_parquet(folder / f"{RESULTS}.parquet", index=False)
-    if matrices is not None and len(matrices):
-        matrices.to_csv(folder / f"{MATRICES}.csv", index=False)
-        matrices.to_parquet(folder / f"{MATRICES}.parquet", index=False)
+def write_probe(out: str | Path, res: ProbeResult) -> Path:
+    """Every table of a probe (results, matrices, agreement) and its provenance into the folder `out`."""
+    return write_results(out, res.table, res.matrices, res.provenance, agreement=res.agreement)
+
+
+def _write_all(folder: Path, tables: dict[str, pd.DataFrame | None], provenance) -> None:
+    for stem, frame in tables.items():
+        if frame is not None and (stem == RESULTS or len(frame)):
+            frame.to_csv(folder / f"{stem}.csv", index=False)
+            frame.to_parquet(folder / f"{stem}.parquet", index=False)
     (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2, default=str) + "\n")
 
 
 READERS = SUFFIXES  # the table formats of a result folder, preferred first
-NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j")
-REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value")}
+NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j",
+           "n_layers")
+REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value"),
+            AGREEMENT: ("model", "statistic", "value")}
 
 
 def _read_file(path: Path, stem: str) -> pd.DataFrame:
@@ -158,7 +172,35 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
         raise UserError(f"no results.csv or results.parquet in {folder}")
     prov_path = folder / PROVENANCE
     prov = read_json_object(prov_path) if prov_path.is_file() else {}
+    per_layer = table["layer"] >= 0  # a folder written before agreement.csv kept those rows as layer -1
+    if not per_layer.all():
+        table = table[per_layer].reset_index(drop=True)
     return table, _read_table(folder, MATRICES), prov
+
+
+def read_agreement(path: str | Path) -> pd.DataFrame | None:
+    """The agreement table of a result folder (or of the folder of one of its files), None without one;
+    a folder written before agreement.csv existed has its rows as layer -1 of results.csv: those."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    found = _read_table(folder, AGREEMENT)
+    if found is not None:
+        return found
+    table = _read_table(folder, RESULTS)
+    old = table[table["layer"] < 0] if table is not None else None
+    if old is None or old.empty:
+        return None
+    prov = read_json_object(folder / PROVENANCE) if (folder / PROVENANCE).is_file() else {}
+    return legacy_agreement(old, prov)
+
+
+def legacy_agreement(rows: pd.DataFrame, provenance: dict) -> pd.DataFrame:
+    """Layer -1 rows of an old results table as AGREEMENT_COLUMNS (n_tokens held the number of layers)."""
+    target = (provenance.get("importance") or {}).get("agreement_target")
+    out = rows.assign(proxy=rows["statistic"].str.removeprefix("spearman_"), target=target,
+                      n_layers=rows["n_tokens"])
+    extra = [c for c in ("step",) if c in out]
+    return out[AGREEMENT_COLUMNS + extra].reset_index(drop=True)
 
 
 def read_metrics(run: str | Path) -> list[dict]:

@@ -29,6 +29,10 @@ FORMULAS = {
     "resid_norm_growth": ("ratio", "resid_post", "resid_pre"),
 }
 ALIGNMENT = tuple(FORMULAS)
+# per layer, from the attention weights (stats/attention.py): the token mean over query positions of the mean
+# over heads of the entropy (nats) of the attention distribution over keys, masked keys left out; streamed
+# like the alignment statistics (one pass, nothing stored), on any row with a pattern tap
+ATTENTION = ("attn_entropy",)
 
 LENS_STATS = ("logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", "logit_lens_top1")
 DEFAULT_ABLATIONS = ("mlp_zero", "mlp_mean", "mlp_resample", "attn_zero", "block_skip")
@@ -71,7 +75,12 @@ TARGETS = ("ablation_dnll_mlp_zero", "ablation_shift_mlp_zero")
 AGREEMENT = tuple(f"spearman_{p}" for p in PROXIES)
 IMPORTANCE = PER_LAYER + MATRICES + AGREEMENT
 
-SETS = {"alignment": ALIGNMENT, "importance": IMPORTANCE, "all": ALIGNMENT + IMPORTANCE}
+SETS = {
+    "alignment": ALIGNMENT,
+    "attention": ATTENTION,
+    "importance": IMPORTANCE,
+    "all": ALIGNMENT + ATTENTION + IMPORTANCE,
+}
 
 
 def spearman_parts(stat: str) -> tuple[str, ...]:

@@ -63,6 +63,15 @@ def token_file(root: Path, vocab: int) -> Path:
     return path
 
 
+def _as_layer_rows(agreement: pd.DataFrame | None) -> pd.DataFrame | None:
+    """agreement.csv rows in the layout the golden table keeps them in (from before agreement.csv): layer
+    -1, n_tokens = the number of layers compared."""
+    if agreement is None:
+        return None
+    return agreement.assign(layer=-1, n_tokens=agreement["n_layers"])[
+        ["model", "layer", "statistic", "value", "ci_low", "ci_high", "n_tokens"]]
+
+
 def golden_tables(root: Path, families=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     from tlm_probe.probe.engine import probe
 
@@ -83,7 +92,8 @@ def golden_tables(root: Path, families=None) -> tuple[pd.DataFrame, pd.DataFrame
                 break
             except Exception as e:  # noqa: BLE001  (what the code of the day cannot probe: no golden row)
                 print(f"{family} --stats {stats}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-        tables.append(res.table.assign(model=family))
+        table = pd.concat([res.table, _as_layer_rows(res.agreement)], ignore_index=True)
+        tables.append(table.assign(model=family))
         if res.matrices is not None:
             mats.append(res.matrices.assign(model=family))
     return pd.concat(tables, ignore_index=True), pd.concat(mats, ignore_index=True)

@@ -136,20 +136,23 @@ ROW_FIELDS = {
     "block_kind",
     "taps",
     "is_causal",
+    "pattern",
 }
+OPTIONAL_FIELDS = {"is_causal", "pattern"}
 
 
 def load_adapter_file(path: str | Path) -> Adapter:
     """A row from a JSON file: {"family", "model_types": [...], "layers", "mlp", "mlp_down", "final_norm",
     "lm_head", "block_kind": "sequential" | "parallel" | "post_ln", "taps": {piece: "path:in|out"},
-    "is_causal" (default true)}."""
+    "is_causal" (default true), "pattern" (optional: "path:weights", the attention module whose output's
+    last element is its weights, for attention statistics)}."""
     try:
         raw = read_json(path)
     except UserError as e:
         raise UserError(f"cannot read adapter file {path}: {e}") from None
     if not isinstance(raw, dict):
         raise UserError(f"adapter file {path}: expected a JSON object (a row), got {type(raw).__name__}")
-    unknown, missing = set(raw) - ROW_FIELDS, ROW_FIELDS - {"is_causal"} - set(raw)
+    unknown, missing = set(raw) - ROW_FIELDS, ROW_FIELDS - OPTIONAL_FIELDS - set(raw)
     if unknown or missing:
         raise UserError(
             f"adapter file {path}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}"
@@ -168,6 +171,7 @@ def load_adapter_file(path: str | Path) -> Adapter:
         taps={kind: dict(raw["taps"])},
         kind_of=fixed(kind),
         is_causal=bool(raw.get("is_causal", True)),
+        pattern=raw.get("pattern"),
         notes=f"user row from {path}",
     )
 

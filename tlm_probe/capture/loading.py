@@ -133,21 +133,26 @@ def load_probe_model(
     unsafe_pickle: bool = False,
     device_map: str = "",
     max_memory: str = "",
+    attn_implementation: str | None = None,
 ) -> ProbeModel:
     """Load our checkpoint folder, a Hugging Face folder, or a hub name; refuse pickle unless allowed.
     MODEL:decoder probes the decoder stack of an encoder-decoder (T5) as its own model, named so.
     device_map / max_memory: dispatch the blocks over devices, CPU and disk (capture/dispatch.py).
+    attn_implementation: transformers' attention kernel for a transformers model ("eager" for attention
+    statistics: capture/attention.py); None keeps transformers' default; our models ignore it.
     A load that takes a while says so on stderr ("loading X ...", then what was loaded and in how long:
     progress.Phase), wherever it is called from."""
     with Phase(f"loading {path_or_name}") as phase:
         pm = _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map,
-                               max_memory)
+                               max_memory, attn_implementation)
         phase.result = f"loaded {path_or_name} ({pm.family}, {pm.n_layers} layers)"
     return pm
 
 
-def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map, max_memory):
+def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map, max_memory,
+                      attn_implementation=None):
     dispatch = from_pretrained_kwargs(device_map, max_memory) if device_map else {}
+    kernel = {"attn_implementation": attn_implementation} if attn_implementation else {}
     if max_memory and not device_map:
         raise UserError("--max-memory caps a dispatch: give --device-map too (e.g. --device-map auto)")
     if dtype not in DTYPES:
@@ -194,7 +199,7 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
         trust_remote_code,
         unsafe_pickle,
         folder if folder.is_dir() else None,
-        dispatch=dispatch,
+        dispatch={**dispatch, **kernel},
     )
 
 
@@ -318,7 +323,8 @@ def _load_hf(
         )
     except Exception as e:
         raise UserError(f"cannot load weights of {source!r}: {_first_line(e)}") from e
-    model = model if dispatch else model.to(device)  # a dispatched model stays where accelerate put it
+    placed = bool((dispatch or {}).get("device_map"))
+    model = model if placed else model.to(device)  # a dispatched model stays where accelerate put it
     return wrap_model(model, _load_tokenizer(source), name, folder, adapter=adapter)
 
 

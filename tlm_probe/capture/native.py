@@ -11,6 +11,7 @@ import contextlib
 import torch
 
 from tlm_probe.capture.adapters import split_tap
+from tlm_probe.capture.attention import register_pattern
 from tlm_probe.capture.sink import StatSink
 
 
@@ -82,6 +83,11 @@ class NativeBackend:
 
     def _hooks(self, stack: contextlib.ExitStack) -> None:
         register_taps(self.pm, self.sink.taps, self._store, stack)
+        if self.sink.pattern:  # reduced to per-token values in its hook; the pattern itself is not kept
+            register_pattern(self.pm, self._pattern, stack)
+
+    def _pattern(self, layer: int, pattern: torch.Tensor | None) -> None:
+        self._current.setdefault(layer, {}).update(self.sink.pattern_values(layer, pattern))
 
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, full_output: bool = False):
         """One forward pass with hooks; returns the model output (logits when full_output)."""

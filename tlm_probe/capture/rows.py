@@ -93,6 +93,15 @@ class Adapter:
     model's own readout, so lens statistics are refused with this reason."""
     importance_refusal: str | None = None
     """Why the importance statistics (the second pass) are not offered for this row, None where they are."""
+    pattern: str | None = None
+    """Where a layer's attention weights (B, H, T_q, T_k) come out, for attention statistics: "path:weights",
+    the last element of the output of the attention module at `path` (transformers' modules return
+    (output, ..., weights), the weights only under eager attention, which the probe then loads), or
+    "path:out" for a hook whose output is the pattern (our blocks.{l}.attn.hook_pattern); None: the row's
+    blocks have no softmax attention (or it is not mapped)."""
+    pattern_refusal: Callable[[Any], str | None] | None = None
+    """config -> why the weights at `pattern` are not a distribution over keys (attention sinks), None if
+    they are."""
     model_class: Callable[[], Any] | None = None
     """() -> the transformers class a folder loads as, where not AutoModelForCausalLM / AutoModel (T5: its
     encoder stack alone, T5EncoderModel); a function, so that the table imports no transformers."""

@@ -12,6 +12,7 @@ import contextlib
 
 import torch
 
+from tlm_probe.capture.attention import check_pattern, missing_pattern
 from tlm_probe.capture.guardrails import (
     GuardrailError,
     NonFiniteError,
@@ -23,6 +24,7 @@ from tlm_probe.capture.guardrails import (
 )
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
+from tlm_probe.stats.attention import ENTROPY, token_entropy
 from tlm_probe.stats.workspace import Workspace
 
 
@@ -46,6 +48,8 @@ class StatSink:
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
         self.scratch = Workspace()
+        self.scalars = frozenset().union(*(getattr(a, "scalars", frozenset()) for a in accumulators))
+        self.pattern = pm.adapter.pattern if self.scalars else None  # the tap a backend hooks for them
 
     def start_batch(self, index: TokenIndex) -> None:
         self.index, self.layers_seen = index, []
@@ -57,6 +61,9 @@ class StatSink:
             self._on_layer(layer, raw)
 
     def _on_layer(self, layer: int, raw: dict[str, torch.Tensor]) -> None:
+        scalars = {k: raw.pop(k) for k in self.scalars if k in raw}  # (B, T) per-token values, no pieces
+        if len(scalars) < len(self.scalars):
+            raise GuardrailError(missing_pattern(layer, self.pm))
         missing = [p for p in self.pieces if p not in raw]
         if missing:
             where = ", ".join(f"{p} ({self.taps[p]})" for p in missing)
@@ -78,12 +85,25 @@ class StatSink:
                 raise
         add_derived(self.pm.block_kind, raw)
         pieces = LayerPieces(
-            layer, {k: v for k, v in raw.items() if k in self.needs} or raw, self.index, self.scratch
+            layer, {k: v for k, v in raw.items() if k in self.needs} or raw, self.index, self.scratch, scalars
         )
         self.squares += [(layer, name, pieces.square(name)) for name in pieces.raw]
+        self.squares += [(layer, name, v.to(self.squares[0][2].dtype)) for name, v in scalars.items()]
         for acc in self.accumulators:
             acc.update(layer, pieces)
         self.layers_seen.append(layer)
+
+    def pattern_values(self, layer: int, pattern: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """A layer's attention weights -> its per-token scalars ({} when the module gave none: on_layer
+        then names the cause); checked against the batch's mask in the first batches."""
+        if pattern is None:
+            return {}
+        with _one_thread(self.index.counted.device):
+            pattern = pattern.detach()
+            if self.guardrails and (self.check_batches < 0 or self.batches_done < self.check_batches):
+                check_pattern(layer, pattern, self.index, self.pm.family)
+            keys = self.index.keys.to(pattern.device)  # a dispatched layer may sit on another device
+            return {ENTROPY: token_entropy(pattern, keys).to(self.index.counted.device)}
 
     def end_batch(self) -> None:
         if self.layers_seen != list(range(self.pm.n_layers)):

@@ -13,7 +13,14 @@ import warnings
 
 import torch
 
-from tlm_probe.capture.adapters import PARALLEL, POST_LN, SEQUENTIAL
+from tlm_probe.capture.adapters import (
+    PARALLEL,
+    POST_LN,
+    SEQUENTIAL,
+    known_adapter,
+    split_stack,
+    stack_adapter,
+)
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.errors import UserError
 
@@ -42,18 +49,43 @@ TL_NAMES = {
 }
 
 
+def refusal(adapter, config) -> None:
+    """One line naming the backend and what to use instead, where the row says TransformerLens cannot
+    serve this configuration."""
+    why = adapter.tl_refusal(config) if adapter is not None and adapter.tl_refusal else None
+    if why:
+        raise UserError(f"the TransformerLens backend cannot probe this {adapter.family} model: {why}; "
+                        "use --backend native (the default) instead of --backend transformer-lens")
+
+
+def config_of(source) -> tuple[object, object] | None:
+    """(row, config) of a folder or hub name from its config alone (no weights), None where the config
+    cannot be read here (the loader then says why)."""
+    head, stack = split_stack(str(source))
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(head)
+    except Exception:  # our own checkpoints, offline hub names, unreadable files: the loader's to report
+        return None
+    model_type = getattr(config, "model_type", None)
+    return (stack_adapter(model_type, stack) if stack else known_adapter(model_type)), config
+
+
 class TransformerLensBackend:
     name = "transformer-lens"
 
+    @staticmethod
+    def check_source(source) -> None:
+        """Before loading: refuse from the config (a refusal after the load came after transformers'
+        load report, 11 lines for a DistilBERT checkpoint with its masked-LM head)."""
+        found = config_of(source)
+        if found is not None:
+            refusal(*found)
+
     def __init__(self, sink: StatSink):
         self.sink, self.pm = sink, sink.pm
-        refusal = self.pm.adapter.tl_refusal
-        why = refusal(self.pm.model.config) if refusal else None
-        if why:
-            raise UserError(
-                f"the TransformerLens backend cannot probe this {self.pm.family} model: {why}; "
-                "use --backend native"
-            )
+        refusal(self.pm.adapter, getattr(self.pm.model, "config", None))
         # TransformerLens' hook_attn_out / hook_mlp_out are by its convention what the block adds to the
         # stream (its Granite bridge multiplies by residual_multiplier itself): no Adapter.scale here
         sink.scales = {}

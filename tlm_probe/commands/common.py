@@ -16,7 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from tlm_probe.errors import Interrupted, UserError
 
-console = Console()
+console = Console(soft_wrap=True)  # a line of text is never broken mid-sentence in a log; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tlm_probe.commands.options import field_docs, flag_of, plain_type, split_default
+from tlm_probe.commands.options import bounds, field_docs, flag_of, plain_type, split_default, with_range
 from tlm_probe.train.model_options import MIXER_FIELDS as MIXER_SETTINGS
 from tlm_probe.train.model_options import SHOWN_DEFAULT
 
@@ -38,14 +38,16 @@ def _shown_default(kind, default, shown: dict) -> tuple[object, object]:
     return None, str(value)
 
 
-def _option(name: str, kind, doc: str, default, shown: dict) -> inspect.Parameter:
+def _option(name: str, kind, doc: str, default, shown: dict, metadata) -> inspect.Parameter:
     flag = flag_of(name)
     decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
     doc, stated = split_default(doc)
     if stated is not None and default in (None, 0, "", False):  # "unset": the words say what it means
         shown = {"show": stated, **shown}
     value, show = _shown_default(kind, default, shown)
-    option = typer.Option(value, *decls, help=shown.get("help") or doc, show_default=show)
+    ranged = bounds(name, kind, metadata)
+    option = typer.Option(value, *decls, help=with_range(shown.get("help") or doc, ranged), show_default=show,
+                          callback=ranged.get("callback"))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
 
@@ -78,7 +80,8 @@ def with_config_options(cls: type, names: Sequence[str], shown: dict[str, dict] 
 
     def deco(fn: Callable) -> Callable:
         own = inspect.signature(fn, eval_str=True).parameters
-        extra = [_option(n, plain_type(hints[n]), docs[n], by_name[n].default, shown[n]) for n in names]
+        extra = [_option(n, plain_type(hints[n]), docs[n], by_name[n].default, shown[n], meta[n])
+                 for n in names]
 
         @functools.wraps(fn)
         def wrapper(**kwargs):

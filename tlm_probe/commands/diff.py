@@ -1,8 +1,11 @@
 """`tlm diff A B --out DIR`: where two models differ (layer correspondence by CKA, residual drift, KL and
-ΔNLL by position and token frequency), streamed over a corpus (tlm_probe/diff/engine.py)."""
+ΔNLL by position and token frequency, and with --stats the difference of probe statistics), streamed over a
+corpus (tlm_probe/diff/engine.py). Under torchrun every rank diffs its share of the sequences, the sums are
+all-reduced, and rank 0 alone claims the folder, writes and prints."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +26,7 @@ class DiffRun(Loading, Threads, JsonOut):
     """`tlm diff`'s settings beside DiffOptions."""
 
     out: Path
-    """Result folder: diff.json, cka.csv, layers.csv, tokens.csv."""
+    """Result folder: diff.json, cka.csv, layers.csv, tokens.csv (and stats.csv with --stats)."""
     overwrite: bool = field(default=False, metadata={"help": overwrite_help("diff")})
     """See commands/overwrite.py."""
     arm: str = ""
@@ -50,16 +53,22 @@ def register(app: typer.Typer) -> None:
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
         from tlm_probe.diff.engine import run_diff, write_diff
         from tlm_probe.diff.pairs import aggregate
+        from tlm_probe.diff.ranks import process_group, rank
         from tlm_probe.files.fileio import check_apart, claim
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.threads import torch_threads
 
         pairs = _pairs(model_a, model_b, run)
         check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
-        claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
-        with folder_lock(run.out), torch_threads(run.threads, "--threads"):
+        main = rank() == 0
+        if main:
+            claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+        with folder_lock(run.out) if main else contextlib.nullcontext(), \
+                torch_threads(run.threads, "--threads"), process_group():
             load = dict(trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)
             results = [run_diff(str(a), str(b), options, **load) for _, a, b in pairs]
+            if not main:
+                return
             res = results[0] if not run.arm else aggregate(results, [s for s, _, _ in pairs], run.arm,
                                                            run.baseline)
             write_diff(run.out, res)
@@ -78,10 +87,12 @@ def register(app: typer.Typer) -> None:
             console.print(f"  layer {l}: CKA with B's layer {l} {diag:.3f}, best match B{best} "
                           f"({max(x for x in row if x is not None):.3f}); drift "
                           f"{'n/a' if drift is None else f'{drift:.3f}'}", highlight=False, markup=False)
-        console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv", highlight=False)
+        _print_stats(s)
+        extra = ", stats.csv" if s.get("stats") else ""
+        console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv{extra}", highlight=False)
 
 
-OURS = ("diff.json", "cka.csv", "layers.csv", "tokens.csv")
+OURS = ("diff.json", "cka.csv", "layers.csv", "tokens.csv", "stats.csv")
 
 
 def _pairs(model_a: str, model_b: str, run: DiffRun) -> list[tuple]:
@@ -107,3 +118,17 @@ def _print_seeds(s: dict) -> None:
     console.print(f"{s['model_a']} vs {s['model_b']} over seeds {', '.join(map(str, s['seeds']))}: KL(A||B) "
                   f"{ci(s['kl'])}, ΔNLL (A - B) {ci(s['dnll'])} nats/token (means, 95% t intervals)",
                   highlight=False, markup=False)
+
+
+def _print_stats(s: dict) -> None:
+    """One line per asked statistic: its difference A - B at each layer of A, with the CI."""
+    def one(r: dict) -> str:
+        if r["diff"] is None:
+            return f"{r['layer']}: n/a"
+        ci = "" if r["ci_low"] is None else f" [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}]"
+        return f"{r['layer']}: {r['diff']:+.3g}{ci}"
+
+    for stat in dict.fromkeys(r["statistic"] for r in s.get("stats") or []):
+        rows = [r for r in s["stats"] if r["statistic"] == stat]
+        console.print(f"  {stat} A - B by layer (95% CI): " + "; ".join(map(one, rows)), highlight=False,
+                      markup=False)

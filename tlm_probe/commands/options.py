@@ -22,6 +22,7 @@ from collections.abc import Callable
 import typer
 
 from tlm_probe.docstrings import field_docs
+from tlm_probe.ranges import range_of
 
 FLAG_NAMES = {"n_layers": "--layers", "n_heads": "--heads", "n_kv_heads": "--kv-heads", "json_out": "--json"}
 """field -> flag, where the flag reads better than the field name."""
@@ -67,6 +68,39 @@ def _default(f: dataclasses.Field):
     return ...  # required
 
 
+class OutOfRange(typer.BadParameter):
+    """A number outside its option's stated range: bad input, so exit 1 like every UserError (a malformed
+    command line is exit 2), and the message alone, which names the option (commands/common.py prints it
+    as one `error:` line)."""
+
+    exit_code = 1
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def bounds(name: str, kind, metadata=None) -> dict:
+    """A numeric option's stated range (ranges.py) as typer arguments: a parser callback that refuses a
+    value outside it while the command line is parsed, before the command runs (one `error:` line: the
+    option, the range, the value; exit 1), and the range in its help, "[1<=x<=4096]"; {} otherwise."""
+    stated = range_of(name, metadata) if kind in (int, float) else None
+    if stated is None:
+        return {}
+
+    def check(value):
+        if value is not None and not stated.low <= value <= stated.high:  # nan is in no range
+            raise OutOfRange(f"{flag_of(name)} must be {'an integer' if kind is int else 'a number'} in "
+                             f"[{stated.low}, {stated.high}], got {value}")
+        return value
+
+    return {"callback": check, "range": f"[{stated}]"}
+
+
+def with_range(doc: str, extra: dict) -> str:
+    """The help with the range `bounds` stated (typer's [default: ...] follows it)."""
+    return f"{doc} {extra['range']}".strip() if "range" in extra else doc
+
+
 def option(f: dataclasses.Field, kind, doc: str) -> inspect.Parameter:
     """The typer parameter of one field."""
     default = _default(f)
@@ -78,7 +112,9 @@ def option(f: dataclasses.Field, kind, doc: str) -> inspect.Parameter:
     doc, stated = split_default(f.metadata.get("help") or doc)  # a help made elsewhere: --overwrite's
     show: bool | str = stated if stated is not None else default not in (None, 0, "", False, (), [])
     value = list(default) if isinstance(default, tuple) else default
-    opt = typer.Option(value, *decls, help=doc, show_default=show, hidden=f.metadata.get(HIDDEN, False))
+    ranged = bounds(f.name, kind, f.metadata)
+    opt = typer.Option(value, *decls, help=with_range(doc, ranged), show_default=show,
+                       hidden=f.metadata.get(HIDDEN, False), callback=ranged.get("callback"))
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind)
 
 

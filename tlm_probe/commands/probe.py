@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from tlm_probe.commands.common import (
     command,
@@ -24,6 +23,7 @@ from tlm_probe.commands.common import (
 from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.commands.tables import print_fitted
 from tlm_probe.errors import UserError
 from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.threads import torch_threads
@@ -35,6 +35,7 @@ SUMMARY_STATS = (
     "norm_ratio_mlp",
     "block_influence",
     "resid_norm_growth",
+    "attn_entropy",
 )
 # shown when no alignment statistic was asked for (--stats importance)
 IMPORTANCE_SUMMARY = (
@@ -97,7 +98,7 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.importance.options import parse_pairs
         from tlm_probe.probe.engine import run_probe
-        from tlm_probe.results import write_results
+        from tlm_probe.results import write_probe
 
         check_not_weights(options.data)
         opts = replace(options, device=device_option(options.device),
@@ -121,13 +122,13 @@ def register(app: typer.Typer) -> None:
             if not len(res.table) or ("n_tokens" in res.table and not res.table["n_tokens"].gt(0).any()):
                 raise UserError("no tokens were measured (too few tokens for --max-tokens/--seq-len with "
                                 "--exclude-bos?); nothing written")
-            write_results(out, res.table, res.matrices, res.provenance)
+            write_probe(out, res)
         if run.json_out:
-            print_json(
-                {"out": str(out), "provenance": res.provenance, "results": res.table.to_dict("records")}
-            )
+            agreement = [] if res.agreement is None else res.agreement.to_dict("records")
+            print_json({"out": str(out), "provenance": res.provenance,
+                        "results": res.table.to_dict("records"), "agreement": agreement})
         else:
-            _print_summary(res.table, res.provenance, out)
+            _print_summary(res.table, res.provenance, out, res.agreement)
 
 
 def _steps(model: str, checkpoints: str | None):
@@ -191,49 +192,44 @@ def _interrupt(out: Path):
         raise typer.Exit(interrupt_code(e)) from None
 
 
-def _print_summary(table, prov: dict, out: Path) -> None:
+def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
     if "step" in table and table["step"].nunique() > 1:  # checkpoints: the summary of the last one
         steps = sorted(table["step"].unique())
         console.print(f"probed {len(steps)} checkpoints, steps {', '.join(map(str, steps))}; "
                       f"the table shows step {steps[-1]}", markup=False, highlight=False)
         table = table[table["step"] == steps[-1]]
-    per_model = table[table["layer"] < 0]  # Spearman agreement: one value per model, not a layer's
-    table = table[table["layer"] >= 0]
+        agreement = None if agreement is None else agreement[agreement["step"] == steps[-1]]
     wide = table.pivot_table(index=["layer", "d_ff"], columns="statistic", values="value").reset_index()
     cols = (
         [c for c in SUMMARY_STATS if c in wide.columns]
         or [c for c in IMPORTANCE_SUMMARY if c in wide.columns]
         or [c for c in wide.columns if c not in ("layer", "d_ff")]
     )
-    t = Table(
-        title=f"{prov['model']} ({prov['architecture']['family']}, {prov['architecture']['block_kind']}, "
-        f"{prov['data']['n_tokens']:,} tokens, backend {prov['backend']})"
-    )
-    for c in ("layer", "d_ff", *cols):
-        t.add_column(c, justify="right")
-    for _, row in wide.iterrows():
-        t.add_row(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
-    console.print(t)
-    if not per_model.empty:
-        console.print(_per_model_table(per_model))
+    title = (f"{prov['model']} ({prov['architecture']['family']}, {prov['architecture']['block_kind']}, "
+             f"{prov['data']['n_tokens']:,} tokens, backend {prov['backend']})")
+    rows = [(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
+            for _, row in wide.iterrows()]
+    print_fitted(console, title, ("layer", "d_ff", *cols), rows, keys=2)  # split, never cut, at any width
+    if agreement is not None and not agreement.empty:
+        _print_agreement(agreement)
     if prov.get("no_mlp_layers"):
         console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, prov['no_mlp_layers']))}; "
-                      "no MLP rows for them, block-level rows kept", markup=False, highlight=False)
+                      "no MLP rows for them, block-level rows kept", markup=False, highlight=False,
+                      soft_wrap=True)
     lens = prov.get("importance", {}).get("logit_lens")
     if lens:
-        console.print(lens_cost_line(lens), markup=False, highlight=False)
-    console.print(f"wrote {out}/results.csv, results.parquet, provenance.json")
+        console.print(lens_cost_line(lens), markup=False, highlight=False, soft_wrap=True)
+    more = ", agreement.csv, agreement.parquet" if agreement is not None and not agreement.empty else ""
+    console.print(f"wrote {out}/results.csv, results.parquet{more}, provenance.json", soft_wrap=True)
 
 
-def _per_model_table(rows) -> Table:
-    """The per-model rows (layer -1 in results.csv) as their own table, with their CI."""
-    t = Table(title="per model (one value each; in results.csv as layer -1)")
-    for c in ("statistic", "value", "95% CI"):
-        t.add_column(c, justify="left" if c == "statistic" else "right")
-    for _, r in rows.iterrows():
-        ci = f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-"
-        t.add_row(str(r["statistic"]), f"{r['value']:+.4f}", ci)
-    return t
+def _print_agreement(rows) -> None:
+    """The agreement rows (agreement.csv: one value per model and proxy) with their CI."""
+    cells = [(str(r["statistic"]), f"{r['value']:+.4f}",
+              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-")
+             for _, r in rows.iterrows()]
+    title = f"Spearman agreement across layers with {rows['target'].iloc[0]} (agreement.csv)"
+    print_fitted(console, title, ("statistic", "value", "95% CI"), cells, left=("statistic",))
 
 
 def lens_cost_line(lens: dict) -> str:

@@ -145,6 +145,7 @@ def schedule_result(spec: ScheduleSpec, arch: ScheduleArch, component: str) -> t
 def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOptions):
     """The schedule --from-probe derives (checked, not yet written) for --component mlp or heads."""
     from tlm_probe.commands.schedule_from_probe import check_stability, derive_from_probe
+    from tlm_probe.commands.schedule_trust import check_trust_stability, is_trust
 
     if arch.preset:
         raise UserError("--from-probe takes its layers from the probe: drop --preset")
@@ -159,6 +160,13 @@ def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOp
     derived = derive_from_probe(probe, budget, unit)
     if probe.check_with is not None:
         derived = check_stability(derived, probe, budget, unit)
+    trust = probe.trust or (probe.from_probe if is_trust(probe.from_probe) else None)
+    if trust is not None:  # a trust folder: its corpora and halves (commands/schedule_trust.py)
+        derived = check_trust_stability(derived, probe, trust, unit)
+    elif probe.check_with is None:
+        err_console.print("stability: not checked (a probe folder holds no per-half values): give --trust "
+                          "DIR from tlm trust, or --check-with a second probe (tlm probe --half b)",
+                          markup=False, highlight=False)
     if arch.n_layers is not None and arch.n_layers != derived.n_layers:
         raise UserError(f"--layers {arch.n_layers} differs from the probe's {derived.n_layers} layers; drop "
                         "--layers (--from-probe takes the probe's)")

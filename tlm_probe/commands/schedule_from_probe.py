@@ -1,4 +1,5 @@
-"""`tlm schedule --from-probe PROBE_DIR --statistic NAME`: a schedule file from a probe's per-layer statistic.
+"""`tlm schedule --from-probe PROBE_DIR --statistic NAME`: a schedule file from a probe's per-layer statistic
+(PROBE_DIR may be a `tlm trust` folder: the mean over its corpora; commands/schedule_trust.py).
 
 The arithmetic is schedules/rules.py; this reads the probe folder, picks one model's per-layer values,
 and writes the schedule file (JSON, format tlm-schedule) that `tlm train/compare/sweep --schedule FILE`
@@ -154,18 +155,28 @@ class Derived:
         return self.out
 
 
+def _read_source(folder: Path):
+    """(table, provenance, the file its hash is of) of a probe folder, or of a `tlm trust` folder (its
+    values' mean over corpora, commands/schedule_trust.py)."""
+    from tlm_probe.commands.schedule_trust import is_trust, trust_as_probe
+    from tlm_probe.results import read_results
+
+    if folder.is_dir() and is_trust(folder):
+        return (*trust_as_probe(folder), folder / "values.csv")
+    table, _, prov = read_results(folder)
+    return table, prov, _results_file(folder)
+
+
 def derive_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
                       multiple_of: int = ScheduleSpec.multiple_of) -> Derived:
     """The schedule file of `opts` with budget d_ff per layer (None: the probed model's mean width), every
     input checked; nothing is written."""
-    from tlm_probe.results import read_results
-
     if opts.from_probe is None:
         raise UserError("derive_from_probe needs a probe folder (from_probe=)")
     probe_dir = Path(opts.from_probe)
     out = check_out(opts.out)
     rule = opts.how
-    table, _, prov = read_results(probe_dir)
+    table, prov, results = _read_source(probe_dir)
     model, values, probed = per_layer_values(table, opts.statistic, opts.model, probe_dir)
     check_rule(rule, len(values))
     _check_weights(values, opts.statistic, rule)
@@ -173,7 +184,7 @@ def derive_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
     widths, ratios = widths_from_statistic(values, d_ff, multiple_of, rule)
     source = {
         "kind": "from-probe", "probe_dir": str(probe_dir.resolve()),
-        "probe_hash": hash_files([_results_file(probe_dir)]), "model": model,
+        "probe_hash": hash_files([results]), "model": model,
         "model_hash": prov.get("content_hash"), "n_tokens": (prov.get("data") or {}).get("n_tokens"),
         "statistic": opts.statistic, "rule": rule.to_dict(), "values": values, "probed_d_ff": probed,
         "ratios": ratios,

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from tlm_probe.commands.common import console
+from tlm_probe.commands.tables import print_fitted
 from tlm_probe.models.accounting import comparison, count_params, kv_cache_bytes_per_token
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.schedules.widths import ScheduleSpec, monotone_label
@@ -51,18 +50,16 @@ def _one_layer(cfg: TLMConfig, l: int) -> TLMConfig:
 
 def print_head_table(r: dict) -> None:
     what = f"{r['preset']} ({r['mixer']})" if r["preset"] else r["mixer"]
-    table = Table(title=f"{what}: {r['schedule']['name']} schedule of {r['counts']}, L={r['layers']}, "
-                  f"uniform {r['uniform_value']}")
-    for col in ("layer", "depth", "heads", "kv heads", r["counts"], "ratio", "KV bytes/token", "block params",
-                "uniform block params"):
-        table.add_column(col, justify="right")
+    title = (f"{what}: {r['schedule']['name']} schedule of {r['counts']}, L={r['layers']}, "
+             f"uniform {r['uniform_value']}")
+    columns = ("layer", "depth", "heads", "kv heads", r["counts"], "ratio", "KV bytes/token", "block params",
+               "uniform block params")
     L = r["layers"]
-    rows = zip(r["heads"], r["kv_heads"], r["values"], r["ratios"], r["layer_kv_bytes"], r["layer_params"],
-               r["uniform_layer_params"], strict=True)
-    for l, (h, kv, v, ratio, kvb, p, u) in enumerate(rows):
-        table.add_row(str(l), f"{l / max(L - 1, 1):.3f}", str(h), str(kv), str(v), f"{ratio:.3f}", f"{kvb:,}",
-                      f"{p:,}", f"{u:,}")
-    console.print(table)
+    per_layer = zip(r["heads"], r["kv_heads"], r["values"], r["ratios"], r["layer_kv_bytes"],
+                    r["layer_params"], r["uniform_layer_params"], strict=True)
+    rows = [(str(l), f"{l / max(L - 1, 1):.3f}", str(h), str(kv), str(v), f"{ratio:.3f}", f"{kvb:,}",
+             f"{p:,}", f"{u:,}") for l, (h, kv, v, ratio, kvb, p, u) in enumerate(per_layer)]
+    print_fitted(console, title, columns, rows)  # split, never cut, at the console's width
     console.print(f"{r['counts']} total {r['total']:,} (uniform {r['uniform_total']:,})")
     console.print(f"params {r['params']:,} vs uniform {r['uniform_params']:,}; train FLOPs/token "
                   f"{r['flops_per_token']:,} vs {r['uniform_flops_per_token']:,}; KV-cache bytes/token "

@@ -15,13 +15,13 @@ from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.trust.options import TrustOptions
 
-OURS = ("trust.csv", "values.csv", "trust.json")
+OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrustRun(Loading, Threads, JsonOut):
     out: Path
-    """Result folder: trust.csv, values.csv, trust.json."""
+    """Result folder: trust.csv, values.csv, halves.csv, task_target.csv, trust.json."""
     overwrite: bool = field(default=False, metadata={"help": overwrite_help("trust")})
     """See commands/overwrite.py."""
 
@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Can an importance statistic be trusted? Probe the model on several corpora; per statistic,
         Kendall's W of its per-layer ranking across them, the lowest pairwise Spearman, and its Spearman
-        with the ablation target; flagged where the ranking changes with the corpus or disagrees."""
+        with the ablation target and with the accuracy lost on --task when each layer's MLP (or block) is
+        ablated; flagged where the ranking changes with the corpus or disagrees."""
         from tlm_probe.files.fileio import check_apart, claim
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.threads import torch_threads
@@ -52,12 +53,25 @@ def register(app: typer.Typer) -> None:
         if run.json_out:
             print_json({"out": str(run.out), **res.summary})
             return
-        t = Table(title=f"{model}: rankings over {len(options.data)} corpora (target {options.target})")
-        for c in ("statistic", "Kendall W", "min pairwise ρ", "ρ with target", "verdict"):
-            t.add_column(c, justify="left" if c in ("statistic", "verdict") else "right")
-        for r in res.table.itertuples():
-            rho = "-" if r.spearman_with_target is None or r.spearman_with_target != r.spearman_with_target \
-                else f"{r.spearman_with_target:+.2f}"
-            t.add_row(r.statistic, f"{r.kendall_w:.2f}", f"{r.min_pairwise_spearman:+.2f}", rho, r.flags)
-        console.print(t)
-        console.print(f"wrote {run.out}/trust.csv, values.csv, trust.json", highlight=False)
+        console.print(_table(model, options, res))
+        task = res.summary["task_target"]
+        if task:
+            items = ", ".join(f"{t['task']} {t['n']} items (acc {t['acc_clean']:.3f})" for t in task["tasks"])
+            console.print(f"task target {task['statistic']}: accuracy lost per layer on {items}",
+                          highlight=False)
+        written = ", ".join(n for n in OURS if (run.out / n).is_file())
+        console.print(f"wrote {run.out}: {written}", highlight=False)
+
+
+def _rho(x) -> str:
+    return "-" if x is None or x != x else f"{x:+.2f}"
+
+
+def _table(model: str, options: TrustOptions, res) -> Table:
+    t = Table(title=f"{model}: rankings over {len(options.data)} corpora (target {options.target})")
+    for c in ("statistic", "Kendall W", "min pairwise ρ", "ρ with target", "ρ with task", "verdict"):
+        t.add_column(c, justify="left" if c in ("statistic", "verdict") else "right")
+    for r in res.table.itertuples():
+        t.add_row(r.statistic, f"{r.kendall_w:.2f}", f"{r.min_pairwise_spearman:+.2f}",
+                  _rho(r.spearman_with_target), _rho(r.spearman_with_task), r.flags)
+    return t

@@ -14,6 +14,7 @@ import sysconfig
 from collections.abc import Callable, Iterable
 
 from tlm_probe.files import disk_cache
+from tlm_probe.files.jsonfile import MAX_DEPTH, nesting_depth
 
 CORPUS_VERSION = 1
 
@@ -38,9 +39,21 @@ def _load_or_build(name: str, build: Callable[[], Iterable[str]]) -> tuple[str, 
     entry = f"corpus-{name}-{sys.implementation.cache_tag}-{disk_cache.key_digest(key)}.json"
     payload = disk_cache.read(entry, key)
     if payload is not None:
-        docs = json.loads(payload.decode("utf-8", "surrogatepass"))
+        docs = _stored(payload)
         if isinstance(docs, list) and all(isinstance(d, str) for d in docs):
             return tuple(docs)
     docs = tuple(build())
     disk_cache.write(entry, key, json.dumps(docs, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return docs
+
+
+def _stored(payload: bytes) -> object:
+    """The cached documents, or None (a miss) when the payload is not JSON within the nesting bound: the
+    stdlib's text can hold lone surrogates, stored escaped, so it is parsed as text, not as UTF-8."""
+    text = payload.decode("utf-8", "surrogatepass")
+    if nesting_depth(payload) > MAX_DEPTH:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

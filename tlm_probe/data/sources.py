@@ -11,7 +11,6 @@ import ast
 import functools
 import glob
 import hashlib
-import json
 import sysconfig
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.data.env_corpus import env_documents
 from tlm_probe.data.tokens import is_prepared
 from tlm_probe.errors import UserError
-from tlm_probe.files.jsonfile import decode_utf8, read_json
+from tlm_probe.files.jsonfile import jsonl_records, read_json
 
 SPLITS = ("train", "val", "test", "all")
 SPLIT_CHOICES = ("auto", *SPLITS)
@@ -195,19 +194,11 @@ def _text_file(path: Path) -> Iterator[str]:
 
 
 def _jsonl(path: Path, field: str) -> Iterator[str]:
-    with path.open("rb") as f:  # bytes, so that a line that is not UTF-8 is named by its number
-        for lineno, raw in enumerate(f, 1):
-            line = decode_utf8(raw, f"{path}:{lineno}")
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno} is not valid JSON: {e.msg}") from None
-            if not isinstance(rec, dict) or field not in rec:
-                raise UserError(f"{path}:{lineno} has no field {field!r}")
-            if isinstance(rec[field], str):
-                yield rec[field]
+    for where, rec in jsonl_records(path):  # bounded: line length, nesting, UTF-8 (issue 36)
+        if not isinstance(rec, dict) or field not in rec:
+            raise UserError(f"{where} has no field {field!r}")
+        if isinstance(rec[field], str):
+            yield rec[field]
 
 
 def _split_jsonl(source: str) -> tuple[Path, str] | None:

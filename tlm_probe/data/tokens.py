@@ -15,7 +15,7 @@ import numpy as np
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_path
-from tlm_probe.files.jsonfile import int_field
+from tlm_probe.files.jsonfile import int_field, loads_bounded
 
 MAGIC = b"TLMTOK01"
 HEADER_BYTES = 256
@@ -56,9 +56,9 @@ def read_shard_header(path: str | Path) -> dict:
     if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
         raise UserError(f"{path} is not a tlm token shard (bad magic or truncated header)")
     try:
-        header = json.loads(head[len(MAGIC) :].decode())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"{path} has a corrupt shard header") from None
+        header = loads_bounded(head[len(MAGIC) :], f"{path}'s shard header")  # UTF-8, nesting (issue 36)
+    except UserError as e:
+        raise UserError(f"{path} has a corrupt shard header ({e})") from None
     if not isinstance(header, dict):
         raise UserError(f"{path} has a corrupt shard header (not a JSON object)")
     int_field(header, "n_tokens", f"{path}: its shard header")

@@ -7,7 +7,10 @@
   width: layer to layer when the depths are equal, else each layer of A against B's layer at the same
   relative depth (diff.json says which);
 - per token KL(A || B) of the next-token distributions and dNLL = NLL_A - NLL_B, by position bucket and by
-  the frequency of the target token in the probed text.
+  the frequency of the target token in the probed text;
+- with --stats, the per-layer difference A - B of probe statistics with a CI paired by sequence
+  (paired_stats.py).
+Under torchrun each rank streams its share of the sequences and every sum is all-reduced (ranks.py).
 Both models must read the same token ids (the same vocabulary size, and the same ids for a test string
 when both have a tokenizer).
 """
@@ -30,9 +33,12 @@ from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.native import first_tensor, register_taps
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.data.sources import resolve_split
-from tlm_probe.diff.options import DiffOptions
+from tlm_probe.diff.options import DiffOptions, diff_statistics
+from tlm_probe.diff.paired_stats import CI_OVER_SEQUENCES, PairedStats
+from tlm_probe.diff.ranks import process_group, rank, rank_device, world
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
+from tlm_probe.stats import all_reduce_, all_reduce_int
 from tlm_probe.stats.cka import LayerCKA
 
 POSITION_EDGES = (0, 1, 4, 16, 64, 256, 1024)
@@ -40,12 +46,13 @@ POSITION_EDGES = (0, 1, 4, 16, 64, 256, 1024)
 COUNT_EDGES = (1, 3, 11, 101)
 """Frequency buckets of a target token by its count in the probed text: 1-2, 3-10, 11-100, > 100."""
 CHECK_TEXT = "The quick brown fox, 1234 — ünïcode."
+BUCKETS = (("position", POSITION_EDGES), ("target_count", COUNT_EDGES))
 
 
 @dataclass
 class DiffResult:
     summary: dict
-    """diff.json: cka, best_match, drift, kl_mean, dnll_mean, buckets, provenance."""
+    """diff.json: cka, best_match, drift, kl_mean, dnll_mean, buckets, stats, provenance."""
     cka: np.ndarray
     drift: list[float]
 
@@ -99,32 +106,36 @@ def pairing(n_a: int, n_b: int) -> tuple[list[int], str]:
 
 
 class _Tokens:
-    """KL and dNLL sums per position bucket and per target-frequency bucket."""
+    """KL and dNLL sums per position bucket and per target-frequency bucket: one fixed (bucket, 3) table
+    of [kl, dnll, n], in the buckets' order, so that ranks' tables add."""
 
     def __init__(self, counts: collections.Counter):
         self.counts = counts
-        self.sums = collections.defaultdict(lambda: np.zeros(3))  # (kind, bucket) -> [kl, dnll, n]
+        self.keys = [(kind, bucket_label(edges, i)) for kind, edges in BUCKETS for i in range(len(edges))]
+        self.sums = torch.zeros(len(self.keys), 3, dtype=torch.float64)
 
     def add(self, kl: torch.Tensor, dnll: torch.Tensor, pos: torch.Tensor, targets: torch.Tensor) -> None:
-        pos_b = np.searchsorted(POSITION_EDGES, pos.numpy(), side="right") - 1
-        freq = np.array([self.counts[int(t)] for t in targets.tolist()])
-        freq_b = np.searchsorted(COUNT_EDGES, freq, side="right") - 1
-        kl_np, d_np = kl.double().numpy(), dnll.double().numpy()
-        for kind, edges, idx in (("position", POSITION_EDGES, pos_b), ("target_count", COUNT_EDGES, freq_b)):
-            for b in np.unique(idx):
-                sel = idx == b
-                key = (kind, bucket_label(edges, int(b)))
-                self.sums[key] += [kl_np[sel].sum(), d_np[sel].sum(), sel.sum()]
+        freq = torch.tensor([self.counts[int(t)] for t in targets.tolist()], dtype=torch.long)
+        values = torch.stack([kl.double(), dnll.double(), torch.ones_like(kl, dtype=torch.float64)], 1)
+        first = 0
+        for (_, edges), x in zip(BUCKETS, (pos, freq), strict=True):
+            idx = torch.bucketize(x.long(), torch.tensor(edges), right=True) - 1 + first
+            self.sums.index_add_(0, idx, values)
+            first += len(edges)
+
+    def all_reduce_(self) -> None:
+        all_reduce_(self.sums)
 
     def rows(self) -> list[dict]:
         return [{"bucket_kind": k, "bucket": b, "kl_mean": v[0] / v[2], "dnll_mean": v[1] / v[2],
-                 "n": int(v[2])} for (k, b), v in self.sums.items()]
+                 "n": int(v[2])} for (k, b), v in zip(self.keys, self.sums.tolist(), strict=True) if v[2] > 0]
 
 
 def run_diff(model_a, model_b, opts: DiffOptions, *, trust_remote_code: bool = False,
              unsafe_pickle: bool = False) -> DiffResult:
     started = time.time()
-    device = resolve_device_name(opts.device)
+    stats = diff_statistics(opts.stats)
+    device = rank_device(resolve_device_name(opts.device))
     load = dict(trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
     pa = model_a if isinstance(model_a, ProbeModel) else load_probe_model(model_a, device, opts.dtype, **load)
     pb = model_b if isinstance(model_b, ProbeModel) else load_probe_model(model_b, device, opts.dtype, **load)
@@ -142,7 +153,9 @@ def run_diff(model_a, model_b, opts: DiffOptions, *, trust_remote_code: bool = F
                                 opts.max_tokens or None))
     if not seqs:
         raise UserError(f"no tokens to compare in {str(opts.data)[:80]!r}")
-    acc = _stream(pa, pb, seqs, opts)
+    with process_group():  # torchrun: this rank's share of the sequences, then every sum all-reduced
+        acc = _stream(pa, pb, seqs, opts, stats)
+        acc.all_reduce_()
     return _result(pa, pb, acc, opts, time.time() - started)
 
 
@@ -150,23 +163,41 @@ def run_diff(model_a, model_b, opts: DiffOptions, *, trust_remote_code: bool = F
 class _Acc:
     cka: LayerCKA
     cka_mlp: LayerCKA | None
-    drift_sum: np.ndarray
+    drift_sum: torch.Tensor
     tokens: _Tokens
     pair: list[int]
     pairing: str
+    stats: PairedStats | None = None
     n: int = 0
 
+    def all_reduce_(self) -> None:
+        """Sum every state over torchrun's ranks (nothing in one process)."""
+        for cka in filter(None, (self.cka, self.cka_mlp)):
+            for t in cka.tensors():
+                all_reduce_(t)
+            cka.n = all_reduce_int(cka.n)
+        all_reduce_(self.drift_sum)
+        self.tokens.all_reduce_()
+        if self.stats is not None:
+            self.stats.all_reduce_()
+        self.n = all_reduce_int(self.n)
 
-def _stream(pa: ProbeModel, pb: ProbeModel, seqs: list[list[int]], opts: DiffOptions) -> _Acc:
+
+def _stream(pa: ProbeModel, pb: ProbeModel, seqs: list[list[int]], opts: DiffOptions,
+            stats: tuple[str, ...] = ()) -> _Acc:
+    """Every sum of this rank's share of `seqs` (all of them in one process); target counts are over all."""
     pair, how = pairing(pa.n_layers, pb.n_layers)
     taps = _Taps(pa), _Taps(pb)
     both_mlp = taps[0].has_mlp and taps[1].has_mlp
     acc = _Acc(LayerCKA(pa.n_layers, pa.d_model, pb.n_layers, pb.d_model),
                LayerCKA(pa.n_layers, pa.d_model, pb.n_layers, pb.d_model) if both_mlp else None,
-               np.zeros(pa.n_layers), _Tokens(collections.Counter(t for s in seqs for t in s)), pair, how)
+               torch.zeros(pa.n_layers, dtype=torch.float64),
+               _Tokens(collections.Counter(t for s in seqs for t in s)), pair, how,
+               PairedStats(pa, pb, stats, pair) if stats else None)
+    mine = sq.shard(seqs, rank(), world())
     try:
-        with torch.no_grad():
-            for ids, mask in sq.batches(seqs, opts.batch_size, sq.pad_id(pa), opts.device):
+        with torch.no_grad(), acc.stats.held() if acc.stats else contextlib.nullcontext():
+            for ids, mask in sq.batches(mine, opts.batch_size, sq.pad_id(pa), opts.device):
                 _batch(pa, pb, taps, ids, mask, opts, acc)
     finally:
         for t in taps:
@@ -175,8 +206,11 @@ def _stream(pa: ProbeModel, pb: ProbeModel, seqs: list[list[int]], opts: DiffOpt
 
 
 def _batch(pa, pb, taps, ids: torch.Tensor, mask: torch.Tensor, opts: DiffOptions, acc: _Acc) -> None:
-    logits_a = first_tensor(pa.forward(ids, mask)).float()  # (B, T, V)
-    logits_b = first_tensor(pb.forward(ids, mask)).float()
+    if acc.stats is not None:  # the same forward passes feed the probe statistics' hooks too
+        logits_a, logits_b = (first_tensor(o).float() for o in acc.stats.forward(ids, mask, opts.exclude_bos))
+    else:
+        logits_a = first_tensor(pa.forward(ids, mask)).float()  # (B, T, V)
+        logits_b = first_tensor(pb.forward(ids, mask)).float()
     keep = mask.bool().clone()
     if opts.exclude_bos:
         keep[:, 0] = False
@@ -214,9 +248,13 @@ def _result(pa: ProbeModel, pb: ProbeModel, acc: _Acc, opts: DiffOptions, second
         "best_match": [int(np.nanargmax(row)) if np.isfinite(row).any() else None for row in cka],
         "drift": [_num(v) for v in drift], "drift_pairing": acc.pairing, "drift_layers_b": acc.pair,
         "kl_mean": kl_mean, "dnll_mean": dnll, "n_tokens": acc.n, "n_predictions": n_pred,
-        "buckets": rows, "options": opts.__dict__, "seconds": seconds,
+        "buckets": rows, "options": opts.__dict__, "seconds": seconds, "world_size": world(),
         "paths": [str(pa.path) if pa.path else None, str(pb.path) if pb.path else None],
     }
+    if acc.stats is not None:
+        summary["stats"] = [{k: _num(v) if isinstance(v, float) else v for k, v in r.items()}
+                            for r in acc.stats.rows()]
+        summary["stats_ci"] = CI_OVER_SEQUENCES
     return DiffResult(summary, cka, drift)
 
 
@@ -249,7 +287,15 @@ def tables(res: DiffResult) -> dict[str, list[dict]]:
                            "ci_low": over_seeds.get("ci_low"), "ci_high": over_seeds.get("ci_high"),
                            "n_tokens": s["n_tokens"], "d_ff": s["d_ff"][0][l]})
     tokens = [{"model": name, **r} for r in s["buckets"]]
-    return {"cka.csv": cka, "layers.csv": layers, "tokens.csv": tokens}
+    out = {"cka.csv": cka, "layers.csv": layers, "tokens.csv": tokens}
+    if s.get("stats"):
+        out["stats.csv"] = [{"model_a": s["model_a"], "model_b": s["model_b"],
+                             **{k: r[k] for k in STATS_COLUMNS}} for r in s["stats"]]
+    return out
+
+
+STATS_COLUMNS = ("layer", "depth", "statistic", "value_a", "value_b", "diff", "ci_low", "ci_high", "n")
+"""stats.csv's columns after model_a, model_b (n: sequences for one pair, seeds over a comparison)."""
 
 
 def write_diff(out: Path, res: DiffResult) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
+from tlm_probe.statistic_names import ALIGNMENT, asked_statistics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +26,9 @@ class DiffOptions:
     """Sequences per forward pass."""
     exclude_bos: bool = False
     """Leave position 0 out of every mean."""
+    stats: str = ""
+    """Probe statistics (names as in `tlm probe --stats`: alignment statistics or the alignment set), comma
+    separated, whose per-layer difference A - B is written with a 95% CI (stats.csv); empty: none."""
     device: str = "auto"
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
     dtype: str = "float32"
@@ -38,3 +42,19 @@ class DiffOptions:
             raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.split not in SPLIT_CHOICES:
             raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
+        diff_statistics(self.stats)  # a typo is refused at start-up, before a model is loaded
+
+
+def diff_statistics(spec: str) -> tuple[str, ...]:
+    """--stats -> the statistics to diff (none for ""); the importance statistics are refused (one line): they
+    come from a second pass over kept sequences, not from the per-token stream that pairs A and B."""
+    if not spec.strip():
+        return ()
+    asked = asked_statistics(spec)
+    other = [s for s in asked if s not in ALIGNMENT]
+    if other:
+        more = " ..." if len(other) > 3 else ""
+        raise UserError(f"tlm diff --stats takes the per-token alignment statistics ({', '.join(ALIGNMENT)});"
+                        f" {', '.join(other[:3])}{more} are importance statistics: probe each model with "
+                        "`tlm probe --stats` for those")
+    return asked

@@ -13,6 +13,7 @@ import numpy as np
 from scipy import stats
 
 from tlm_probe.diff.engine import DiffResult
+from tlm_probe.diff.paired_stats import CI_OVER_SEEDS
 from tlm_probe.errors import UserError
 
 
@@ -72,6 +73,23 @@ def _buckets(results: list[DiffResult]) -> list[dict]:
     return rows
 
 
+def _stats(results: list[DiffResult]) -> list[dict] | None:
+    """Each (statistic, layer) of --stats: value_a, value_b and diff as means over the seeds, and the diff's
+    paired t interval over the seeds (each seed's A - B is one paired difference; n: seeds)."""
+    if not all(r.summary.get("stats") for r in results):
+        return None
+    rows = []
+    for k, first in enumerate(results[0].summary["stats"]):
+        per = [r.summary["stats"][k] for r in results]
+        d = mean_ci([p["diff"] for p in per])
+        rows.append({**{key: first[key] for key in ("layer", "layer_b", "depth", "statistic")},
+                     "value_a": mean_ci([p["value_a"] for p in per])["mean"],
+                     "value_b": mean_ci([p["value_b"] for p in per])["mean"],
+                     "diff": d["mean"], "ci_low": d["ci_low"], "ci_high": d["ci_high"], "n": d["n_seeds"],
+                     "n_tokens": sum(p["n_tokens"] for p in per)})
+    return rows
+
+
 def aggregate(results: list[DiffResult], seeds: list[int], arm: str, baseline: str) -> DiffResult:
     """One DiffResult whose numbers are means over the seed pairs (with CIs beside them)."""
     s = [r.summary for r in results]
@@ -96,6 +114,9 @@ def aggregate(results: list[DiffResult], seeds: list[int], arm: str, baseline: s
         "per_seed": [{"seed": seed, **{k: v for k, v in x.items() if k not in ("options",)}}
                      for seed, x in zip(seeds, s, strict=True)],
     }
+    stats_rows = _stats(results)
+    if stats_rows is not None:
+        summary["stats"], summary["stats_ci"] = stats_rows, CI_OVER_SEEDS
     summary["cka_mlp"] = None if summary["cka_mlp_ci"] is None else \
         [[c["mean"] for c in row] for row in summary["cka_mlp_ci"]]
     return DiffResult(summary, mean, summary["drift"])

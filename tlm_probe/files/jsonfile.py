@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from tlm_probe.errors import UserError
@@ -15,6 +16,8 @@ MAX_BYTES = 256 * 2**20
 """The largest JSON file tlm reads (its own files are kilobytes; a tokenizer.json some megabytes)."""
 MAX_DEPTH = 64
 """The deepest nesting accepted: tlm's files nest a few levels; 100,000 would exhaust Python's stack."""
+MAX_LINE_BYTES = 64 * 2**20
+"""The longest line of a JSONL file tlm reads (a corpus record is a document: a book is a few megabytes)."""
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
@@ -40,6 +43,8 @@ def loads_bounded(raw: bytes, where: str, max_depth: int = MAX_DEPTH):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{where} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
+    except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise UserError(f"{where} holds a number tlm does not read ({str(e).split(';')[0]})") from None
 
 
 def decode_utf8(raw: bytes, where: str) -> str:
@@ -49,6 +54,20 @@ def decode_utf8(raw: bytes, where: str) -> str:
     except UnicodeDecodeError as e:
         bad = f"byte 0x{raw[e.start]:02x} at offset {e.start}"
         raise UserError(f"{where} is not UTF-8 text ({bad})") from None
+
+
+def jsonl_records(path: str | Path, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[str, object]]:
+    """("path:line", record) for each non-blank line of a JSONL file, read line by line: a line is read
+    only up to `max_line` bytes (a longer one is refused before more of it is held), and parsed by
+    loads_bounded (UTF-8, nesting). Every failure is one UserError naming the file, the line and the limit."""
+    with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 is named by its number
+        for lineno, raw in enumerate(iter(lambda: f.readline(max_line + 1), b""), 1):
+            where = f"{path}:{lineno}"
+            if len(raw) > max_line:
+                raise UserError(f"{where} is longer than the {max_line:,} bytes allowed for a line of a "
+                                "JSONL file")
+            if raw.strip():
+                yield where, loads_bounded(raw, where)
 
 
 def read_json(path: str | Path):

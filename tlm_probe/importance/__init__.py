@@ -8,7 +8,7 @@
   effective_rank, participation_ratio, anisotropy        geometry.py
   dead_neuron_frac, stable_rank_mlp_out  utilisation.py
   probe_acc                              linear_probes.py
-per model (layer = -1): spearman_<proxy> against the MLP zero-ablation effect (agreement.py), and
+per model (agreement.csv): spearman_<proxy> against the MLP zero-ablation effect (agreement.py), and
 layer x layer (matrices table): angular_distance[_last], cka_linear, drop_block_best[_last] (tables.py).
 
 catalogue.py says what each statistic needs; suite.py is the second pass that probe/engine.py runs on a
@@ -28,6 +28,7 @@ from tlm_probe.importance.catalogue import (
 )
 from tlm_probe.importance.cost import CostNotice
 from tlm_probe.importance.options import ImportanceOptions, options_from
+from tlm_probe.importance.stream_ablations import StreamAblations, fusable
 from tlm_probe.importance.suite import expected_passes, run_importance
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "STATISTICS",
     "TARGETS",
     "expected_passes",
+    "fusable",
     "ImportanceOptions",
     "needs",
     "options_from",
@@ -45,4 +47,5 @@ __all__ = [
     "run_importance",
     "spearman_parts",
     "spearman_rows",
+    "StreamAblations",
 ]

@@ -112,15 +112,19 @@ class AblationEffects:
         self.means = {f"ablation_{metric}_{n}": TokenMean(n_layers) for n in names}
 
     @torch.no_grad()
-    def update(self, batch: dict, mask: torch.Tensor, clean: torch.Tensor | None = None) -> None:
-        """mask (B, T) bool of tokens to count; `clean` is the unablated output if already computed."""
+    def update(
+        self, batch: dict, mask: torch.Tensor, clean: torch.Tensor | None = None, recorded: bool = False
+    ) -> None:
+        """mask (B, T) bool of tokens to count; `clean` is the unablated output if already computed, by a
+        forward the restart recorded (`recorded`: the probe's stream, stream_ablations.py) or not (then no
+        cache: every ablation re-runs in full)."""
         if not self.ablations:  # nothing asked for: not even the clean pass
             return
-        restart = self.restart if clean is None else None  # a clean output from elsewhere: no cache
-        with restart.recording() if restart else nullcontext():
+        restart = self.restart if clean is None or recorded else None
+        with restart.recording() if restart and not recorded else nullcontext():
             clean = self._run(batch, 1.0) if clean is None else clean
         if restart:
-            restart.self_check(self._run, batch, clean)
+            restart.self_check(self._run, batch)
         ref = self.reference(clean, batch)  # e.g. the clean NLL: once per batch, not once per ablation
         B = mask.shape[0]
         for group in self._schedule(B):
@@ -133,16 +137,20 @@ class AblationEffects:
         """The groups of ablations that share one forward on a batch of B rows."""
         return _groups(self.ablations, max(1, self.max_rows // B))
 
-    def planned(self, B: int, first: bool, restartable: bool = True) -> list[tuple[int, float]]:
+    def planned(
+        self, B: int, first: bool, restartable: bool = True, fused: bool = False
+    ) -> list[tuple[int, float]]:
         """(rows, share) of each forward update() runs on a batch of B rows (the first batch of the pass:
-        `first`), with the restart usable or not: what the pass will count (importance/cost.py prints it
-        before the run; tests/test_importance_cost_line.py holds it equal to the counted passes)."""
+        `first`), with the restart usable or not, fused with the probe's stream or not: what the pass will
+        count (importance/cost.py prints it before the run; tests/test_importance_cost_line.py holds it
+        equal to the counted passes)."""
         if not self.ablations:
             return []
         share = self.restart.share if self.restart else (lambda l0: 1.0)
         last = self.restart and len(self.restart.layers) - 1
-        check = first and restartable and bool(last)  # Restart.self_check, once, at the last layer
-        return [(B, 1.0), *([(B, share(last))] if check else [])] + [
+        check = first and restartable and bool(last)  # Restart.self_check, once: the last block alone
+        clean = (B, self.restart.head) if fused else (B, 1.0)  # fused: the stream ran all but the head
+        return [clean, *([(B, self.restart.block_share())] if check else [])] + [
             (len(g) * B, share(l0) if (l0 := _start(g, restartable)) else 1.0) for g in self._schedule(B)
         ]
 

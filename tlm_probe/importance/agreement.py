@@ -1,8 +1,9 @@
 """Proxy agreement: Spearman rho across layers between each cheap proxy and the ablation effect.
 
-Rows go into the result table with layer = -1 (a per-model row, not a layer), statistic
-`spearman_<proxy>`; ci_low/ci_high are a Fisher-z 95% interval with the Bonett & Wright (2000) variance
-(1 + rho^2 / 2) / (n - 3), NaN when fewer than 4 layers; n_tokens holds the number of layers compared.
+Rows go into the agreement table (agreement.csv, results.AGREEMENT_COLUMNS: one per model and proxy, not
+a layer's), statistic `spearman_<proxy>`; ci_low/ci_high are a Fisher-z 95% interval with the Bonett &
+Wright (2000) variance (1 + rho^2 / 2) / (n - 3), NaN when fewer than 4 layers; n_tokens here holds the
+number of layers compared (n_layers in the table).
 The target is `ablation_dnll_mlp_zero` for causal LMs and `ablation_shift_mlp_zero` for encoders.
 """
 

@@ -12,8 +12,9 @@ Safety (never compute on a wrong stream): restarting is used only when, in the c
   layers: no projection, no scaling, no extra state),
 - each layer's output is a tensor, or a tuple whose other elements are all None (the stub can rebuild it),
 - no layer's `forward` is already replaced on the instance (the stub would hide or remove it),
-- restarting at the last layer with no ablation reproduces the clean output (checked once, on the first
-  batch: catches state a layer hands to later layers outside the stream, e.g. a shared value residual).
+- restarting at the last layer with no ablation reproduces that layer's clean output (checked once, on
+  the first batch, running that one block: catches state a layer hands to later layers outside the
+  stream, e.g. a shared value residual).
   Such state, left by the clean forward of the same batch, holds the clean values the skipped layers
   would produce again; only its row count can differ from a repeated batch, which fails loudly, and a
   restarted forward that raises is run again in full (AblationEffects) and restarting is turned off.
@@ -118,19 +119,52 @@ class Restart:
 
         return forward
 
-    def self_check(self, forward, batch: dict, clean: torch.Tensor) -> None:
-        """Once: restarting at the last layer without an ablation must give the clean output back
-        (forward(batch, share) as AblationEffects.forward)."""
+    def block_share(self) -> float:
+        """Forwards' worth of one block alone (the self-check: no head)."""
+        return (1 - self.head) / max(len(self.layers), 1)
+
+    def self_check(self, forward, batch: dict) -> None:
+        """Once: restarting at the last layer without an ablation must give that layer's clean output back
+        (forward(batch, share) as AblationEffects.forward). Only the last block runs: the forward stops at
+        its output, before the final norm and the head, and it is compared with the recorded clean one."""
         if self.checked or not self.usable() or len(self.layers) < 2:
             return
         self.checked = True
+        last, got = len(self.layers) - 1, {}
+
+        def stop(module, args, output):
+            got["out"] = first_tensor(output)
+            raise _Stop
+
+        handle = self.layers[last].register_forward_hook(stop)
         try:
-            last = len(self.layers) - 1
             with self.from_layer(last, 1):
-                again = forward(batch, self.share(last))
+                forward(batch, self.block_share())
+        except _Stop:
+            pass
         except Exception as e:  # a layer that needs what a stubbed one would have set: not restartable
             self.refuse(f"restart failed: {type(e).__name__}")
             return
+        finally:
+            handle.remove()
+        again, clean = got.get("out"), self.outputs[last]
         bound = SELF_CHECK_EPS * torch.finfo(clean.dtype).eps * float(clean.abs().max())
-        if again.shape != clean.shape or float((again - clean).abs().max()) > bound:
+        if again is None or again.shape != clean.shape or float((again - clean).abs().max()) > bound:
             self.refuse("restart at the last layer does not reproduce the clean output")
+
+    @contextmanager
+    def rows(self, rows: torch.Tensor, batch_rows: int):
+        """Inside, the cache holds only `rows` of the recorded batch of `batch_rows` rows (a batch the probe's
+        stream forwarded whole, of which only these rows are ablated); none (full re-runs) where a layer's
+        output is not (B, ...)."""
+        saved = self.outputs
+        whole = all(o is not None and o.shape[0] == batch_rows for o in saved)
+        self.outputs = [o.index_select(0, rows) for o in saved] if whole else []
+        try:
+            yield
+        finally:
+            self.outputs = saved
+
+
+class _Stop(Exception):
+    """Raised by the self-check's hook at the last layer's output: nothing after it needs to run."""

@@ -6,7 +6,9 @@ Only the parts the asked statistics need run (catalogue.NEEDS):
    pools) for mean/resample ablation;
 2. ablations, G at a time on the batch repeated G times, each restarted from the cached clean stream at
    its lowest ablated layer where the model allows it (restart.py: (L+1)/2 of L blocks on average for
-   single-block ablations, plus the head; the cache is at most L x B x T x d per batch);
+   single-block ablations, plus the head; the cache is at most L x B x T x d per batch); where the
+   probe's stream already forwards the kept batches (native backend) and no ablation needs calibration,
+   they run there instead, from its forward (stream_ablations.py): no clean forward of their own;
 3. gradients: one backward per batch (Taylor, gradient norm) or per sequence (Fisher), on the sequences
    whose global index is below `grad_sequences`, so that torchrun ranks together take the same ones.
 After each pass its sums are all-reduced across ranks; then the sampled statistics (CKA, effective rank,
@@ -154,10 +156,13 @@ def _gradients(pm, need: frozenset[str], opts: ImportanceOptions) -> bool:
     return "grad" in need and pm.is_causal and pm.lm_head() is not None and opts.grad_sequences > 0
 
 
-def expected_passes(pm, batches: list[dict], stats: list[str], opts=None, restartable: bool = True) -> dict:
+def expected_passes(
+    pm, batches: list[dict], stats: list[str], opts=None, restartable: bool = True, fused: bool = False
+) -> dict:
     """info["passes"] of run_importance(pm, batches, stats, opts), before it runs: the same PassCounter fed
-    the forwards each pass plans (the restart from the cached stream usable, or refused). Equal to the
-    counted passes when the restart's usability was guessed right (tests/test_importance_cost_line.py)."""
+    the forwards each pass plans (the restart from the cached stream usable, or refused; the ablations
+    fused with the probe's stream: stream_ablations.py). Equal to the counted passes when the restart's
+    usability was guessed right (tests/test_importance_cost_line.py)."""
     opts, need = _asked(stats, opts)
     batches = _indexed(batches)
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
@@ -170,7 +175,7 @@ def expected_passes(pm, batches: list[dict], stats: list[str], opts=None, restar
             counter.extra("clean", lens_forwards(pm, B * decoded_share(pos, T), counter.rows, T))
     eff = _effects(pm, opts, None, None) if "ablation" in need else None
     for i, b in enumerate(batches if eff is not None else ()):
-        for rows, share in eff.planned(b["input_ids"].shape[0], i == 0, restartable):
+        for rows, share in eff.planned(b["input_ids"].shape[0], i == 0, restartable, fused):
             counter.forward("ablation", rows, share)
     per_sequence = "grad_per_sequence" in need
     for seq in _chosen(batches, opts.grad_sequences, per_sequence) if _gradients(pm, need, opts) else ():
@@ -186,13 +191,15 @@ def run_importance(
     opts: ImportanceOptions | None = None,
     track=_no_track,
     notice=None,
+    fused=None,
 ):
     """The importance statistics `stats` of `pm` (names from catalogue.STATISTICS, computable here).
 
     batches: dicts of input_ids, attention_mask (B, T) and seq_index (B,) (global sequence index).
     Returns (per-layer rows, layer x layer rows, info): info holds sample sizes, seeds, the passes run and
     the statistics that could not be computed on this input (name -> one-line reason). `notice`
-    (cost.CostNotice) is told the expected passes before the run and times the first batch.
+    (cost.CostNotice) is told the expected passes before the run and times the first batch. `fused`
+    (stream_ablations.StreamAblations): the ablations, already run in the probe's stream on these batches.
     """
     started = time.perf_counter()
     opts, need = _asked(stats, opts)
@@ -200,10 +207,15 @@ def run_importance(
     batches = [{k: v.to(device) for k, v in b.items()} for b in _indexed(batches)]
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
     if notice is not None:  # the expected cost, before any pass runs; then the first batch's time
-        notice.before(*(expected_passes(pm, batches, stats, opts, r) for r in (True, False)), counter.rows)
+        expected = (expected_passes(pm, batches, stats, opts, r, fused is not None) for r in (True, False))
+        notice.before(*expected, counter.rows)
         track = notice.timed(track, counter)
     first, calib = _first_pass(pm, batches, opts, need, track, counter) if need & FIRST_PASS else (None, None)
-    effects = _ablation_pass(pm, batches, opts, calib, track, counter) if "ablation" in need else None
+    if fused is not None:  # run in the stream: its forwards join this pass's count
+        effects = fused.finish()
+        counter.calls.update(fused.counter.calls)
+    else:
+        effects = _ablation_pass(pm, batches, opts, calib, track, counter) if "ablation" in need else None
     grads = None
     if _gradients(pm, need, opts):
         grads = _gradient_pass(pm, batches, opts, "grad_per_sequence" in need, track, counter)

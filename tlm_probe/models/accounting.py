@@ -1,6 +1,7 @@
 """Parameter and training-FLOP accounting for tapered and uniform configs, by formula (no allocation).
 
-Parameters: embeddings V·d (+ T_max·d learned positions), per block a token mixer (MIXER_PARAMS below),
+Parameters: embeddings V·d (+ T_max·d learned positions), per block a token mixer (its row's formulas,
+models/mixer_registry.py),
 MLP 3·d·d_l (SwiGLU) or 2·d·d_l (GELU) per level (Hope-attention's continuum memory has K levels of width
 d_l, others one; plus one step size per level that updates in context and one norm per level after the
 first), two norms (d for RMSNorm, 2d for LayerNorm), a final norm, and the unembedding V·d
@@ -17,7 +18,7 @@ multiply-accumulates of the
 chunk-parallel algorithm as implemented (models/memory.py: key forward and error backprop at the chunk's
 start 3·d_m·d_h, query read-out against W_0 and S_0 4·d_m·d_h, end-of-chunk weight and momentum updates
 4·d_m·d_h, the two b-wide dual-form products 2·b·(d_m + d_h)), times 3 for forward + backward; Hope's
-in-context levels add 6·(M + 1)·d·d_l per adaptive level (cms_flops_per_token).
+in-context levels add 6·(M + 1)·d·d_l per adaptive level (inner_flops_per_token).
 KV-cache bytes per token: Σ_l 2·H_kv,l·d_h·bytes (a key and a value vector per key/value head per layer).
 Every count is linear in d_l, H_l and H_kv,l, so a schedule that keeps Σ d_l, Σ H_l and Σ H_kv,l keeps
 parameters, FLOPs and KV-cache bytes exactly.
@@ -28,9 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tlm_probe.models.config import TLMConfig
-
-MLP_MATRICES = {"swiglu": 3, "gelu": 2}
-NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}
+from tlm_probe.models.mixer_registry import MIXERS
+from tlm_probe.models.mixer_spec import NORM_PARAMS, mlp_matrices
 
 
 @dataclass(frozen=True)
@@ -73,52 +73,19 @@ class ParamCount:
 
 def attention_params(cfg: TLMConfig, layer: int = 0) -> int:
     """Parameters of block `layer`'s token mixer (named `attention` in the tables for every mixer)."""
-    return MIXER_PARAMS[cfg.mixer](cfg, layer)
-
-
-def _softmax_attention(cfg: TLMConfig, l: int) -> int:
-    d, dh, H, KV = cfg.d_model, cfg.d_head, cfg.heads_at(l), cfg.kv_heads_at(l)
-    return d * (H + 2 * KV) * dh + H * dh * d
-
-
-def _gated_attention(cfg: TLMConfig, l: int) -> int:
-    return _softmax_attention(cfg, l) + cfg.d_model * cfg.heads_at(l) * cfg.d_head
-
-
-def _titans(cfg: TLMConfig, l: int) -> int:
-    d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
-    d_m = cfg.mem_width_at(l)
-    memory = 3 * d * H * dh + 3 * H * dh * cfg.conv_kernel + 3 * d * H + 3 * H + 2 * H * d_m * dh
-    memory += dh + d * H * dh + H * dh * d + cfg.mem_persistent * d
-    return memory + NORM_PARAMS[cfg.norm] * d + _softmax_attention(cfg, l)  # + the SWA's pre-norm
-
-
-MIXER_PARAMS = {
-    "attention": _softmax_attention,
-    "gated_attention": _gated_attention,
-    "titans": _titans,
-    "hope_attention": _softmax_attention,
-}
-# parameters of a mixer that are not multiplied with every token's activations (biases, initial memory
-# weights, persistent tokens, the read-out norm): left out of N_matmul
-_NOT_MATMUL = {
-    "titans": lambda c, l: 3 * c.n_heads + 2 * c.n_heads * c.mem_width_at(l) * c.d_head + c.mem_persistent
-    * c.d_model + c.d_head + NORM_PARAMS[c.norm] * c.d_model,
-}
+    return MIXERS[cfg.mixer].params(cfg, layer)
 
 
 def cms_adaptive_levels(cfg: TLMConfig) -> int:
-    """Hope-attention: continuum-memory levels per block that update in context (chunk < max_seq_len);
-    each carries one step-size parameter (models/cms.py). 0 for other mixers."""
-    if cfg.mixer != "hope_attention":
-        return 0
-    return sum(c < cfg.max_seq_len for c in cfg.cms_chunks)
+    """MLP levels per block that update in context (Hope-attention's continuum memory: chunk <
+    max_seq_len); each carries one step-size parameter (models/cms.py). 0 for other mixers."""
+    return MIXERS[cfg.mixer].adaptive_levels(cfg)
 
 
 def count_params(cfg: TLMConfig) -> ParamCount:
     d = cfg.d_model
     norm = NORM_PARAMS[cfg.norm] * d
-    per_width = cfg.cms_levels * MLP_MATRICES[cfg.mlp] * d
+    per_width = cfg.cms_levels * mlp_matrices(cfg) * d
     rates = cms_adaptive_levels(cfg)
     norms = (1 + cfg.cms_levels) * norm  # ln1, ln2 (level 1's for Hope), Hope's levels 2..K
     layers = tuple(LayerParams(l, w, attention_params(cfg, l), per_width * w + rates, norms)
@@ -133,37 +100,21 @@ def count_params(cfg: TLMConfig) -> ParamCount:
 
 
 def matmul_params(cfg: TLMConfig) -> int:
-    pc = count_params(cfg)
-    not_matmul = _NOT_MATMUL.get(cfg.mixer, lambda c, l: 0)
-    static = sum(not_matmul(cfg, l) for l in range(cfg.n_layers)) + cms_adaptive_levels(cfg) * cfg.n_layers
+    pc, row = count_params(cfg), MIXERS[cfg.mixer]
+    static = sum(row.static_params(cfg, l) + cms_adaptive_levels(cfg) for l in range(cfg.n_layers))
     return sum(l.attention + l.mlp for l in pc.layers) - static + cfg.vocab_size * cfg.d_model
 
 
-def memory_flops_per_token(cfg: TLMConfig) -> int:
-    """Training FLOPs per token of Titans' inner loop, summed over layers (0 for other mixers)."""
-    if cfg.mixer != "titans":
-        return 0
-    dh, b = cfg.d_head, cfg.mem_chunk
-    return sum(6 * cfg.n_heads * (11 * d_m * dh + 2 * b * (d_m + dh))
-               for d_m in map(cfg.mem_width_at, range(cfg.n_layers)))
-
-
-def cms_flops_per_token(cfg: TLMConfig) -> int:
-    """Training FLOPs per token of Hope-attention's in-context level updates (0 for other mixers): each
-    adaptive level's inner gradient back-propagates the error through its MLP (W_out·r and one outer
-    product per matrix: (M + 1)·d·d_l multiply-accumulates for M matrices; the forward it needs is the
-    read, already in N_matmul), times 2 FLOPs, times 3 for forward + backward."""
-    if cfg.mixer != "hope_attention":
-        return 0
-    per_width = 6 * (MLP_MATRICES[cfg.mlp] + 1) * cfg.d_model * cms_adaptive_levels(cfg)
-    return per_width * sum(cfg.d_ff)
+def inner_flops_per_token(cfg: TLMConfig) -> int:
+    """Training FLOPs per token of the mixer's in-context updates, summed over layers: Titans' memory, Hope's
+    adaptive continuum-memory levels (the row's inner_flops; 0 for attention)."""
+    return MIXERS[cfg.mixer].inner_flops(cfg)
 
 
 def train_flops_per_token(cfg: TLMConfig, seq_len: int | None = None) -> int:
-    T = seq_len or cfg.max_seq_len
-    T_att = min(T, cfg.window) + cfg.mem_persistent if cfg.mixer == "titans" else T
+    T_att = MIXERS[cfg.mixer].attention_context(cfg, seq_len or cfg.max_seq_len)
     attention = 6 * T_att * sum(cfg.heads_at(l) for l in range(cfg.n_layers)) * cfg.d_head
-    return 6 * matmul_params(cfg) + attention + memory_flops_per_token(cfg) + cms_flops_per_token(cfg)
+    return 6 * matmul_params(cfg) + attention + inner_flops_per_token(cfg)
 
 
 KV_BYTES = 2

@@ -12,6 +12,7 @@ from transformer_lens.hook_points import HookPoint
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.hooks import edit, hooked
 from tlm_probe.models.layers import Rotary
+from tlm_probe.models.mixer_registry import MIXERS
 
 
 class Attention(nn.Module):
@@ -25,7 +26,7 @@ class Attention(nn.Module):
         self.W_V = nn.Linear(cfg.d_model, self.kv_heads * cfg.d_head, bias=False)
         self.W_O = nn.Linear(d_attn, cfg.d_model, bias=False)
         # G1 gate (Qiu et al. 2025): sigmoid(x W_G), elementwise per head, on the SDPA output
-        self.W_G = nn.Linear(cfg.d_model, d_attn, bias=False) if cfg.mixer == "gated_attention" else None
+        self.W_G = nn.Linear(cfg.d_model, d_attn, bias=False) if MIXERS[cfg.mixer].output_gate else None
         self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta) if cfg.positions == "rope" else None
         self.dropout = cfg.dropout
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()  # (B, T, H, d_head)

@@ -7,7 +7,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from tlm_probe.errors import UserError
+from tlm_probe.models.mixer_registry import MIXER_HELP, MIXER_KINDS, MIXERS, REFERENCE_MIXER, SETTINGS, owns
+from tlm_probe.models.mixer_spec import ConfigError
 from tlm_probe.schedules.heads import head_counts, kv_counts, mem_unit, mem_widths
 from tlm_probe.schedules.widths import ScheduleSpec, make_schedule, parse_schedule
 
@@ -23,75 +24,10 @@ NORM_SCALINGS = {
 """cfg.norm_scaling -> the factor on the output of each pre-norm of 0-based layer `layer`."""
 
 
-class ConfigError(UserError, ValueError):
-    """An invalid model configuration; the message names the bad field."""
-
-
-# Each mixer's own settings: one frozen dataclass per mixer, whose fields (name, type, default, docstring)
-# TLMConfig inherits and config.json stores flat; TrainConfig and the CLI offer them (train/model_options.py),
-# and the model, shapes, accounting and presets read them off the config (cfg.window, ...).
-
-
-@dataclass(frozen=True)
-class TitansSettings:
-    """titans (MAL: neural long-term memory, then sliding-window attention; models/titans.py)."""
-
-    window: int = 64
-    """titans: sliding-window attention span in tokens (the query and window-1 tokens before it); the
-    paper-scale presets use 1024 (models/presets.py)."""
-    mem_chunk: int = 16
-    """titans: chunk size of the parallel memory update (gradients inside a chunk are taken at the
-    memory of the chunk's start)."""
-    mem_expand: int = 2
-    """titans: hidden width of each head's 2-layer memory MLP, as a multiple of the head dimension."""
-    layer_mem_width: tuple[int, ...] = field(default=(), metadata={"schedule": "mem_schedule"})
-    """titans, optional: per-layer hidden width d_m of each head's memory MLP (empty: mem_expand·d_head in
-    every layer)."""
-    mem_persistent: int = 0
-    """titans: learnable persistent-memory tokens prepended to the memory's input (0 = none)."""
-    conv_kernel: int = 4
-    """titans: width of the depthwise causal convolution after the q/k/v projections."""
-
-    def validate(self) -> None:
-        for key in ("window", "mem_chunk", "mem_expand", "conv_kernel"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
-        if self.mem_persistent < 0:
-            raise ConfigError(f"mem_persistent must be >= 0, got {self.mem_persistent}")
-
-
-@dataclass(frozen=True)
-class HopeSettings:
-    """hope_attention (attention + a continuum memory system in place of the MLP; models/cms.py)."""
-
-    cms_chunks: tuple[int, ...] = (16, 64, 256, 1024)
-    """hope_attention: chunk size C_l (tokens) of each continuum-memory level, in chain order: level l
-    updates its weights in context after every C_l tokens (the update applies from the next chunk on);
-    a level with C_l >= max_seq_len never updates within a context and is a plain residual MLP."""
-    cms_step_periods: tuple[int, ...] = ()
-    """hope_attention, optional: the older optimizer-step reading of the CMS, on top of the in-context one:
-    level l takes an AdamW step only every P_l optimizer steps (train/multifreq.py); empty = every step."""
-
-    def validate(self) -> None:
-        if not self.cms_chunks or min(self.cms_chunks) < 1:
-            raise ConfigError(f"cms_chunks must be one or more chunk sizes >= 1, got {list(self.cms_chunks)}")
-        if self.cms_step_periods and (len(self.cms_step_periods) != len(self.cms_chunks)
-                                      or min(self.cms_step_periods) < 1):
-            raise ConfigError(f"cms_step_periods needs one period >= 1 per level ({len(self.cms_chunks)}), "
-                              f"got {list(self.cms_step_periods)}")
-
-
-MIXER_SETTINGS: dict[str, type | None] = {
-    "attention": None,  # its settings (heads, key/value heads) are every mixer's: TLMConfig's own fields
-    "gated_attention": None,  # the G1 gate is the mixer kind itself
-    "titans": TitansSettings,
-    "hope_attention": HopeSettings,
-}
-"""Mixer kind -> its settings dataclass: the one row a new mixer adds here (models/mixers.py, shapes.py and
-accounting.py hold its module, shapes and counts; tests/test_mixer_registry.py checks all four agree)."""
-MIXER_KINDS = tuple(MIXER_SETTINGS)
-SETTINGS = tuple(dict.fromkeys(s for s in MIXER_SETTINGS.values() if s is not None))
-"""The settings classes, each once, in registry order: TLMConfig's bases, and config.json's order."""
+# Each mixer's own settings: one frozen dataclass per mixer, named by its row in models/mixer_registry.py,
+# whose fields (name, type, default, docstring) TLMConfig inherits and config.json stores flat after `mixer`;
+# TrainConfig and the CLI offer them (train/model_options.py), and the model, shapes, accounting and presets
+# read them off the config (cfg.window, ...).
 
 
 @dataclass(frozen=True)
@@ -122,10 +58,7 @@ class TLMConfig(*SETTINGS):
     """rmsnorm | layernorm"""
     positions: str = "rope"
     """rope | learned"""
-    mixer: str = "attention"
-    """attention | gated_attention (per-head elementwise sigmoid output gate, Qiu et al. 2025 G1) | titans
-    (MAL: neural long-term memory, then sliding-window attention; models/titans.py) | hope_attention
-    (attention + continuum memory system in place of the MLP; models/cms.py)"""
+    mixer: str = field(default=REFERENCE_MIXER, metadata={"help": MIXER_HELP})  # help: the registry rows
     # the mixers' settings (window ... cms_step_periods) come from SETTINGS and follow `mixer` in config.json
     tie_embeddings: bool = True
     """Share the input embedding and the unembedding matrix."""
@@ -168,10 +101,6 @@ class TLMConfig(*SETTINGS):
         """Key/value heads of layer i."""
         return self.layer_kv_heads[i] if self.layer_kv_heads else self.kv_heads
 
-    def mem_width_at(self, i: int) -> int:
-        """titans: hidden width d_m of layer i's per-head memory MLP."""
-        return self.layer_mem_width[i] if self.layer_mem_width else self.mem_expand * self.d_head
-
     # TransformerLens's ActivationCache reads these two off model.cfg (decompose_resid, apply_ln_to_stack);
     # properties, not fields, so config.json is unchanged
     @property
@@ -188,8 +117,8 @@ class TLMConfig(*SETTINGS):
 
     @property
     def cms_levels(self) -> int:
-        """MLP levels per block: the continuum memory's chain for hope_attention, else one MLP."""
-        return len(self.cms_chunks) if self.mixer == "hope_attention" else 1
+        """MLP levels per block (the mixer's row: hope_attention's continuum-memory chain, else one MLP)."""
+        return MIXERS[self.mixer].mlp_levels(self)
 
     @property
     def mean_d_ff(self) -> float:
@@ -220,8 +149,10 @@ class TLMConfig(*SETTINGS):
                 raise ConfigError(f"{key} has {len(counts)} entries but n_layers={self.n_layers}")
             if counts and min(counts) < 1:
                 raise ConfigError(f"{key}: every layer needs >= 1, got {list(counts)}")
-        if self.layer_mem_width and self.mixer != "titans":  # nothing else has a memory: never ignore it
-            raise ConfigError(f"layer_mem_width is the Titans memory's width; mixer={self.mixer} has none")
+        for settings in SETTINGS:  # a per-layer setting of another mixer's: never ignore it
+            for f in fields(settings):
+                if "schedule" in f.metadata and getattr(self, f.name) and not owns(self.mixer, f.name):
+                    raise ConfigError(f"{f.name} is {f.metadata['what']}; mixer={self.mixer} has none")
         for i in range(self.n_layers):
             if self.heads_at(i) % self.kv_heads_at(i):
                 raise ConfigError(f"layer {i}: {self.heads_at(i)} query heads are not divisible by its "
@@ -321,11 +252,13 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpe
     continuum-memory levels (each level of block l gets width d_l, the schedule applied to d_ff/K), so
     every mixer gets the same MLP parameters for the same d_ff."""
     n_layers = kwargs.get("n_layers", TLMConfig.n_layers)
-    levels = len(kwargs.get("cms_chunks", TLMConfig.cms_chunks))
-    if kwargs.get("mixer") == "hope_attention":
+    mixer = MIXERS.get(kwargs.get("mixer", TLMConfig.mixer))
+    if mixer is not None and mixer.splits_mlp:
+        given = {f.name: kwargs[f.name] for f in fields(mixer.settings) if f.name in kwargs}
+        levels = mixer.mlp_levels(mixer.settings(**given))
         spec = parse_schedule(spec) if isinstance(spec, str) else spec
         if d_ff % (levels * spec.multiple_of):
-            raise ConfigError(f"hope_attention splits d_ff={d_ff} over {levels} continuum-memory levels: "
+            raise ConfigError(f"{mixer.name} splits d_ff={d_ff} over {levels} {mixer.splits_mlp}: "
                               f"d_ff must be divisible by {levels}·multiple_of = {levels * spec.multiple_of}")
         d_ff //= levels
     sched = make_schedule(spec, n_layers, d_ff)
@@ -343,7 +276,7 @@ def _mem_widths(mem, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dic
     keys = ("n_heads", "d_model", "mem_expand", "mixer")
     given = {k: v for k, v in kwargs.items() if k in keys}
     base = TLMConfig(**given, n_layers=n_layers, d_ff=(0,) * n_layers)
-    if base.mixer != "titans":
+    if not owns(base.mixer, "layer_mem_width"):
         raise ConfigError(f"a memory-width schedule tapers the Titans memory; mixer={base.mixer} has none")
     mem = parse_schedule(mem) if isinstance(mem, str) else mem
     widths = mem_widths(mem, n_layers, base.mem_width_at(0))

@@ -8,22 +8,27 @@ residual stream and the block's norm, and returns its total increment to the str
 
 from __future__ import annotations
 
+import importlib
+
 from torch import nn
 
-from tlm_probe.models.attention import Attention
-from tlm_probe.models.cms import ContinuumMemory
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.mixer_registry import MIXERS as ROWS
 from tlm_probe.models.mlp import MLPS
-from tlm_probe.models.titans import Titans
 
-MIXERS = {
-    "attention": Attention,
-    "gated_attention": Attention,  # Attention reads cfg.mixer and adds the G1 gate
-    "titans": Titans,
-    "hope_attention": Attention,  # softmax attention; the CMS replaces the MLP (below)
-}
 
-KV_CACHE_MIXERS = ("attention", "gated_attention")
+def _load(path: str) -> type:
+    """The class at "package.module:Class" (a row names its module: the registry imports no torch)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+MIXERS = {name: _load(row.module) for name, row in ROWS.items()}
+"""cfg.mixer -> its token mixer's class (models/mixer_registry.py: the row's `module`)."""
+MLP_MODULES = {name: _load(row.mlp_module) for name, row in ROWS.items() if row.mlp_module}
+"""cfg.mixer -> the class that replaces the block's MLP (Hope's continuum memory); others use cfg.mlp's."""
+
+KV_CACHE_MIXERS = tuple(name for name, row in ROWS.items() if row.kv_cache)
 """Mixers whose state over past tokens is their keys and values (generation may cache them); Titans'
 memory and Hope-attention's in-context CMS levels are recurrences over the whole prefix, so their
 generation recomputes the prefix each step."""
@@ -35,6 +40,6 @@ def make_mixer(cfg: TLMConfig, layer: int) -> nn.Module:
 
 
 def make_mlp(cfg: TLMConfig, layer: int) -> nn.Module:
-    if cfg.mixer == "hope_attention":
-        return ContinuumMemory(cfg, layer)
+    if cfg.mixer in MLP_MODULES:
+        return MLP_MODULES[cfg.mixer](cfg, layer)
     return MLPS[cfg.mlp](cfg.d_model, cfg.d_ff[layer])

@@ -3,13 +3,15 @@ Llama-3 tokenizer (vocab 128,256), 4K context. Exact parameter counts are printe
 checked in tests; the schedule only moves MLP width between layers, so every schedule has the same count.
 Every preset exists for every mixer (`mixer=`): Hope-attention splits the MLP budget over its continuum
 memory's levels (same MLP parameters as attention); Titans adds its memory layer to the attention (so it
-is larger: see `tlm schedule --preset P --mixer titans`) and attends over a window of MIXER_DEFAULTS.
+is larger: see `tlm schedule --preset P --mixer titans`) and, at paper scale, attends over the window its
+registry row's `paper_scale` sets.
 """
 
 from __future__ import annotations
 
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig, config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.schedules.widths import ScheduleSpec
 
 LLAMA3_VOCAB = 128_256
@@ -25,16 +27,19 @@ PRESETS: dict[str, dict] = {
 }
 _DEFAULTS = dict(vocab_size=LLAMA3_VOCAB, max_seq_len=4096, mlp="swiglu", norm="rmsnorm",
                  positions="rope", tie_embeddings=True)
-# paper-scale Titans attends over a quarter of the 4K context (our choice; the Titans paper does not fix
-# one window for its MAL language models); the CPU presets keep TLMConfig's default window
 _PAPER_SCALE = ("tlm-440m", "tlm-760m", "tlm-1.3b")
-MIXER_DEFAULTS = {("titans", name): dict(window=1024) for name in _PAPER_SCALE}
+"""The presets where a mixer's row sets its own `paper_scale` settings (models/mixer_registry.py)."""
 
 
 def preset_config(name: str, schedule: ScheduleSpec | str = "uniform", mixer: str = "attention",
                   **overrides) -> TLMConfig:
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    kw = {**_DEFAULTS, **PRESETS[name], "mixer": mixer, **MIXER_DEFAULTS.get((mixer, name), {}), **overrides}
+    kw = {**_DEFAULTS, **PRESETS[name], "mixer": mixer, **_mixer_settings(mixer, name), **overrides}
     d_ff = kw.pop("d_ff")
     return config_with_schedule(schedule, d_ff, **kw)
+
+
+def _mixer_settings(mixer: str, preset: str) -> dict:
+    row = MIXERS.get(mixer)
+    return dict(row.paper_scale) if row is not None and preset in _PAPER_SCALE else {}

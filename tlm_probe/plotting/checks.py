@@ -7,6 +7,10 @@ from collections.abc import Iterable
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.statistic_names import AGREEMENT
+
+PER_MODEL = ("has one value per model, not per layer: nothing to draw against depth (it is in agreement.csv "
+             "and the report's agreement table)")
 
 # the result columns a figure draws from (results.RESULT_COLUMNS less the optional ones)
 DRAWN_COLUMNS = ("model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff")
@@ -29,6 +33,8 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.D
 def select_statistic(df: pd.DataFrame, statistic: str, what: str = "result") -> pd.DataFrame:
     """Rows of one statistic; an unknown name lists the ones that exist."""
     rows = df[df["statistic"] == statistic]
+    if rows.empty and statistic in AGREEMENT:
+        raise UserError(f"statistic {statistic!r} {PER_MODEL}")
     if rows.empty:
         have = ", ".join(sorted(df["statistic"].astype(str).unique())) or "none"
         raise UserError(f"statistic {statistic!r} is not in the {what} table (available: {have})")
@@ -36,13 +42,11 @@ def select_statistic(df: pd.DataFrame, statistic: str, what: str = "result") -> 
 
 
 def per_layer(rows: pd.DataFrame, statistic: str) -> pd.DataFrame:
-    """Rows with a layer index (>= 0); per-model rows (layer -1, e.g. Spearman agreement) have no depth."""
+    """Rows with a layer index (>= 0); per-model rows (layer -1 in a table written before agreement.csv, or
+    built by hand) have no depth."""
     layered = rows[rows["layer"] >= 0]
     if layered.empty:
-        raise UserError(
-            f"statistic {statistic!r} has one value per model, not per layer: nothing to draw "
-            "against depth (it is in the report's per-model table)"
-        )
+        raise UserError(f"statistic {statistic!r} {PER_MODEL}")
     return layered
 
 

@@ -33,14 +33,28 @@ from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.stats.sweep import sweep_table
 
+PROBE_IT = {"compare": "tlm probe {p}/runs/NAME --out DIR", "run": "tlm probe {p} --out DIR"}
+
+
+def _probe_folders(paths: Sequence[str | Path]) -> list[str | Path]:
+    """Probe result folders; a comparison stands for the probes inside it (`tlm demo` writes
+    OUT/probe/<arm>-s<seed>/), and one without any says how to make them."""
+    folders: list[str | Path] = []
+    for p in paths:
+        kind = input_kind(p)
+        inside = load_comparison(p).probes if kind == "compare" else []
+        if kind != "probe" and not inside:
+            hint = PROBE_IT.get(kind, "tlm probe MODEL --out DIR").format(p=p)
+            raise UserError(f"{p} is a {kind} folder with no probe results, which this figure needs "
+                            f"(probe first: {hint})")
+        folders += inside or [p]
+    return folders
+
 
 def _probe_tables(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
     if not paths:
         raise UserError("give at least one probe result folder (written by `tlm probe --out DIR`)")
-    for p in paths:
-        if input_kind(p) != "probe":
-            raise UserError(f"{p} is a {input_kind(p)} folder, but this figure needs probe results")
-    probes = [load_probe(p) for p in paths]
+    probes = [load_probe(p) for p in _probe_folders(paths)]
     results, matrices = merge_probes(probes)
     tokens = results.groupby("model")["n_tokens"].max().to_dict()
     return results, matrices, tokens

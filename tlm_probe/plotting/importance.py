@@ -32,6 +32,7 @@ from tlm_probe.plotting.checks import (
     select_statistic,
 )
 from tlm_probe.plotting.colours import ink_on
+from tlm_probe.plotting.panel_fit import PanelFit
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
     DEFAULT_SIZE,
@@ -86,20 +87,22 @@ def plot_importance(
     everything = pd.concat(frames)
     models = models_in_order(everything)
     depths = _depth_groups(everything, models)
-    cols = min(len(frames), 3)
-    per_depth = math.ceil(len(frames) / cols)
     with figure_style():
-        fig = new_figure(size, dpi)
-        axes = fig.subplots(per_depth * len(depths), cols, squeeze=False)
+        fit = PanelFit(size, dpi, statistics, len(depths))  # columns, font, wrapped labels, thinned ticks
+        fig = new_figure(fit.size, dpi)  # `size`, or taller where the rows' text needs it
+        per_depth = math.ceil(len(frames) / fit.cols)
+        axes = fig.subplots(per_depth * len(depths), fit.cols, squeeze=False)
         handles: dict[str, Patch] = {}
         for g, (layers, members) in enumerate(depths.items()):
             row_axes = axes[g * per_depth:(g + 1) * per_depth].ravel()
             label = f" · {layers} layers" if len(depths) > 1 else ""
             for ax, stat, rows in zip(row_axes, statistics, frames, strict=False):
                 one = rows[rows["model"].astype(str).isin(members)]
-                handles.update(_panel(ax, one, f"{stat}{label}", stat, colours))
+                handles.update(_panel(ax, one, f"{stat}{label}", stat, colours, fit))
             for ax in row_axes[len(frames):]:
                 ax.set_visible(False)
+        for ax in axes[-1]:  # one x label row, at the bottom: per panel it took each row's height again
+            ax.set_xlabel("layer index l", fontsize=fit.font)
         groups = entries(models)
         # legend in the order the inputs came, whichever depth row drew an entry first
         rank = {legend_label(entry_label(e, m)): k for k, (e, m) in enumerate(groups.items())}
@@ -122,7 +125,8 @@ def _depth_groups(rows: pd.DataFrame, models: list[str]) -> dict[int, list[str]]
     return dict(sorted(groups.items(), reverse=True))
 
 
-def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: Mapping | None) -> dict[str, Patch]:
+def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: Mapping | None,
+           fit: PanelFit) -> dict[str, Patch]:
     """The bars of the entries present in `rows`; returns label -> legend patch of each one drawn."""
     groups = entries(models_in_order(rows))
     width = BAR_SPAN / max(len(groups), 1)
@@ -141,11 +145,11 @@ def _panel(ax, rows: pd.DataFrame, title: str, statistic: str, colours: Mapping 
         label = legend_label(entry_label(entry, members))
         handles[label] = Patch(facecolor=colour, label=label)
     n = int(rows["layer"].max()) + 1 if len(rows) else 1
-    ax.set_xticks(range(0, n, max(1, math.ceil(n / 12))))
+    ax.set_xticks(range(0, n, max(fit.tick_step(n), math.ceil(n / 12))))
     ax.set_xlim(-0.5, n - 0.5)
-    ax.set_title(title, fontsize="small")
-    ax.set_xlabel("layer index l")
-    ax.set_ylabel(stat_label(statistic), fontsize="small")
+    ax.set_title(fit.title(title), fontsize=fit.font)
+    ax.tick_params(labelsize=fit.tick_font)
+    ax.set_ylabel(fit.label(stat_label(statistic)), fontsize=fit.font)
     ax.axhline(0, color="0.3", linewidth=0.8)
     return handles
 

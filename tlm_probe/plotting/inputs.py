@@ -20,7 +20,7 @@ from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
 from tlm_probe.files.tablefile import MAX_BYTES, WHAT, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
-from tlm_probe.results import ProbeResult, read_metrics, read_results
+from tlm_probe.results import ProbeResult, read_agreement, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
 LOSS_KEYS = ("train_loss", "val_loss")
@@ -96,7 +96,7 @@ class Comparison:
 
 def load_probe(path: str | Path) -> ProbeResult:
     df, matrices, provenance = read_results(path)  # the result contract's reader is the one source of truth
-    return ProbeResult(df, matrices, provenance or {}, Path(path))
+    return ProbeResult(df, matrices, provenance or {}, Path(path), read_agreement(path))
 
 
 def merge_probes(probes: Sequence[ProbeResult]) -> tuple[pd.DataFrame, pd.DataFrame | None]:

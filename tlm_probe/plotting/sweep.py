@@ -29,6 +29,9 @@ def plot_sweep(table: pd.DataFrame, metric: str = "val_loss", *, size: Sequence[
     grid = table[table["ratio"].astype(str) != ""]
     if grid.empty:
         raise UserError("this comparison has no shape x ratio arms (e.g. cosine:1.5:0.5) to draw as a sweep")
+    if len(grid) < 2:  # one cell is a number, not a heatmap
+        raise UserError(f"a sweep figure needs two or more shape x ratio arms; {grid['arm'].iloc[0]} against "
+                        "uniform is one Δ (--kind advantage draws it over training, --kind curves the loss)")
     mixers = list(dict.fromkeys(grid["mixer"]))
     limit = float(np.nanmax(np.abs(grid["delta"].to_numpy(float)))) or 1e-9
     with figure_style():

@@ -90,7 +90,7 @@ def probe_checkpoints(run: str | Path, steps: list[tuple[int, Path]], opts, run_
     """Probe each (step, folder) with `run_probe(model_folder, opts, **kw)`; one table, rows tagged."""
     run = Path(run)
     name = run.resolve().name
-    tables, mats, provs = [], [], []
+    tables, mats, agreements, provs = [], [], [], []
     seen = {step: _tokens(folder) for step, folder in steps}  # each state.json read before any probe
     for step, folder in steps:
         with tempfile.TemporaryDirectory(prefix="tlm-ckpt-") as tmp:
@@ -98,10 +98,13 @@ def probe_checkpoints(run: str | Path, steps: list[tuple[int, Path]], opts, run_
         tokens = seen[step]
         tables.append(_tag(res.table, name, step, tokens))
         mats.append(_tag(res.matrices, name, step, tokens))
+        agreements.append(_tag(res.agreement, name, step, tokens))
         provs.append({"step": step, "tokens": tokens, "checkpoint": str(folder.resolve()),
                       "content_hash": res.provenance.get("content_hash")})
     prov = {**res.provenance, "model": name, "model_path": str(run.resolve()), "content_hash": None,
             "checkpoints": provs}
     mats = [m for m in mats if m is not None]
+    agreements = [a for a in agreements if a is not None]
     return ProbeResult(pd.concat(tables, ignore_index=True),
-                       pd.concat(mats, ignore_index=True) if mats else None, prov)
+                       pd.concat(mats, ignore_index=True) if mats else None, prov,
+                       agreement=pd.concat(agreements, ignore_index=True) if agreements else None)

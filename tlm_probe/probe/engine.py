@@ -7,7 +7,9 @@ Two passes, both driven from here:
    feeds the StatSink and the alignment accumulators (stats/); the first `max_sequences` sequences' ids
    are kept (nothing else) when importance statistics were asked;
 2. the importance pass (importance/suite.py) over those sequences, on the same adapter taps: clean
-   forward, batched ablations, gradients, only the parts the asked statistics need.
+   forward, batched ablations, gradients, only the parts the asked statistics need. Zero and skip
+   ablations of the kept sequences run in the stream instead, right after its forward of each batch
+   (importance/stream_ablations.py), where the stream's forward is the clean one they need.
 Under torchrun (WORLD_SIZE > 1) each rank probes sequences i % world == rank; every statistic is a sum
 all-reduced across ranks (equal to one process), or refused under torchrun with its reason in provenance.
 """
@@ -30,6 +32,7 @@ from tlm_probe.allocator import keep_freed_memory
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, load_probe_model
 from tlm_probe.capture import sequences as sq
+from tlm_probe.capture.attention import EAGER, eager_attention, pattern_refusal
 from tlm_probe.capture.backends import BACKENDS
 from tlm_probe.capture.dispatch import input_device, placement
 from tlm_probe.capture.guardrails import NO_MLP, unavailable
@@ -42,17 +45,19 @@ from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.probe.rows import (
     NO_MLP_NOTE,
     agreement_rows,
+    agreement_table,
     matrix_table,
     result_table,
     why_no_agreement,
     without_absent_mlps,
 )
-from tlm_probe.progress import Ticker, tick
+from tlm_probe.progress import Ticker, say, tick
 from tlm_probe.results import ProbeResult
+from tlm_probe.statistic_names import ATTENTION, asked_statistics
 from tlm_probe.statistic_names import SETS as SETS
-from tlm_probe.statistic_names import asked_statistics
 from tlm_probe.stats import STATISTICS as ALIGNMENT
 from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
+from tlm_probe.stats.attention import AttentionEntropyAccumulator
 from tlm_probe.threads import torch_threads
 
 DEFAULT_SEQ_LEN = 256
@@ -67,6 +72,8 @@ class StatPlan:
     asked: tuple[str, ...]
     alignment: tuple[str, ...]
     importance: tuple[str, ...]
+    attention: tuple[str, ...] = ()
+    """Statistics of the attention weights (stats/attention.py), streamed with the alignment ones."""
 
 
 def plan_stats(spec: str) -> StatPlan:
@@ -80,13 +87,18 @@ def plan_stats(spec: str) -> StatPlan:
         tuple(asked),
         tuple(s for s in ALIGNMENT if s in computed),
         tuple(s for s in imp.STATISTICS if s in computed and s not in imp.AGREEMENT),
+        tuple(s for s in ATTENTION if s in computed),
     )
 
 
-def _backend(name: str):
+def _backend(name: str, model=None):
+    """The backend class; one that cannot serve `model` (a folder or hub name) refuses it before the load."""
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    return BACKENDS[name]()
+    cls = BACKENDS[name]()
+    if model is not None and not isinstance(model, ProbeModel) and hasattr(cls, "check_source"):
+        cls.check_source(model)
+    return cls
 
 
 def _dist() -> tuple[int, int, bool]:
@@ -136,7 +148,7 @@ def run_probe(
     plan = plan_stats(opts.stats)  # names and options first: no model is loaded for a typo
     check_dispatch(opts, plan)
     imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})
-    backend_cls = _backend(opts.backend)
+    backend_cls = _backend(opts.backend, model)
     rank, world, created = _dist()
     opts = replace(opts, device=_rank_device(resolve_device_name(opts.device), world))
     pm = (
@@ -145,6 +157,7 @@ def run_probe(
         else load_probe_model(
             model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle,
             device_map=opts.device_map, max_memory=opts.max_memory,
+            attn_implementation=EAGER if plan.attention else None,  # weights are formed only by eager
         )
     )
     if opts.device_map:  # the ids go where the first block is; accelerate moves them on from there
@@ -156,8 +169,7 @@ def run_probe(
     default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
     opts = replace(opts, seq_len=opts.seq_len or default)
     sq.check_seq_len(pm, opts.seq_len)
-    plan, refused_here = _refuse_missing_pieces(pm, plan)
-    accs = build_accumulators(plan.alignment, pm.n_layers, pm.d_ff)
+    plan, refused_here, accs = _accumulators(pm, plan, opts.backend, progress and rank == 0)
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
     backend = backend_cls(sink) if accs else None
     keep = imp_opts.max_sequences if plan.importance else 0
@@ -167,8 +179,10 @@ def run_probe(
     if opts.half:  # one of two disjoint halves: every other sequence
         seqs = (s for i, s in enumerate(seqs) if i % 2 == "ab".index(opts.half))
     digest = hashlib.sha256()
-    stream = _Stream(pm, sink, backend, opts, keep, rank, world)
-    stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)
+    fused = _fused(pm, plan, imp_opts, backend, world) if keep else None
+    stream = _Stream(pm, sink, backend, opts, keep, rank, world, fused)
+    with eager_attention(pm) if plan.attention else contextlib.nullcontext() as attention:
+        stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)
     for acc in accs:
         acc.all_reduce_()
     n_tokens = all_reduce_int(stream.n_tokens)
@@ -181,7 +195,6 @@ def run_probe(
 
     rows = without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
     agreement, target = agreement_rows(rows, plan, pm.n_layers)
-    rows += agreement
     table = result_table(pm, [r for r in rows if r["statistic"] in plan.asked])
     matrices = matrix_table(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
     prov = build_provenance(pm, opts, n_tokens, world, time.time() - started, digest.hexdigest())
@@ -191,6 +204,8 @@ def run_probe(
                             "placed": placement(pm.model)}
     if refused_here:
         prov["refused"] = refused_here
+    if attention:
+        prov["attention"] = attention
     no_mlp = [l for l, w in enumerate(pm.d_ff) if w == 0]
     if no_mlp:
         prov["no_mlp_layers"] = no_mlp
@@ -203,7 +218,7 @@ def run_probe(
             {s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}}
         )
         prov["importance"] = {**info, "agreement_target": target}
-    return ProbeResult(table, matrices, prov)
+    return ProbeResult(table, matrices, prov, agreement=agreement_table(pm, agreement))
 
 
 def _hashed(seqs, digest):
@@ -216,10 +231,13 @@ def _hashed(seqs, digest):
         yield seq
 
 
-def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan) -> tuple[StatPlan, dict[str, str]]:
-    """Drop the statistics this block kind cannot give (no MLP: only block-level ones), with the reason;
-    a UserError if nothing asked is left."""
+def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan, backend: str) -> tuple[StatPlan, dict]:
+    """Drop the statistics this block kind cannot give (no MLP: only block-level ones; no attention: no
+    attention statistics), with the reason; a UserError if nothing asked is left."""
     missing = unavailable(pm.block_kind, {s: ALIGNMENT[s][0] for s in plan.alignment})
+    no_pattern = pattern_refusal(pm, backend) if plan.attention else None
+    if no_pattern:
+        missing |= {s: no_pattern for s in plan.attention}
     if pm.adapter.mlp is None:  # importance statistics of the MLP (ablations, gradients, neurons)
         missing |= {s: NO_MLP for s in plan.importance if "mlp" in s or s in NEURON_STATS}
     if pm.adapter.importance_refusal:  # the row says why the second pass is not offered (T5's decoder)
@@ -233,8 +251,29 @@ def _refuse_missing_pieces(pm: ProbeModel, plan: StatPlan) -> tuple[StatPlan, di
         plan,
         alignment=tuple(s for s in plan.alignment if s not in missing),
         importance=tuple(s for s in plan.importance if s not in missing),
+        attention=tuple(s for s in plan.attention if s not in missing),
     )
     return kept, {s: why for s, why in missing.items() if s in plan.asked}
+
+
+def _accumulators(pm: ProbeModel, plan: StatPlan, backend: str, say_refused: bool):
+    """(the plan this model can give, what was refused and why, the stream's accumulators); the refusals
+    are said once (provenance["refused"] keeps them)."""
+    plan, refused = _refuse_missing_pieces(pm, plan, backend)
+    if refused and say_refused:
+        _say_refused(pm, refused)
+    accs = build_accumulators(plan.alignment, pm.n_layers, pm.d_ff)
+    accs += [AttentionEntropyAccumulator(pm.n_layers, pm.d_ff)] if plan.attention else []
+    return plan, refused, accs
+
+
+def _say_refused(pm: ProbeModel, refused: dict[str, str]) -> None:
+    """One line per reason: which asked statistics this model gets no rows of, and why."""
+    by_reason: dict[str, list[str]] = {}
+    for stat, why in refused.items():
+        by_reason.setdefault(why, []).append(stat)
+    for why, stats in by_reason.items():
+        say(f"no rows of {', '.join(stats)} for this {pm.family} model: {why}")
 
 
 def _finish_dist(created: bool) -> None:
@@ -246,9 +285,10 @@ class _Stream:
     """The first pass: batches through the backend into the sink (if any alignment statistic was asked),
     counting tokens, and keeping the ids of sequences with global index < keep for the importance pass."""
 
-    def __init__(self, pm, sink, backend, opts: ProbeOptions, keep: int, rank: int, world: int):
+    def __init__(self, pm, sink, backend, opts: ProbeOptions, keep: int, rank: int, world: int, fused=None):
+        """fused: importance.StreamAblations, run on each kept batch right after its forward here."""
         self.pm, self.sink, self.backend, self.opts = pm, sink, backend, opts
-        self.keep, self.rank, self.world = keep, rank, world
+        self.keep, self.rank, self.world, self.fused = keep, rank, world, fused
         self.kept: list[dict] = []
         self.n_tokens, self.n_seqs = 0, 0
 
@@ -257,8 +297,14 @@ class _Stream:
             seqs = bucket_by_length(seqs, self.opts.batch_size)
         bar = Ticker("probing", self.opts.max_tokens or None, "tokens", enabled=progress)
         held = getattr(self.backend, "held", contextlib.nullcontext)  # hooks kept for the whole stream
-        with bar, torch.inference_mode(), held():
+        with bar, torch.inference_mode(), contextlib.ExitStack() as hooks:
+            holding = self.fused is None  # hooked before the first batch unless ablated forwards come first
+            if holding:
+                hooks.enter_context(held())
             for ids, mask in sq.batches(seqs, self.opts.batch_size, sq.pad_id(self.pm), self.opts.device):
+                if not holding and self._kept(1)[0][0] >= self.keep:
+                    hooks.enter_context(held())  # once no ablated forward (run without taps) is left
+                    holding = True
                 if self.backend is not None:
                     self._forward(ids, mask)
                 self._keep(ids, mask)
@@ -269,19 +315,29 @@ class _Stream:
     def _forward(self, ids, mask) -> None:
         index = TokenIndex(mask, self.opts.exclude_bos)
         self.sink.start_batch(index)
-        out = self.backend.run(ids, mask, full_output=any(a.needs_output for a in self.sink.accumulators))
+        rows = self._kept(ids.shape[0])[1] if self.fused is not None else ()
+        full = any(a.needs_output for a in self.sink.accumulators) or len(rows) > 0
+        with self.fused.recording() if len(rows) else contextlib.nullcontext():
+            out = self.backend.run(ids, mask, full_output=full)
         self.sink.end_batch()
         batch = Batch(ids, mask, index, out)
         for acc in self.sink.accumulators:
             acc.end_batch(batch)
+        if len(rows):  # this batch's ablations, from its clean forward just run
+            self.fused.update(ids, mask, out, rows.to(ids.device))
+
+    def _kept(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global index, local rows kept) of the next batch of n rows."""
+        glob = (torch.arange(n) + self.n_seqs) * self.world + self.rank
+        return glob, (glob < self.keep).nonzero()[:, 0]
 
     def _keep(self, ids, mask) -> None:
         """Local sequence j of this rank is global sequence j * world + rank (sq.shard deals round robin)."""
-        first, self.n_seqs = self.n_seqs, self.n_seqs + ids.shape[0]
         if not self.keep:  # no importance pass: nothing to keep
+            self.n_seqs += ids.shape[0]
             return
-        glob = (torch.arange(ids.shape[0]) + first) * self.world + self.rank
-        rows = (glob < self.keep).nonzero()[:, 0]
+        glob, rows = self._kept(ids.shape[0])
+        self.n_seqs += ids.shape[0]
         if len(rows):
             self.kept.append(
                 {"input_ids": ids[rows].cpu(), "attention_mask": mask[rows].cpu(), "seq_index": glob[rows]}
@@ -300,23 +356,39 @@ def _importance(pm, plan: StatPlan, opts, stream: _Stream, world: int, progress:
     kept = stream.kept
     if not plan.importance:
         return [], [], None, {}
-    refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
-    if pm.neuron_refusal:  # mixture of experts: no one neuron tensor per layer (capture/widths.py)
-        refused |= {s: pm.neuron_refusal for s in plan.importance if s in NEURON_STATS}
-    if pm.lens_refusal:  # a logit scale or soft cap after the head: the lens would not be the model's readout
-        why = f"{pm.lens_refusal}; the lens (final norm + head) would not be the model's own readout"
-        refused |= {s: why for s in plan.importance if "lens" in imp.NEEDS.get(s, ())}
-    stats = [s for s in plan.importance if s not in refused]
+    stats, refused = _importance_stats(pm, plan, world)
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]
         notice = imp.CostNotice(stream.n_seqs) if progress else None
-        rows, mats, info = imp.run_importance(pm, batches, stats, opts, _tracker(progress), notice)
+        rows, mats, info = imp.run_importance(
+            pm, batches, stats, opts, _tracker(progress), notice, fused=stream.fused
+        )
     asked = set(plan.asked)
     info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
     info["sequences"] = all_reduce_int(sum(len(b["input_ids"]) for b in kept))
     info["statistic_needs"] = {s: sorted(imp.NEEDS.get(s, ())) for s in plan.importance if s in asked}
     info["options"] = {k: v for k, v in opts.__dict__.items() if k != "probe_labels"}
     return rows, mats, info, refused
+
+
+def _importance_stats(pm, plan: StatPlan, world: int) -> tuple[list[str], dict[str, str]]:
+    """(the importance statistics this model and world size can give, the others with their reason)."""
+    refused = imp.reasons(list(plan.importance), pm.is_causal and pm.lm_head() is not None, world)
+    if pm.neuron_refusal:  # mixture of experts: no one neuron tensor per layer (capture/widths.py)
+        refused |= {s: pm.neuron_refusal for s in plan.importance if s in NEURON_STATS}
+    if pm.lens_refusal:  # a logit scale or soft cap after the head: the lens would not be the model's readout
+        why = f"{pm.lens_refusal}; the lens (final norm + head) would not be the model's own readout"
+        refused |= {s: why for s in plan.importance if "lens" in imp.NEEDS.get(s, ())}
+    return [s for s in plan.importance if s not in refused], refused
+
+
+def _fused(pm, plan: StatPlan, opts, backend, world: int):
+    """The ablations run in the stream (importance/stream_ablations.py) where its forward is the clean one
+    the importance pass would run: the native backend's, not under eager attention."""
+    stats = _importance_stats(pm, plan, world)[0]
+    if getattr(backend, "name", None) != "native" or plan.attention or not imp.fusable(stats):
+        return None
+    return imp.StreamAblations(pm, stats, opts)
 
 
 def _tracker(progress: bool):
@@ -342,7 +414,8 @@ def probe(
 
     `options` is a ProbeOptions (`tlm probe`'s options), or give its fields as keywords (`stats=`,
     `split=`, `importance={...}`, ...), which replace those of `options`. With full=True, a ProbeResult
-    (table, matrices, provenance): the layer x layer matrices are not put in attrs, because pandas
+    (table, matrices, provenance, path, agreement: the spearman_* rows, one per model and proxy, which are
+    not rows of the per-layer table): the matrices and agreement are not put in attrs, because pandas
     compares attrs when concatenating tables of several models. unsafe_pickle: --unsafe-pickle; threads:
     --threads, torch's CPU threads for this call only (0 leaves them); allow_pickle= is the deprecated name
     of unsafe_pickle=.

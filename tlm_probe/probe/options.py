@@ -22,7 +22,8 @@ class ProbeOptions:
     split: str = field(default="auto", metadata={"help": SPLIT_HELP})
     """See data/sources.py SPLIT_HELP."""
     stats: str = "alignment"
-    """Statistic sets or names, comma separated (alignment, all, align_mlp_mid, ...)."""
+    """Statistic sets or names, comma separated (alignment, attention, importance, all, align_mlp_mid,
+    attn_entropy, ...)."""
     backend: str = "native"
     """native | transformer-lens | nnsight"""
     seq_len: int = 0

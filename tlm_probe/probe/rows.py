@@ -1,5 +1,5 @@
 """The probe's rows after the stream: MLP rows of blocks without an MLP dropped, the Spearman agreement
-rows, and the tidy tables (results.csv and matrices.csv) probe() returns."""
+rows, and the tidy tables (results.csv, matrices.csv and agreement.csv) probe() returns."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 
 from tlm_probe import importance as imp
 from tlm_probe.capture import ProbeModel
-from tlm_probe.results import MATRIX_COLUMNS, RESULT_COLUMNS
+from tlm_probe.results import AGREEMENT_COLUMNS, MATRIX_COLUMNS, RESULT_COLUMNS
 
 
 def why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
@@ -35,28 +35,36 @@ def without_absent_mlps(rows: list[dict], d_ff) -> list[dict]:
 
 
 def agreement_rows(rows: list[dict], plan, n_layers: int) -> tuple[list[dict], str | None]:
-    """Spearman rows (layer -1) of every asked proxy against the ablation effect of this run, and that
-    effect's name. A layer missing from a statistic (no MLP) is NaN there, left out of its rank test."""
+    """Spearman rows (AGREEMENT_COLUMNS but the model) of every asked proxy against the ablation effect of
+    this run, and that effect's name. A layer missing from a statistic (no MLP) is NaN there, left out of
+    its rank test."""
     wanted = [s for s in plan.asked if s in imp.AGREEMENT]
     if not wanted or not rows:
         return [], None
     df = pd.DataFrame(rows)
-    layers = range(n_layers)
-    per_layer = {s: g.groupby("layer")["value"].first().reindex(layers).to_numpy(dtype=float)
-                 for s, g in df[df["layer"] >= 0].groupby("statistic")}
+    per_layer = {s: g.groupby("layer")["value"].first().reindex(range(n_layers)).to_numpy(dtype=float)
+                 for s, g in df.groupby("statistic")}
     target = next((t for t in imp.TARGETS if t in per_layer), None)
     if target is None:
         return [], None
-    out = [dict(layer=-1, std=float("nan"), **r) for r in imp.spearman_rows(per_layer, target)]
+    out = [dict(statistic=r["statistic"], proxy=r["statistic"].removeprefix("spearman_"), target=target,
+                value=r["value"], ci_low=r["ci_low"], ci_high=r["ci_high"], n_layers=r["n_tokens"])
+           for r in imp.spearman_rows(per_layer, target)]  # spearman_rows counts layers in n_tokens
     return [r for r in out if r["statistic"] in wanted], target
+
+
+def agreement_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
+    """One row per model and proxy (results.AGREEMENT_COLUMNS), None when there is none."""
+    if not rows:
+        return None
+    return pd.DataFrame(rows).assign(model=pm.name)[AGREEMENT_COLUMNS]
 
 
 def result_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=None if rows else ["layer", "statistic", "value"])
     df["model"] = pm.name
-    per_layer = df["layer"] >= 0  # layer -1: per-model rows (importance proxy agreement)
-    df["depth"] = (df["layer"] / max(pm.n_layers - 1, 1)).where(per_layer)
-    df["d_ff"] = pd.array([pm.d_ff[l] if l >= 0 else None for l in df["layer"]], dtype="Int64")
+    df["depth"] = df["layer"] / max(pm.n_layers - 1, 1)
+    df["d_ff"] = pd.array([pm.d_ff[l] for l in df["layer"]], dtype="Int64")
     extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
     return df.reindex(columns=RESULT_COLUMNS + extra)
 

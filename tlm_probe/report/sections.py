@@ -25,6 +25,7 @@ from tlm_probe.plotting.inputs import (
     merge_probes,
     split_note,
 )
+from tlm_probe.report.diff_section import diff_section
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
 from tlm_probe.report.options import ReportOptions
 from tlm_probe.report.summary import comparison_summary, eval_headline
@@ -65,6 +66,7 @@ def build_document(paths: Sequence[str | Path], options: ReportOptions | None = 
     # every figure draws an arm in its one look (plotting.colours), whichever other arms it holds
     sections: list[Section] = probe_sections(probes, size, dpi) if probes else []
     sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
+    sections += [diff_section(p, n, size, dpi) for n, (p, k) in enumerate(kinds) if k == "diff"]
     summary = comparison_summary([c for _, k, c in trained if k == "compare"])
     summary += headline_figure(sections)
     evals = [load_eval(p) for p, k in kinds if k == "eval"]
@@ -147,10 +149,11 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
             for m in dict.fromkeys(results["model"])
         ],
     )
-    per_model = results[results["layer"] < 0]
-    if not per_model.empty:
-        columns = ["model", "statistic", "value", "ci_low", "ci_high", "n_tokens"]
-        tables.blocks.insert(0, Table("per-model statistics (one value per model)", per_model[columns]))
+    agreement = [p.agreement for p in probes if p.agreement is not None and not p.agreement.empty]
+    if agreement:
+        columns = ["model", "statistic", "value", "ci_low", "ci_high", "n_layers", "target"]
+        caption = "Spearman agreement of each proxy with the ablation effect across layers (agreement.csv)"
+        tables.blocks.insert(0, Table(caption, pd.concat(agreement)[columns]))
     return [*sections, tables]
 
 

@@ -101,15 +101,20 @@ class FromProbeOptions:
     """--from-probe: a second probe of the same model on disjoint tokens (`tlm probe --half a` / `--half
     b`, or another split): the widths derived from both must agree within --max-unstable rounding units,
     else nothing is written."""
+    trust: Path | None = None
+    """--from-probe: a `tlm trust` folder of the same model: the widths derived from each of its corpora and
+    from each half of its tokens must agree within --max-unstable rounding units, else nothing is written
+    (checked without it when --from-probe is itself a trust folder)."""
     max_unstable: int = 1
-    """--check-with: the largest width difference, in rounding units, that still counts as stable."""
+    """--check-with / --trust: the largest width difference, in rounding units, still counted as stable."""
     allow_unstable: bool = False
-    """--check-with: write the schedule even when it is not stable (the file records the difference)."""
+    """--check-with / --trust: write the schedule even when it is not stable, with a warning (the file
+    records the difference)."""
 
     def __post_init__(self):
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
         if self.from_probe is None:
-            given = [f"--{k}" for k in ("statistic", "model", "out") if getattr(self, k) is not None]
+            given = [f"--{k}" for k in ("statistic", "model", "out", "trust") if getattr(self, k) is not None]
             if given:  # they would be ignored: say so
                 raise ScheduleError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} read only with "
                                     "--from-probe; drop it or add --from-probe PROBE_DIR")

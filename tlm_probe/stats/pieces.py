@@ -20,7 +20,8 @@ class TokenIndex:
     """Which positions of a (B, T) batch are counted, and the sequence each belongs to."""
 
     def __init__(self, attention_mask: torch.Tensor, exclude_bos: bool = False):
-        counted = attention_mask.bool().clone()
+        self.keys = attention_mask.bool()  # (B, T) the positions a query may attend to (no padding)
+        counted = self.keys.clone()
         if exclude_bos:
             counted[:, 0] = False  # right padding: position 0 is each sequence's first token
         self.counted = counted  # (B, T)
@@ -49,9 +50,12 @@ class TokenIndex:
 class LayerPieces:
     """Pieces (resid_pre, attn_out, resid_mid, mlp_out, resid_post, ...) of one layer, counted tokens only."""
 
-    def __init__(self, layer: int, raw: dict[str, torch.Tensor], index: TokenIndex, scratch=None):
+    def __init__(
+        self, layer: int, raw: dict[str, torch.Tensor], index: TokenIndex, scratch=None, scalars=None
+    ):
         self.layer = layer
         self.raw = raw  # name -> (B, T, d) as captured, model dtype
+        self.scalars = scalars or {}  # name -> (B, T) float64 per-token values (stats/attention.py)
         self.index = index
         self._wide: dict[str, torch.Tensor] = {}
         self._cols: dict[tuple[str, str], torch.Tensor] = {}  # (a, b) -> (B, T) products at every position

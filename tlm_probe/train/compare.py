@@ -45,6 +45,7 @@ from tlm_probe.files.fileio import (
 from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.models.accounting import count_params, kv_cache_bytes_per_token, train_flops_per_token
 from tlm_probe.models.device import resolve_device
+from tlm_probe.models.mixer_registry import REFERENCE_MIXER
 from tlm_probe.schedules.heads import COMPONENTS, split_components
 from tlm_probe.schedules.widths import FILE, PARAMS, parse_schedule
 from tlm_probe.seeds import check_seed
@@ -58,7 +59,7 @@ SETTINGS = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
 # that must match when an interrupted comparison is continued
 PER_RUN_OR_MACHINE = ("schedule", "mixer", "seed", "progress", "device", "threads")
-DEFAULT_MIXER = "attention"
+DEFAULT_MIXER = REFERENCE_MIXER
 COMPARE_COLUMNS = [
     "arm",
     "mixer",

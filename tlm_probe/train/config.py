@@ -13,6 +13,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
 from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, config_with_schedule
+from tlm_probe.models.mixer_registry import REFERENCE_MIXER
 from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.schedules.widths import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
@@ -148,8 +149,8 @@ class TrainConfig(ModelOptions):
         """The model this run trains, with `vocab_size` from the tokenizer unless fixed by flag/preset;
         with match_params, its MLP budget shrunk to the attention model's parameter count (size_matched)."""
         cfg = self._model_config(vocab_size)
-        if self.match_params and self.mixer != "attention":
-            target = self.replace(mixer="attention", match_params=False).model_config(vocab_size)
+        if self.match_params and self.mixer != REFERENCE_MIXER:
+            target = self.replace(mixer=REFERENCE_MIXER, match_params=False).model_config(vocab_size)
             cfg = size_matched(lambda d_ff: self._model_config(vocab_size, d_ff), cfg,
                                count_params(target).total, self.multiple_of)
         return cfg

@@ -44,7 +44,9 @@ def _option(f, doc: str) -> tuple:
 
 
 def _model_options() -> type:
-    docs, by_name = field_docs(TLMConfig), {f.name: f for f in fields(TLMConfig)}
+    by_name = {f.name: f for f in fields(TLMConfig)}  # a help in metadata (mixer's: the registry's rows)
+    docs = {**field_docs(TLMConfig), **{n: f.metadata["help"] for n, f in by_name.items()
+                                         if "help" in f.metadata}}
     options = [_option(by_name[n], docs[n]) for n in (*MODEL_OPTIONS, *MIXER_FIELDS)]
     cls = make_dataclass("ModelOptions", options, frozen=True)
     cls.__doc__ = "TLMConfig's fields as training options (train/model_options.py)."

@@ -36,8 +36,20 @@ class TrustOptions:
     """Sequences per forward pass."""
     device: str = "auto"
     """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
+    task: tuple[str, ...] = ("pydoc-mc",)
+    """A task for the accuracy target (repeatable): pydoc-mc (built in), a task YAML or an
+    lm-evaluation-harness task name, scored as tlm eval scores it; none: no task target."""
+    task_limit: int = 200
+    """Items per task for the accuracy target (the first N; 0: all): one eval per layer plus one clean."""
+    target_ablation: str = "mlp"
+    """What the accuracy target removes at each layer: mlp (zero its output) | block (skip the block)."""
+    halves: bool = True
+    """Also probe each corpus's two disjoint halves (every other sequence; halves.csv), which tlm schedule
+    --from-probe checks a schedule's stability with: twice the probing."""
 
     def __post_init__(self):
+        if isinstance(self.task, str):  # the library's one comma-separated string
+            object.__setattr__(self, "task", tuple(t.strip() for t in self.task.split(",") if t.strip()))
         if len(self.data) < 2:
             raise UserError("tlm trust compares rankings across corpora: give --data at least twice")
         names = [s.strip() for s in self.stats.split(",") if s.strip()]
@@ -45,5 +57,11 @@ class TrustOptions:
             raise UserError(f"--target {self.target} must be one of --stats ({', '.join(names)})")
         if self.split not in SPLIT_CHOICES:
             raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
+        if self.task_limit < 0:
+            raise UserError(f"--task-limit must be >= 0 (0: all), got {self.task_limit}")
+        if self.target_ablation not in ("mlp", "block"):
+            raise UserError(f"--target-ablation must be mlp or block, got {self.target_ablation!r}")
+        if "none" in self.task and len(self.task) > 1:
+            raise UserError("--task none means no task target: give it alone")
         if not (0 <= self.min_w <= 1 and -1 <= self.min_spearman <= 1):
             raise UserError("--min-w must be in [0, 1] and --min-spearman in [-1, 1]")

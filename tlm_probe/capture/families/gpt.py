@@ -63,6 +63,7 @@ TLM = Adapter(
     kind_of=fixed(SEQUENTIAL),
     inputs="positional",
     tl_native=True,
+    pattern="attn.hook_pattern:out",
     notes="our tapered model; taps are its contract HookPoints",
 )
 
@@ -76,6 +77,7 @@ GPT2 = Adapter(
     lm_head="lm_head",
     taps={SEQUENTIAL: seq_taps("ln_2", "attn", "mlp", "mlp.c_proj")},
     kind_of=fixed(SEQUENTIAL),
+    pattern="attn:weights",
     notes="pre-LN; mlp_out is the MLP module's output",
 )
 
@@ -93,6 +95,7 @@ GPT_LINEAGE: tuple[Adapter, ...] = (
             SEQUENTIAL: seq_taps("post_attention_layernorm", "attention", "mlp", "mlp.dense_4h_to_h"),
         },
         kind_of=lambda c: PARALLEL if getattr(c, "use_parallel_residual", True) else SEQUENTIAL,
+        pattern="attention:weights",
         notes="parallel or sequential (use_parallel_residual)",
     ),
     Adapter(
@@ -105,6 +108,7 @@ GPT_LINEAGE: tuple[Adapter, ...] = (
         lm_head="lm_head",
         taps={PARALLEL: par_taps("attn", "mlp", "mlp.fc_out")},
         kind_of=fixed(PARALLEL),
+        pattern="attn:weights",
         notes="parallel: attention and MLP read one norm of resid_pre",
     ),
     Adapter(
@@ -117,6 +121,7 @@ GPT_LINEAGE: tuple[Adapter, ...] = (
         lm_head="lm_head",
         taps={PARALLEL: par_taps("attn", "mlp", "mlp.fc_out")},
         kind_of=fixed(PARALLEL),
+        pattern="attn:weights",
         tl_refusal=fixed(
             "TransformerLens 4's CodeGen bridge reads CodeGenAttention.embed_positions, which "
             "transformers 5 no longer has"
@@ -142,6 +147,7 @@ GPT_LINEAGE: tuple[Adapter, ...] = (
             }
         },
         kind_of=_bloom_kind,
+        pattern="self_attention:weights",
         notes="its attention and MLP modules add the residual themselves: attn_out and mlp_out are their "
         "dense output projections (before that add)",
     ),
@@ -158,6 +164,7 @@ GPT_LINEAGE: tuple[Adapter, ...] = (
             SEQUENTIAL: seq_taps("post_attention_layernorm", "self_attention", "mlp", "mlp.dense_4h_to_h"),
         },
         kind_of=_falcon_kind,
+        pattern="self_attention:weights",
         tl_refusal=_falcon_tl,
         copy=frozenset({"mlp_out"}),
         notes="parallel (new_decoder_architecture or parallel_attn) or sequential; the parallel block adds "
@@ -177,6 +184,7 @@ GPT_LINEAGE: tuple[Adapter, ...] = (
         },
         kind_of=lambda c: SEQUENTIAL if getattr(c, "do_layer_norm_before", True) else POST_LN,
         final_by_kind={POST_LN: "decoder.project_out"},
+        pattern="self_attn:weights",
         tl_refusal=lambda c: (
             None
             if getattr(c, "do_layer_norm_before", True)

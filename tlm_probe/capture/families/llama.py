@@ -6,7 +6,10 @@ from __future__ import annotations
 from tlm_probe.capture.rows import PARALLEL, SEQUENTIAL, Adapter, fixed, par_taps, seq_taps
 
 LLAMA_TAPS = seq_taps("post_attention_layernorm", "self_attn", "mlp", "mlp.down_proj")
-_LLAMA = dict(layers="layers", mlp="mlp", mlp_down="mlp.down_proj", final_norm="norm", lm_head="lm_head")
+_LLAMA = dict(
+    layers="layers", mlp="mlp", mlp_down="mlp.down_proj", final_norm="norm", lm_head="lm_head",
+    pattern="self_attn:weights",
+)
 
 
 def llama_like(family: str, types: tuple[str, ...], **kw) -> Adapter:

@@ -16,8 +16,16 @@ def _moe(family: str, types: tuple[str, ...], shared: tuple[str, ...] = (), **kw
     )
 
 
+def _sinks(c) -> str | None:
+    """GPT-OSS adds a learned sink logit per head to the softmax and drops its column: the weights over keys
+    sum to less than 1, not a distribution whose entropy attn_entropy means."""
+    if c.model_type != "gpt_oss":
+        return None
+    return "its attention has a learned sink logit per head: the weights over keys sum to less than 1"
+
+
 MOE: tuple[Adapter, ...] = (
-    _moe("mixtral", ("mixtral", "qwen3_moe", "olmoe", "gpt_oss")),
+    _moe("mixtral", ("mixtral", "qwen3_moe", "olmoe", "gpt_oss"), pattern_refusal=_sinks),
     _moe("qwen2_moe", ("qwen2_moe",), shared=("mlp.shared_expert",)),
     _moe("deepseek_v3", ("deepseek_v3",), shared=("mlp.shared_experts",)),
 )
