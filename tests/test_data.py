@@ -117,7 +117,7 @@ def test_prepare_takes_the_cli_options_object(tmp_path):
                                  "--out", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     assert by_object == by_keyword == json.loads(r.stdout) and by_object["train"]["shards"] > 1
-    for bad, needle in (({"shard_tokens": 0}, "--shard-tokens must be >= 1"),
+    for bad, needle in (({"shard_tokens": 0}, r"shard_tokens must be an integer in \[1, "),
                         ({"tokenizer": "bpe:x"}, "bpe:VOCAB_SIZE")):
         with pytest.raises(UserError, match=needle):
             prepare(src, tmp_path / "d", **bad)

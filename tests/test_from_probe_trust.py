@@ -10,17 +10,13 @@ import shutil
 
 import pandas as pd
 import pytest
-import torch
+from test_from_probe import _model as scaled_model
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.models.config import TLMConfig
-from tlm_probe.models.io import save_tlm
-from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.probe.engine import probe
 from tlm_probe.results import write_results
 from tlm_probe.schedules.rules import Rule, widths_from_statistic
-from tlm_probe.tokenizer import ByteTokenizer
 
 runner = CliRunner()
 STAT = "norm_ratio_mlp"
@@ -28,15 +24,7 @@ STAT = "norm_ratio_mlp"
 
 def _model(folder, scales, seed=3):
     """A model whose MLP l writes scales[l] x its initial output (tests/test_from_probe.py's)."""
-    torch.manual_seed(seed)
-    model = TaperedLM(TLMConfig(n_layers=len(scales), d_model=64, n_heads=2, d_ff=(256,) * len(scales),
-                                max_seq_len=64))
-    with torch.no_grad():
-        for block, s in zip(model.blocks, scales, strict=True):
-            block.mlp.W_out.weight.mul_(s)
-    save_tlm(model, folder)
-    ByteTokenizer().save(folder)
-    return folder
+    return scaled_model(folder, scales, seed)
 
 
 @pytest.fixture(scope="module")

@@ -101,3 +101,40 @@ def test_issue_36_cases_are_refused_at_once_in_a_fresh_process(tmp_path, argv):
     flag = next(a for a in argv if a in ("--max-new-tokens", "--seed", "--layers"))
     assert lines[0].startswith(f"error: {flag} must be an integer in [")
     assert time.perf_counter() - start < 60 and list(tmp_path.iterdir()) == []
+
+
+# the same ranges where no parser runs: a library call and a --config file (before: 10**18 new tokens, a
+# negative seed and an lr of 1e6 were taken from a library call or a YAML file)
+LIBRARY = [
+    ("tlm_probe.probe.options", "ProbeOptions", {}, "max_tokens", 2**60),
+    ("tlm_probe.generation", "GenerateOptions", {}, "max_new_tokens", 10**18),
+    ("tlm_probe.generation", "GenerateOptions", {}, "seed", -1),
+    ("tlm_probe.train.config", "TrainConfig", {"steps": 2}, "lr", 1e6),
+    ("tlm_probe.train.config", "TrainConfig", {"steps": 2}, "batch_size", 10**8),
+    ("tlm_probe.eval.run", "EvalOptions", {}, "limit", 10**12),
+    ("tlm_probe.schedules.options", "ScheduleOptions", {}, "multiple_of", 2**30),
+    ("tlm_probe.schedules.options", "FromProbeOptions", {}, "power", 1e9),
+    ("tlm_probe.importance.options", "ImportanceOptions", {}, "seed", -1),
+]
+
+
+@pytest.mark.parametrize("module, cls, kw, name, bad", LIBRARY, ids=[f"{c}.{n}" for _, c, _, n, _ in LIBRARY])
+def test_a_library_call_meets_the_same_range(module, cls, kw, name, bad):
+    import importlib
+
+    from tlm_probe.errors import UserError
+
+    options = getattr(importlib.import_module(module), cls)
+    stated = RANGES[name]
+    with pytest.raises(UserError, match=rf"^{name} must be an? \w+ in \[{stated.low}, {stated.high}\], got "):
+        options(**kw, **{name: bad})
+    options(**kw, **{name: stated.high})  # the bound itself is in range
+
+
+def test_a_config_file_meets_the_same_range(tmp_path):
+    (tmp_path / "run.yaml").write_text("lr: 1000000.0\nsteps: 2\n")
+    r = CliRunner().invoke(app, ["train", "--config", str(tmp_path / "run.yaml"), "--data", "builtin:pydoc",
+                                 "--out", str(tmp_path / "out")])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 1 and lines == ["error: lr must be a number in [0.0, 10.0], got 1000000.0"], r.output
+    assert not (tmp_path / "out").exists()

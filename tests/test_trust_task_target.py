@@ -166,7 +166,7 @@ def test_a_proxy_that_disagrees_with_the_task_target_is_flagged():
     assert rows["ablation_dnll_mlp_zero"]["spearman_with_task"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("bad,needle", [({"task_limit": -1}, "--task-limit"),
+@pytest.mark.parametrize("bad,needle", [({"task_limit": -1}, "task_limit must be an integer in"),
                                         ({"target_ablation": "attn"}, "--target-ablation"),
                                         ({"task": "pydoc-mc,none"}, "--task none")])
 def test_bad_task_settings_are_one_error(bad, needle):

@@ -12,6 +12,7 @@ from pathlib import Path
 from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import CONFIG, read_config_json
+from tlm_probe.ranges import check_ranges
 from tlm_probe.seeds import check_seed
 
 # torch, transformers and the loaders are imported where they are used: the CLI builds `tlm generate`'s
@@ -49,6 +50,7 @@ class GenerateOptions:
     """Old name of cache (deprecated)."""
 
     def __post_init__(self, use_cache):
+        check_ranges(self)
         if use_cache is not None:
             if not self.cache and use_cache:
                 raise TypeError("GenerateOptions() got use_cache= and cache=; use_cache is the old name of "

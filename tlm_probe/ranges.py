@@ -2,6 +2,8 @@
 (commands/options.py, commands/config_options.py), which hand it to typer as min/max, so that an
 out-of-range value is refused by the parser, in one `error:` line naming the option, the value and the
 range, before a command starts any work, and `--help` shows the range beside the default ("[1<=x<=4096]").
+Library callers and `--config` files meet the same table: each options dataclass calls `check_ranges` on
+itself, which names the field instead of the flag.
 
 A range belongs to a concept, not to a command: an option is looked up by its field name, so `--seed` has the
 same range in generate, eval and train, `--layers` in schedule, plot and train. A field whose number means
@@ -12,8 +14,10 @@ probes) and exist so that a typo like 10**18 fails at once instead of allocating
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from tlm_probe.errors import UserError
 from tlm_probe.seeds import SEED_MAX
 
 
@@ -70,3 +74,20 @@ RANGES: dict[str, Range] = {
 def range_of(name: str, metadata=None) -> Range | None:
     """The range of the numeric option made from field `name` (its metadata's RANGE first)."""
     return (metadata or {}).get(RANGE) or RANGES.get(name)
+
+
+def refusal(label: str, stated: Range, value, integer: bool) -> str:
+    """The one message for a number outside its range (label: the flag on the command line, the field in
+    a library call or a --config file)."""
+    kind = "an integer" if integer else "a number"
+    return f"{label} must be {kind} in [{stated.low}, {stated.high}], got {value}"
+
+
+def check_ranges(obj) -> None:
+    """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range."""
+    for f in dataclasses.fields(obj):
+        value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
+        if stated is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not stated.low <= value <= stated.high:  # nan is in no range
+            raise UserError(refusal(f.name, stated, value, isinstance(value, int)))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import typer
 
 from tlm_probe.docstrings import field_docs
-from tlm_probe.ranges import range_of
+from tlm_probe.ranges import range_of, refusal
 
 FLAG_NAMES = {"n_layers": "--layers", "n_heads": "--heads", "n_kv_heads": "--kv-heads", "json_out": "--json"}
 """field -> flag, where the flag reads better than the field name."""
@@ -89,8 +89,7 @@ def bounds(name: str, kind, metadata=None) -> dict:
 
     def check(value):
         if value is not None and not stated.low <= value <= stated.high:  # nan is in no range
-            raise OutOfRange(f"{flag_of(name)} must be {'an integer' if kind is int else 'a number'} in "
-                             f"[{stated.low}, {stated.high}], got {value}")
+            raise OutOfRange(refusal(flag_of(name), stated, value, kind is int))
         return value
 
     return {"callback": check, "range": f"[{stated}]"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlm_probe.errors import UserError
+from tlm_probe.ranges import check_ranges
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,8 +20,7 @@ class PrepareOptions:
     """Tokens per shard file."""
 
     def __post_init__(self):
+        check_ranges(self)
         from tlm_probe.tokenizer import parse_bpe
 
-        if self.shard_tokens < 1:
-            raise UserError(f"--shard-tokens must be >= 1 token, got {self.shard_tokens}")
         parse_bpe(self.tokenizer)  # a malformed bpe:VOCAB is refused before any file is read

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
+from tlm_probe.ranges import check_ranges
 from tlm_probe.statistic_names import ALIGNMENT, asked_statistics
 
 
@@ -35,11 +36,7 @@ class DiffOptions:
     """float32 | float64 | bfloat16 | float16"""
 
     def __post_init__(self):
-        for name in ("seq_len", "max_tokens"):
-            if getattr(self, name) < 0:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.batch_size < 1:
-            raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
+        check_ranges(self)
         if self.split not in SPLIT_CHOICES:
             raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
         diff_statistics(self.stats)  # a typo is refused at start-up, before a model is loaded

@@ -24,6 +24,7 @@ from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
 from tlm_probe.eval.task_code import check_task_code
 from tlm_probe.eval.task_names import check_task_names
+from tlm_probe.ranges import check_ranges
 from tlm_probe.seeds import check_seed
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class EvalOptions:
     """Old name of max_tokens (deprecated)."""
 
     def __post_init__(self, ppl_split, ppl_tokens):
+        check_ranges(self)
         for old, value in (("ppl_split", ppl_split), ("ppl_tokens", ppl_tokens)):
             if value is not None:  # the old keyword: passed on under the new name
                 new = OLD_NAMES[old]

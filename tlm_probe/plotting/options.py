@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tlm_probe.errors import UserError
+from tlm_probe.ranges import check_ranges
 
 FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage",
                 "diff")
@@ -78,6 +79,7 @@ class PlotOptions:
     """Schedules figure: width rounding multiple."""
 
     def __post_init__(self):
+        check_ranges(self)
         for name in ("statistic", "schedule"):  # a library caller's list (or one name) held as a tuple
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))

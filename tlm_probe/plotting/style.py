@@ -37,6 +37,7 @@ STAT_LABELS: dict[str, str] = {
     "mlp_influence": "1 − cos(resid_mid, resid_post)",
     "attn_influence": "1 − cos(resid_pre, resid_mid)",
     "resid_norm_growth": "‖resid_post‖ / ‖resid_pre‖ (ratio)",
+    "attn_entropy": "attention entropy, mean over heads (nats)",
     "logit_lens_kl": "logit-lens KL(final ‖ lens) (nats)",
     "logit_lens_ce": "logit-lens cross-entropy (nats/token)",
     "logit_lens_entropy": "logit-lens entropy (nats)",

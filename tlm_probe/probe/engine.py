@@ -151,33 +151,12 @@ def run_probe(
     backend_cls = _backend(opts.backend, model)
     rank, world, created = _dist()
     opts = replace(opts, device=_rank_device(resolve_device_name(opts.device), world))
-    pm = (
-        model
-        if isinstance(model, ProbeModel)
-        else load_probe_model(
-            model, opts.device, opts.dtype, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle,
-            device_map=opts.device_map, max_memory=opts.max_memory,
-            attn_implementation=EAGER if plan.attention else None,  # weights are formed only by eager
-        )
-    )
-    if opts.device_map:  # the ids go where the first block is; accelerate moves them on from there
-        opts = replace(opts, device=input_device(pm.model))
-    where_from = getattr(model, "path", None) or model  # a run folder names the data it trained on
-    opts = replace(opts, split=resolve_split(opts.split, opts.data, where_from))  # provenance: the split read
-    source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
-    natural = sq.row_length(source, opts.split)  # a 2-D token array: its rows are the sequences
-    default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
-    opts = replace(opts, seq_len=opts.seq_len or default)
-    sq.check_seq_len(pm, opts.seq_len)
+    pm, opts = _load(model, opts, plan, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+    opts, seqs = _sequences(pm, opts, getattr(model, "path", None) or model)
     plan, refused_here, accs = _accumulators(pm, plan, opts.backend, progress and rank == 0)
     sink = StatSink(pm, accs, guardrails=opts.guardrails)
     backend = backend_cls(sink) if accs else None
     keep = imp_opts.max_sequences if plan.importance else 0
-    where = str(opts.data)[:80]
-    seqs = sq.token_sequences(pm, source, opts.seq_len, opts.split, where)
-    seqs = sq.limit_tokens(seqs, opts.max_tokens or None)  # 0: all
-    if opts.half:  # one of two disjoint halves: every other sequence
-        seqs = (s for i, s in enumerate(seqs) if i % 2 == "ab".index(opts.half))
     digest = hashlib.sha256()
     fused = _fused(pm, plan, imp_opts, backend, world) if keep else None
     stream = _Stream(pm, sink, backend, opts, keep, rank, world, fused)
@@ -191,13 +170,50 @@ def run_probe(
         raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
     rows, mats, info, refused = _importance(pm, plan, imp_opts, stream, world, progress and rank == 0)
     _finish_dist(created)
-    from tlm_probe.results import build_provenance
-
     rows = without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
     agreement, target = agreement_rows(rows, plan, pm.n_layers)
     table = result_table(pm, [r for r in rows if r["statistic"] in plan.asked])
     matrices = matrix_table(pm, [m for acc in accs for m in acc.matrix_rows()] + mats)
-    prov = build_provenance(pm, opts, n_tokens, world, time.time() - started, digest.hexdigest())
+    prov = _provenance(pm, opts, (n_tokens, world, time.time() - started, digest.hexdigest()),
+                       refused_here, attention)
+    if info is not None:
+        prov["importance"] = _importance_record(info, plan, refused, agreement, target)
+    return ProbeResult(table, matrices, prov, agreement=agreement_table(pm, agreement))
+
+
+def _load(model, opts: ProbeOptions, plan: StatPlan, **load) -> tuple[ProbeModel, ProbeOptions]:
+    """The model (loaded unless given), and opts.device where its inputs go under a device map."""
+    if not isinstance(model, ProbeModel):
+        model = load_probe_model(
+            model, opts.device, opts.dtype, device_map=opts.device_map, max_memory=opts.max_memory,
+            attn_implementation=EAGER if plan.attention else None,  # weights are formed only by eager
+            **load,
+        )
+    if opts.device_map:  # the ids go where the first block is; accelerate moves them on from there
+        opts = replace(opts, device=input_device(model.model))
+    return model, opts
+
+
+def _sequences(pm: ProbeModel, opts: ProbeOptions, where_from):
+    """(opts with the split read and the sequence length settled, the token sequences to probe)."""
+    opts = replace(opts, split=resolve_split(opts.split, opts.data, where_from))  # provenance: the split read
+    source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
+    natural = sq.row_length(source, opts.split)  # a 2-D token array: its rows are the sequences
+    default = natural or min(DEFAULT_SEQ_LEN, sq.max_positions(pm) or DEFAULT_SEQ_LEN)
+    opts = replace(opts, seq_len=opts.seq_len or default)
+    sq.check_seq_len(pm, opts.seq_len)
+    seqs = sq.token_sequences(pm, source, opts.seq_len, opts.split, str(opts.data)[:80])
+    seqs = sq.limit_tokens(seqs, opts.max_tokens or None)  # 0: all
+    if opts.half:  # one of two disjoint halves: every other sequence
+        seqs = (s for i, s in enumerate(seqs) if i % 2 == "ab".index(opts.half))
+    return opts, seqs
+
+
+def _provenance(pm: ProbeModel, opts: ProbeOptions, run: tuple, refused_here: dict, attention) -> dict:
+    """provenance.json but for its importance record; run = (tokens, world size, seconds, data hash)."""
+    from tlm_probe.results import build_provenance
+
+    prov = build_provenance(pm, opts, *run)
     prov["ci_methods"] = imp.CI_METHODS
     if opts.device_map:
         prov["dispatch"] = {"device_map": opts.device_map, "max_memory": opts.max_memory,
@@ -210,15 +226,15 @@ def run_probe(
     if no_mlp:
         prov["no_mlp_layers"] = no_mlp
         prov["no_mlp_note"] = NO_MLP_NOTE
-    if info is not None:
-        missing = {
-            s: why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT
-        }
-        info["skipped"].update(
-            {s: why for s, why in missing.items() if s not in {r["statistic"] for r in agreement}}
-        )
-        prov["importance"] = {**info, "agreement_target": target}
-    return ProbeResult(table, matrices, prov, agreement=agreement_table(pm, agreement))
+    return prov
+
+
+def _importance_record(info: dict, plan: StatPlan, refused: dict, agreement: list, target) -> dict:
+    """provenance.json's importance record, with the reason each asked agreement row is missing."""
+    missing = {s: why_no_agreement(s, info["skipped"], refused) for s in plan.asked if s in imp.AGREEMENT}
+    given = {r["statistic"] for r in agreement}
+    info["skipped"].update({s: why for s, why in missing.items() if s not in given})
+    return {**info, "agreement_target": target}
 
 
 def _hashed(seqs, digest):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
+from tlm_probe.ranges import check_ranges
 from tlm_probe.statistic_names import asked_statistics
 
 
@@ -55,19 +56,15 @@ class ProbeOptions:
     repeatable --importance-option KEY=VALUE fills it."""
 
     def __post_init__(self):
+        check_ranges(self)
         check_options(self)
 
 
 def check_options(opts: ProbeOptions) -> None:
-    """Values no probe can run with: one UserError line each, before anything is loaded."""
-    for name, zero in (("max_tokens", "all"), ("seq_len", "the default")):
-        value = getattr(opts, name)
-        if value is not None and value < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: {zero}), got {value}")
+    """Values no probe can run with (numbers: check_ranges): one UserError line each, before anything is
+    loaded."""
     if opts.half not in ("", "a", "b"):
         raise UserError(f"--half must be a or b, got {opts.half!r}")
-    if opts.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
     if opts.split not in SPLIT_CHOICES:
         raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
     asked_statistics(opts.stats)  # a typo in --stats is refused here, before torch is imported

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tlm_probe.ranges import check_ranges
 from tlm_probe.schedules.heads import COMPONENTS
 from tlm_probe.schedules.rules import TRANSFORMS, Rule, check_rule
 from tlm_probe.schedules.widths import DEFAULTS, ScheduleError, ScheduleSpec
@@ -59,6 +60,7 @@ class ScheduleOptions:
     width, multiples of 8)."""
 
     def __post_init__(self):
+        check_ranges(self)
         if self.component not in COMPONENTS:
             raise ScheduleError(f"unknown component {self.component!r}; choose one of: "
                                 f"{', '.join(COMPONENTS)}")
@@ -112,6 +114,7 @@ class FromProbeOptions:
     records the difference)."""
 
     def __post_init__(self):
+        check_ranges(self)
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
         if self.from_probe is None:
             given = [f"--{k}" for k in ("statistic", "model", "out", "trust") if getattr(self, k) is not None]

@@ -15,6 +15,7 @@ from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, config_with_schedule
 from tlm_probe.models.mixer_registry import REFERENCE_MIXER
 from tlm_probe.models.presets import PRESETS, preset_config
+from tlm_probe.ranges import check_ranges
 from tlm_probe.schedules.widths import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
 from tlm_probe.train.model_options import ModelOptions, given_model_options
@@ -121,6 +122,7 @@ class TrainConfig(ModelOptions):
     """Draw a progress bar on stderr (rank 0)."""
 
     def __post_init__(self):
+        check_ranges(self)
         _check_positive(self)
         # the one parse of the schedule spec (a bad spec is a UserError naming it); model_config uses it
         object.__setattr__(self, "schedule_spec", parse_schedule(self.schedule, self.multiple_of))

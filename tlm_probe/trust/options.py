@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
+from tlm_probe.ranges import check_ranges
 
 DEFAULT_STATS = ("block_influence,mlp_influence,norm_ratio_mlp,align_mlp_mid,align_abs_mlp_mid,"
                  "logit_lens_kl,ablation_dnll_mlp_zero")
@@ -48,6 +49,7 @@ class TrustOptions:
     --from-probe checks a schedule's stability with: twice the probing."""
 
     def __post_init__(self):
+        check_ranges(self)
         if isinstance(self.task, str):  # the library's one comma-separated string
             object.__setattr__(self, "task", tuple(t.strip() for t in self.task.split(",") if t.strip()))
         if len(self.data) < 2:
@@ -57,8 +59,6 @@ class TrustOptions:
             raise UserError(f"--target {self.target} must be one of --stats ({', '.join(names)})")
         if self.split not in SPLIT_CHOICES:
             raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
-        if self.task_limit < 0:
-            raise UserError(f"--task-limit must be >= 0 (0: all), got {self.task_limit}")
         if self.target_ablation not in ("mlp", "block"):
             raise UserError(f"--target-ablation must be mlp or block, got {self.target_ablation!r}")
         if "none" in self.task and len(self.task) > 1:
