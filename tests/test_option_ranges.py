@@ -136,5 +136,6 @@ def test_a_config_file_meets_the_same_range(tmp_path):
     r = CliRunner().invoke(app, ["train", "--config", str(tmp_path / "run.yaml"), "--data", "builtin:pydoc",
                                  "--out", str(tmp_path / "out")])
     lines = r.output.strip().splitlines()
-    assert r.exit_code == 1 and lines == ["error: lr must be a number in [0.0, 10.0], got 1000000.0"], r.output
+    want = "error: lr must be a number in [0.0, 10.0], got 1000000.0"
+    assert r.exit_code == 1 and lines == [want], r.output
     assert not (tmp_path / "out").exists()

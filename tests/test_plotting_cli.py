@@ -108,7 +108,7 @@ def test_plot_options_are_the_library_defaults_and_the_library_takes_them(tmp_pa
     ({"kind": "bars"}, "unknown figure kind 'bars'"),
     ({"size": "big"}, "--size must look like"),
     ({"size": (10, 10)}, "out of range"),
-    ({"dpi": 5}, "dpi must be between 10 and 1200"),
+    ({"dpi": 5}, r"dpi must be an integer in \[10, 1200\]"),
 ])
 def test_plot_options_refuse_bad_values_when_made(fields, message):
     from tlm_probe.errors import UserError

@@ -23,6 +23,7 @@ from tlm_probe.plotting.inputs import (
     load_diff,
     load_probe,
     load_run,
+    load_trust,
     merge_probes,
     schedule_table,
     split_note,
@@ -31,6 +32,7 @@ from tlm_probe.plotting.options import DEFAULT_SCHEDULES, PlotOptions
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
+from tlm_probe.plotting.trust import plot_trust
 from tlm_probe.stats.sweep import sweep_table
 
 PROBE_IT = {"compare": "tlm probe {p}/runs/NAME --out DIR", "run": "tlm probe {p} --out DIR"}
@@ -67,8 +69,8 @@ def _one(stats: Sequence[str], default: str, kind: str) -> str:
 
 
 def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
-    if len(paths) == 1 and input_kind(paths[0]) == "diff":  # `tlm plot DIFF`: the diff's own figure
-        return _diff(paths, opts, notes)
+    if len(paths) == 1 and input_kind(paths[0]) in ("diff", "trust"):  # `tlm plot DIFF|TRUST`: its own
+        return BUILDERS[input_kind(paths[0])](paths, opts, notes)
     results, _, _ = _probe_tables(paths)
     stat = _one(opts.statistic, "align_mlp_mid", "depth")
     notes += lacking_notes(results, results["model"], stat)
@@ -163,6 +165,14 @@ def _diff(paths, opts: PlotOptions, notes: list[str]) -> Figure:
                      dpi=opts.dpi, title=opts.title)
 
 
+def _trust(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+    if len(paths) != 1 or input_kind(paths[0]) != "trust":
+        raise UserError("the trust figure takes one `tlm trust --out DIR` folder")
+    s, table = load_trust(paths[0])
+    return plot_trust(table, thresholds=s, model=str(s.get("model")), corpora=s["corpora"], size=opts.pixels,
+                      dpi=opts.dpi, title=opts.title)
+
+
 BUILDERS: dict[str, Callable[[Sequence[str | Path], PlotOptions, list[str]], Figure]] = {
     "depth": _depth,
     "heatmap": _heatmap,
@@ -173,6 +183,7 @@ BUILDERS: dict[str, Callable[[Sequence[str | Path], PlotOptions, list[str]], Fig
     "trajectory": _trajectory,
     "advantage": _advantage,
     "diff": _diff,
+    "trust": _trust,
 }
 
 

@@ -62,10 +62,15 @@ def _is_diff(p: Path) -> bool:
     return p.is_dir() and (p / "diff.json").is_file()
 
 
+def _is_trust(p: Path) -> bool:
+    return p.is_dir() and (p / "trust.json").is_file() and (p / "trust.csv").is_file()
+
+
 # order matters: a comparison folder also holds results.csv, so it is recognised before a probe folder
 KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("compare", _is_compare),
     ("diff", _is_diff),
+    ("trust", _is_trust),
     ("run", _is_run),
     ("eval", _is_eval),
     ("probe", _is_probe),
@@ -73,7 +78,8 @@ KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
 
 
 def input_kind(path: str | Path) -> str:
-    """'probe' | 'compare' | 'run' for a path, or a UserError that says what was expected."""
+    """'probe' | 'compare' | 'run' | 'eval' | 'diff' | 'trust' for a path, or a UserError that says what
+    was expected."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"input not found: {p}")
@@ -81,7 +87,8 @@ def input_kind(path: str | Path) -> str:
         if test(p):
             return kind
     raise UserError(f"{p} is not a probe result or tlm eval result (results.csv + provenance.json), a "
-                    "comparison folder (compare.json) or a run folder (metrics.jsonl)")
+                    "comparison folder (compare.json), a run folder (metrics.jsonl), a tlm diff folder "
+                    "(diff.json) or a tlm trust folder (trust.json + trust.csv)")
 
 
 @dataclass
@@ -222,6 +229,20 @@ def load_diff(path: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
         raise UserError(f"{p / 'diff.json'} is not a tlm diff summary (no model_a, model_b, n_tokens)")
     return summary, {name: read_table(p / name, text, required=text) for name, text in DIFF_TABLES.items()}
+
+
+TRUST_REQUIRED = ("statistic", "kendall_w", "min_pairwise_spearman", "spearman_with_target", "flags")
+"""trust.csv's columns (trust/engine.py; spearman_with_task where a task target was scored)."""
+
+
+def load_trust(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    """trust.json (bounded read) and trust.csv of a `tlm trust` folder."""
+    p = Path(path)
+    summary = read_json(p / "trust.json")
+    if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
+        raise UserError(f"{p / 'trust.json'} is not a tlm trust summary (no corpora, min_w, min_spearman)")
+    summary["model"] = summary.get("model") or p.name  # a folder written before trust.json named its model
+    return summary, read_table(p / "trust.csv", ("statistic", "flags"), required=TRUST_REQUIRED)
 
 
 def load_run(path: str | Path) -> Comparison:

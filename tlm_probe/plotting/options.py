@@ -12,7 +12,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_ranges
 
 FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage",
-                "diff")
+                "diff", "trust")
 """Every figure kind, in figures.BUILDERS' order (a test checks that they agree)."""
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 """The schedules figure's curves when no --schedule is given."""

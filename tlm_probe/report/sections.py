@@ -29,6 +29,7 @@ from tlm_probe.report.diff_section import diff_section
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
 from tlm_probe.report.options import ReportOptions
 from tlm_probe.report.summary import comparison_summary, eval_headline
+from tlm_probe.report.trust_section import trust_section
 from tlm_probe.results import ProbeResult
 
 # depth figures come in this order; statistics not listed follow in the order the table has them
@@ -67,6 +68,7 @@ def build_document(paths: Sequence[str | Path], options: ReportOptions | None = 
     sections: list[Section] = probe_sections(probes, size, dpi) if probes else []
     sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
     sections += [diff_section(p, n, size, dpi) for n, (p, k) in enumerate(kinds) if k == "diff"]
+    sections += [trust_section(p, n, size, dpi) for n, (p, k) in enumerate(kinds) if k == "trust"]
     summary = comparison_summary([c for _, k, c in trained if k == "compare"])
     summary += headline_figure(sections)
     evals = [load_eval(p) for p, k in kinds if k == "eval"]
