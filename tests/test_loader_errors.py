@@ -238,11 +238,11 @@ def test_info_benchmark_arm_runs(tmp_path):
 
 
 def test_train_that_cannot_fit_in_memory_is_refused_before_writing(work, monkeypatch):
-    """vocab_size 10**9 (as a 2M-entry tokenizer.json does at a larger width): 32e9 parameters need at
-    least 16 bytes each, more than any machine this runs on. Before: an allocator traceback after
-    train_config.json, data.json and the manifest were written."""
+    """vocab_size 2**24 (the largest in range, as a huge tokenizer.json gives) at width 4096: 69e9
+    parameters need at least 16 bytes each, more than any machine this runs on. Before: an allocator
+    traceback after train_config.json, data.json and the manifest were written."""
     from tiny_flags import TINY
 
-    (work / "bigv.yaml").write_text("vocab_size: 1000000000\n")
-    _run(work, ["train", "--config", "bigv.yaml", "--data", "ids.npy", "--out", "bigv", *TINY],
-         "parameters at vocab_size 1,000,000,000", monkeypatch)
+    (work / "bigv.yaml").write_text("vocab_size: 16777216\n")
+    _run(work, ["train", "--config", "bigv.yaml", "--data", "ids.npy", "--out", "bigv", *TINY,
+                "--d-model", "4096"], "parameters at vocab_size 16,777,216", monkeypatch)

@@ -90,4 +90,5 @@ def check_ranges(obj) -> None:
         if stated is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if not stated.low <= value <= stated.high:  # nan is in no range
-            raise UserError(refusal(f.name, stated, value, isinstance(value, int)))
+            integer = isinstance(stated.low, int) and isinstance(stated.high, int)  # an lr of 50 is a number
+            raise UserError(refusal(f.name, stated, value, integer))
