@@ -70,7 +70,8 @@ def test_plot_trust_writes_the_figure_and_other_kinds_say_what_it_is(tmp_path):
     assert r.exit_code == 1 and len(lines) == 1 and "is a trust folder with no probe results" in lines[0]
 
 
-@pytest.mark.parametrize("damage", ["not json", "no corpora", "word in a number column"])
+@pytest.mark.parametrize("damage", ["not json", "no corpora", "word in a number column", "task of a word",
+                                    "threshold a word"])
 def test_a_malformed_trust_folder_is_one_error_line(tmp_path, damage):
     folder = tmp_path / "t"
     shutil.copytree(REAL, folder)
@@ -78,12 +79,21 @@ def test_a_malformed_trust_folder_is_one_error_line(tmp_path, damage):
         (folder / "trust.json").write_text("{")
     elif damage == "no corpora":
         (folder / "trust.json").write_text(json.dumps({"min_w": 0.7, "min_spearman": 0.5}))
+    elif damage in ("task of a word", "threshold a word"):
+        doc = json.loads((folder / "trust.json").read_text())
+        doc |= {"task_target": "x"} if damage == "task of a word" else {"min_w": "high"}
+        (folder / "trust.json").write_text(json.dumps(doc))
     else:
         text = (folder / "trust.csv").read_text().splitlines()
         name, _, rest = text[1].partition(",")
         bad = f"{name},high,{rest.partition(',')[2]}"  # kendall_w is a word
         (folder / "trust.csv").write_text("\n".join([text[0], bad, *text[2:]]))
-    r = runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / "r")])
-    lines = r.output.strip().splitlines()
-    assert r.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), r.output
-    assert "Traceback" not in r.output and not (tmp_path / "r").exists()
+    commands = [["report", str(folder), "--out", str(tmp_path / "r")]]
+    if damage != "task of a word":  # the figure does not read the task target
+        commands.append(["plot", str(folder), "--out", str(tmp_path / "t.png")])
+    for command in commands:
+        r = runner.invoke(app, command)
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), (command, r.output)
+        assert "Traceback" not in r.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "t.png").exists()

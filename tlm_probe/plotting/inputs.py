@@ -241,6 +241,10 @@ def load_trust(path: str | Path) -> tuple[dict, pd.DataFrame]:
     summary = read_json(p / "trust.json")
     if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
         raise UserError(f"{p / 'trust.json'} is not a tlm trust summary (no corpora, min_w, min_spearman)")
+    numbers = all(isinstance(summary[k], int | float) and not isinstance(summary[k], bool)
+                  for k in ("min_w", "min_spearman"))
+    if not numbers or not isinstance(summary["corpora"], list):
+        raise UserError(f"{p / 'trust.json'}: min_w and min_spearman must be numbers and corpora a list")
     summary["model"] = summary.get("model") or p.name  # a folder written before trust.json named its model
     return summary, read_table(p / "trust.csv", ("statistic", "flags"), required=TRUST_REQUIRED)
 

@@ -2,7 +2,7 @@
 agreements it is judged by (columns): Kendall's W across the corpora, the lowest pairwise Spearman between
 two corpora, the Spearman with the ablation target and with the task target. Each cell is coloured by its
 value (−1 … 1) and printed; a cell below its threshold (`--min-w`, `--min-spearman`) is hatched and its
-number struck out with ✗, so a flag reads in greyscale too. Draws trust.csv's table only (no file reading).
+number marked ✗, so a flag reads in greyscale too. Draws trust.csv's table only (no file reading).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def plot_trust(table: pd.DataFrame, *, thresholds: dict, model: str, corpora: Se
 
 def _cell(ax, i: int, j: int, value: float, flagged: bool) -> None:
     if not np.isfinite(value):
-        ax.text(j, i, "—", ha="center", va="center", fontsize="small", color="0.4")  # the target itself
+        # no value: the target against itself
+        ax.text(j, i, "—", ha="center", va="center", fontsize="small", color="0.4")
         return
     if flagged:
         ax.add_patch(_hatch(j, i))

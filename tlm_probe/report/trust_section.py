@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.errors import UserError
 from tlm_probe.plotting.inputs import load_trust
 from tlm_probe.plotting.trust import plot_trust
 from tlm_probe.report.html import FigureBlock, Section, Table, Text
@@ -43,8 +44,17 @@ def _task_text(summary: dict) -> Text | None:
 
 
 def trust_section(path: Path, k: int, size, dpi) -> Section:
-    """One trust folder: the verdict, the figure and trust.csv; `k` numbers its figure's file."""
+    """One trust folder: the verdict, the figure and trust.csv; `k` numbers its figure's file. A trust.json
+    whose fields are not what tlm trust writes is one UserError naming it."""
     s, table = load_trust(path)
+    try:
+        return _section(path, k, size, dpi, s, table)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"{path / 'trust.json'} is not a tlm trust summary ({type(e).__name__}: "
+                        f"{str(e)[:80]})") from None
+
+
+def _section(path: Path, k: int, size, dpi, s: dict, table: pd.DataFrame) -> Section:
     model = str(s.get("model"))
     blocks = [
         Text(f"folder: {path}; {model} probed on {_tokens(s)}; ablation target {s.get('target')}; flagged "
