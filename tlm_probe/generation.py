@@ -102,7 +102,7 @@ def load_generator(source: str, opts: GenerateOptions):
 def _load_tlm(folder: Path, opts: GenerateOptions):
     from transformers.utils import logging as hf_logging
 
-    from tlm_probe.capture.loading import DTYPES, _load_tokenizer, check_device
+    from tlm_probe.capture.loading import DTYPES, check_device, load_tokenizer
     from tlm_probe.eval.scorer import TextCodec
     from tlm_probe.models.hf import TLMForCausalLM
     from tlm_probe.models.verify import verify_checkpoint
@@ -111,7 +111,7 @@ def _load_tlm(folder: Path, opts: GenerateOptions):
     verify_checkpoint(folder)  # the checks every loader makes, before transformers allocates the model
     hf_logging.disable_progress_bar()
     model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[opts.dtype]).to(opts.device).eval()
-    return model, TextCodec(_load_tokenizer(folder), *NEEDS_TOKENIZER), model.cfg.max_seq_len
+    return model, TextCodec(load_tokenizer(folder), *NEEDS_TOKENIZER), model.cfg.max_seq_len
 
 
 def generate_ids(model, prompt_ids: list[int], opts: GenerateOptions, eos_id: int, context: int) -> list[int]:

@@ -184,7 +184,7 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
             from tlm_probe.models.io import load_tlm  # imports transformer_lens: only for our checkpoints
 
             model = load_tlm(folder, device=device, unsafe_pickle=unsafe_pickle).to(DTYPES[dtype])
-            return wrap_model(model, _load_tokenizer(folder), name, folder)
+            return wrap_model(model, load_tokenizer(folder), name, folder)
         check_supported(raw.get("model_type"))  # fail early and clearly on an unsupported family
         _check_weights(folder, unsafe_pickle)
     elif _looks_like_path(str(path_or_name)):
@@ -219,7 +219,7 @@ def _load_tlm_dispatched(folder: Path, name: str, dtype: str, unsafe_pickle: boo
         model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **dispatch)
     except Exception as e:
         raise UserError(f"cannot dispatch {folder}: {_first_line(e)}") from e
-    return wrap_model(model, _load_tokenizer(folder), name, folder)
+    return wrap_model(model, load_tokenizer(folder), name, folder)
 
 
 def _tlm_device_map(cls, folder: Path, dtype: str, dispatch: dict) -> dict:
@@ -325,10 +325,10 @@ def _load_hf(
         raise UserError(f"cannot load weights of {source!r}: {_first_line(e)}") from e
     placed = bool((dispatch or {}).get("device_map"))
     model = model if placed else model.to(device)  # a dispatched model stays where accelerate put it
-    return wrap_model(model, _load_tokenizer(source), name, folder, adapter=adapter)
+    return wrap_model(model, load_tokenizer(source), name, folder, adapter=adapter)
 
 
-def _load_tokenizer(source: str | Path) -> Any | None:
+def load_tokenizer(source: str | Path) -> Any | None:
     """The model's tokenizer, or None when the checkpoint has none (probe from token ids then)."""
     folder = Path(source)
     if folder.is_dir() and (folder / TOKENIZER_META).is_file():  # a tlm run folder: byte-level or HF

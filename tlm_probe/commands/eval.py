@@ -62,10 +62,11 @@ def register(app: typer.Typer) -> None:
     ):
         """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
-        from tlm_probe.commands.probe import _threads, import_loaders
+        from tlm_probe.commands.probe import import_loaders
         from tlm_probe.eval.run import check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.progress import where
+        from tlm_probe.threads import torch_threads
 
         opts = run.options(options)
         out = run.out
@@ -76,7 +77,7 @@ def register(app: typer.Typer) -> None:
         lines = not run.json_out and where() != "terminal"
         status = contextlib.nullcontext() if run.json_out or lines else console.status(f"evaluating {model}")
         # the lock from the first load to the last file: a second eval of this --out stops at once
-        with folder_lock(out), _threads(run.threads), status, stays_offline(model, opts):
+        with folder_lock(out), torch_threads(run.threads), status, stays_offline(model, opts):
             import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
             # a slow load says so on stderr (load_probe_model's progress.Phase)
             scorer = load_scorer(model, opts, run.unsafe_pickle, run.trust_remote_code)

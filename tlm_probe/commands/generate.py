@@ -36,13 +36,14 @@ def register(app: typer.Typer) -> None:
     ):
         """Generate text from a model (greedy by default; --temperature/--top-p sample, seeded)."""
         from tlm_probe import generation
-        from tlm_probe.commands.probe import _threads, import_loaders
+        from tlm_probe.commands.probe import import_loaders
+        from tlm_probe.threads import torch_threads
 
         opts = replace(options, device=device_option(options.device))
         opts.check()  # a bad option is refused before the imports below
         import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
         started = time.perf_counter()
-        with _threads(run.threads):  # a slow load says so on stderr (the loaders' progress.Phase)
+        with torch_threads(run.threads):  # a slow load says so on stderr (the loaders' progress.Phase)
             res = generation.generate_text(model, run.prompt, opts)
         res["seconds"] = round(time.perf_counter() - started, 3)
         if res["window_note"]:  # once, on stderr: stdout stays the text (or the JSON)

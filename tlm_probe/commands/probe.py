@@ -107,7 +107,8 @@ def register(app: typer.Typer) -> None:
         check_out(out, run.overwrite, opts.max_tokens, opts.exclude_bos, inputs=(model, opts.data))
         steps = _steps(model, run.checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
-        with folder_lock(out) if main else contextlib.nullcontext(), _threads(run.threads), _interrupt(out):
+        lock = folder_lock(out) if main else contextlib.nullcontext()
+        with lock, torch_threads(run.threads), _interrupt(out):
             import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
             kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
                       unsafe_pickle=run.unsafe_pickle)
@@ -248,4 +249,3 @@ def _cell(row, col: str) -> str:
     return f"{row[col]:+.4f}"
 
 
-_threads = torch_threads  # eval and generate set their --threads the same way

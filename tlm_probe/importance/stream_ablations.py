@@ -20,7 +20,7 @@ import torch
 
 from tlm_probe.importance.catalogue import needs
 from tlm_probe.importance.passes import PassCounter
-from tlm_probe.importance.suite import _asked, _effects, _forward, token_mask
+from tlm_probe.importance.suite import ablation_effects, asked_options, counted_forward, token_mask
 from tlm_probe.importance.taps import output_tensor
 
 
@@ -34,9 +34,9 @@ class StreamAblations:
     """The ablation effects of the kept batches, each computed right after the stream's forward of it."""
 
     def __init__(self, pm, stats: list[str], opts=None):
-        self.opts, _ = _asked(stats, opts)
+        self.opts, _ = asked_options(stats, opts)
         self.counter = PassCounter(1)  # its calls are merged into run_importance's (rows counted there)
-        self.effects = _effects(pm, self.opts, _forward(pm, self.counter, "ablation"), None)
+        self.effects = ablation_effects(pm, self.opts, counted_forward(pm, self.counter, "ablation"), None)
 
     def finish(self):
         """After the stream: the cache of its last batch dropped, the sums merged across ranks."""

@@ -43,7 +43,8 @@ def token_mask(batch: dict, exclude_bos: bool) -> torch.Tensor:
     return mask
 
 
-def _forward(pm, counter: PassCounter, name: str) -> Callable[..., torch.Tensor]:
+def counted_forward(pm, counter: PassCounter, name: str) -> Callable[..., torch.Tensor]:
+    """The model's forward on a batch, counted in `counter` under pass `name`."""
     def fwd(b: dict, share: float = 1.0) -> torch.Tensor:
         """share: the part of one forward this call costs per row (a restarted ablation: restart.py)."""
         counter.forward(name, b["input_ids"].shape[0], share)
@@ -59,7 +60,7 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
     plan = [ab for ab in ablation_plan(pm, opts.ablations) if ab.kind != "skip"] if "calib" in need else []
     targets = list(dict.fromkeys(ab.module for ab in plan))
     mask_ref: dict = {}
-    forward = _forward(pm, counter, "clean")
+    forward = counted_forward(pm, counter, "clean")
     with capturing(pm, acc.needs_resid, bool(acc.neurons)) as store, calibrating(targets, calib, mask_ref):
         for batch in track(batches, "importance: clean pass"):
             mask_ref["mask"] = token_mask(batch, opts.exclude_bos)
@@ -73,7 +74,8 @@ def _first_pass(pm, batches, opts, need, track, counter) -> tuple[FirstPass, Cal
     return acc, calib
 
 
-def _effects(pm, opts, forward, calib) -> AblationEffects:
+def ablation_effects(pm, opts, forward, calib) -> AblationEffects:
+    """The ablation accumulator for this model (ΔNLL where it has an LM head, else the output shift)."""
     metric = "dnll" if pm.is_causal and pm.lm_head() is not None else "shift"
     plan = ablation_plan(pm, opts.ablations)
     restart = Restart([pm.layer(l) for l in range(pm.n_layers)], head_share(pm))
@@ -81,7 +83,7 @@ def _effects(pm, opts, forward, calib) -> AblationEffects:
 
 
 def _ablation_pass(pm, batches, opts, calib, track, counter) -> AblationEffects:
-    eff = _effects(pm, opts, _forward(pm, counter, "ablation"), calib)
+    eff = ablation_effects(pm, opts, counted_forward(pm, counter, "ablation"), calib)
     for batch in track(batches, "importance: ablations"):
         eff.update(batch, token_mask(batch, opts.exclude_bos))
     eff.all_reduce_()
@@ -104,7 +106,7 @@ def _gradient_pass(pm, batches, opts, per_sequence: bool, track, counter) -> Gra
     params = list(pm.model.parameters())
     saved = [p.requires_grad for p in params]
     mine = {id(p) for g in groups.values() for p in g}
-    forward = _forward(pm, counter, "gradients")
+    forward = counted_forward(pm, counter, "gradients")
 
     def loss_fn(seq):
         mask = token_mask(seq, opts.exclude_bos)
@@ -143,7 +145,8 @@ def _no_track(it, description):
     return it
 
 
-def _asked(stats: list[str], opts: ImportanceOptions | None) -> tuple[ImportanceOptions, frozenset[str]]:
+def asked_options(stats: list[str],
+                  opts: ImportanceOptions | None) -> tuple[ImportanceOptions, frozenset[str]]:
     """The options with only the asked ablation kinds, and what the asked statistics need."""
     opts = opts or ImportanceOptions()
     kinds = tuple(
@@ -163,7 +166,7 @@ def expected_passes(
     the forwards each pass plans (the restart from the cached stream usable, or refused; the ablations
     fused with the probe's stream: stream_ablations.py). Equal to the counted passes when the restart's
     usability was guessed right (tests/test_importance_cost_line.py)."""
-    opts, need = _asked(stats, opts)
+    opts, need = asked_options(stats, opts)
     batches = _indexed(batches)
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))
     lens = has_lens(pm, need)
@@ -173,7 +176,7 @@ def expected_passes(
         if lens:
             pos = sampled_positions(T, opts.lens_positions, opts.seed)
             counter.extra("clean", lens_forwards(pm, B * decoded_share(pos, T), counter.rows, T))
-    eff = _effects(pm, opts, None, None) if "ablation" in need else None
+    eff = ablation_effects(pm, opts, None, None) if "ablation" in need else None
     for i, b in enumerate(batches if eff is not None else ()):
         for rows, share in eff.planned(b["input_ids"].shape[0], i == 0, restartable, fused):
             counter.forward("ablation", rows, share)
@@ -202,7 +205,7 @@ def run_importance(
     (stream_ablations.StreamAblations): the ablations, already run in the probe's stream on these batches.
     """
     started = time.perf_counter()
-    opts, need = _asked(stats, opts)
+    opts, need = asked_options(stats, opts)
     device = next(pm.model.parameters()).device
     batches = [{k: v.to(device) for k, v in b.items()} for b in _indexed(batches)]
     counter = PassCounter(sum(int(b["input_ids"].shape[0]) for b in batches))

@@ -9,7 +9,6 @@ OUT/demo.json (what was done, where, how long).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import numpy as np
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_write_text, claim, record
+from tlm_probe.threads import torch_threads
 from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare, make_arms, run_name
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
@@ -60,22 +60,10 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
           owned=(*COMPARE_FILES, *SWEEP_FILES))
     data = load_token_data(base.data, base.tokenizer)
     # training sets base.threads per run; the probes and figures run under the same setting
-    with writer_lock(out), _torch_threads(base.threads):  # compare() takes the same lock again
+    with writer_lock(out), torch_threads(base.threads):  # compare() takes the same lock again
         return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    """torch's intra-op threads for the demo only (0: leave them), as the trainer does for a run."""
-    import torch
-
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:
