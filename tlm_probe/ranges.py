@@ -29,6 +29,14 @@ class Range:
     def __str__(self) -> str:
         return f"{self.low}<=x<={self.high}"
 
+    def __contains__(self, value) -> bool:
+        return self.low <= value <= self.high  # nan is in no range
+
+    @property
+    def integer(self) -> bool:
+        """A range of integers (its bounds are): a count, a width, a seed. An lr of 50 is a number."""
+        return isinstance(self.low, int) and isinstance(self.high, int)
+
 
 RANGE = "range"
 """Field metadata key: a Range that replaces the table's for this one field."""
@@ -76,10 +84,10 @@ def range_of(name: str, metadata=None) -> Range | None:
     return (metadata or {}).get(RANGE) or RANGES.get(name)
 
 
-def refusal(label: str, stated: Range, value, integer: bool) -> str:
+def refusal(label: str, stated: Range, value) -> str:
     """The one message for a number outside its range (label: the flag on the command line, the field in
     a library call or a --config file)."""
-    kind = "an integer" if integer else "a number"
+    kind = "an integer" if stated.integer else "a number"
     return f"{label} must be {kind} in [{stated.low}, {stated.high}], got {value}"
 
 
@@ -89,6 +97,5 @@ def check_ranges(obj) -> None:
         value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
         if stated is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if not stated.low <= value <= stated.high:  # nan is in no range
-            integer = isinstance(stated.low, int) and isinstance(stated.high, int)  # an lr of 50 is a number
-            raise UserError(refusal(f.name, stated, value, integer))
+        if value not in stated:
+            raise UserError(refusal(f.name, stated, value))

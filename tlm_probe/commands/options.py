@@ -88,8 +88,8 @@ def bounds(name: str, kind, metadata=None) -> dict:
         return {}
 
     def check(value):
-        if value is not None and not stated.low <= value <= stated.high:  # nan is in no range
-            raise OutOfRange(refusal(flag_of(name), stated, value, kind is int))
+        if value is not None and value not in stated:
+            raise OutOfRange(refusal(flag_of(name), stated, value))
         return value
 
     return {"callback": check, "range": f"[{stated}]"}
