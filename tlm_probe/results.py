@@ -36,6 +36,13 @@ METRICS_MAX_BYTES = 256 * 2**20
 """The largest metrics.jsonl read (a line per logged step: a long run's is a few megabytes)."""
 OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES, AGREEMENT) for ext in ("csv", "parquet")}
 OURS |= {PROVENANCE}
+TRUST_FILES = ("trust.json", "trust.csv", "values.csv")
+"""What every `tlm trust` folder holds (trust/engine.py writes them; halves.csv and task_target.csv when
+asked): the summary, one row per statistic, and every corpus x layer x statistic value."""
+
+
+def is_trust_folder(path: str | Path) -> bool:
+    return all((Path(path) / name).is_file() for name in TRUST_FILES)
 
 
 @dataclass

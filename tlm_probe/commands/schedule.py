@@ -145,7 +145,8 @@ def schedule_result(spec: ScheduleSpec, arch: ScheduleArch, component: str) -> t
 def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOptions):
     """The schedule --from-probe derives (checked, not yet written) for --component mlp or heads."""
     from tlm_probe.commands.schedule_from_probe import check_stability, derive_from_probe
-    from tlm_probe.commands.schedule_trust import check_trust_stability, is_trust
+    from tlm_probe.commands.schedule_trust import check_trust_stability
+    from tlm_probe.results import is_trust_folder
 
     if arch.preset:
         raise UserError("--from-probe takes its layers from the probe: drop --preset")
@@ -160,7 +161,7 @@ def _from_probe(probe: FromProbeOptions, arch: ScheduleArch, options: ScheduleOp
     derived = derive_from_probe(probe, budget, unit)
     if probe.check_with is not None:
         derived = check_stability(derived, probe, budget, unit)
-    trust = probe.trust or (probe.from_probe if is_trust(probe.from_probe) else None)
+    trust = probe.trust or (probe.from_probe if is_trust_folder(probe.from_probe) else None)
     if trust is not None:  # a trust folder: its corpora and halves (commands/schedule_trust.py)
         derived = check_trust_stability(derived, probe, trust, unit)
     elif probe.check_with is None:

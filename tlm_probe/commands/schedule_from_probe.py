@@ -158,10 +158,10 @@ class Derived:
 def _read_source(folder: Path):
     """(table, provenance, the file its hash is of) of a probe folder, or of a `tlm trust` folder (its
     values' mean over corpora, commands/schedule_trust.py)."""
-    from tlm_probe.commands.schedule_trust import is_trust, trust_as_probe
-    from tlm_probe.results import read_results
+    from tlm_probe.commands.schedule_trust import trust_as_probe
+    from tlm_probe.results import is_trust_folder, read_results
 
-    if folder.is_dir() and is_trust(folder):
+    if is_trust_folder(folder):
         return (*trust_as_probe(folder), folder / "values.csv")
     table, _, prov = read_results(folder)
     return table, prov, _results_file(folder)

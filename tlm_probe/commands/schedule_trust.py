@@ -20,14 +20,10 @@ import pandas as pd
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.files.tablefile import read_table_file
+from tlm_probe.results import TRUST_FILES, is_trust_folder
 
-TRUST_FILES = ("trust.json", "values.csv")
 VALUE_COLUMNS = ("layer", "statistic", "value")
 HALVES = "halves.csv"
-
-
-def is_trust(folder) -> bool:
-    return all((Path(folder) / n).is_file() for n in TRUST_FILES)
 
 
 def _table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -113,12 +109,13 @@ def check_trust_stability(derived, opts, folder, unit: int):
     from tlm_probe.schedules.rules import weights, widths_from_statistic
 
     folder = Path(folder)
-    if not is_trust(folder):
-        raise UserError(f"--trust {folder} is not a tlm trust folder (no trust.json and values.csv)")
+    if not is_trust_folder(folder):
+        raise UserError(f"--trust {folder} is not a tlm trust folder (no {', '.join(TRUST_FILES)})")
     _check_model(derived, read_json_object(folder / "trust.json"), folder)
     stat, rule = opts.statistic, opts.how
     record, unstable = {"trust_dir": str(folder.resolve()), "limit_units": opts.max_unstable}, []
-    for group, found in variants(folder, stat, derived.n_layers).items():
+    groups = variants(folder, stat, derived.n_layers)
+    for group, found in groups.items():
         for label, values in found:  # the main values passed schedule_from_probe._check_weights
             if not any(weights(values, rule)):
                 raise UserError(f"--statistic {stat} gives no layer a positive weight on {label} of --trust "
@@ -131,7 +128,7 @@ def check_trust_stability(derived, opts, folder, unit: int):
               f"{'stable' if stable else 'NOT stable'} (limit {opts.max_unstable})", file=sys.stderr)
         record[group] = {"widths": widths, "max_diff_units": units, "layers_moved": moved, "stable": stable}
         unstable += [] if stable else [f"{WHAT[group]} ({units:g} rounding units apart)"]
-    if len(record) == 2:
+    if not groups:
         print(f"stability: not checked: {folder} holds neither two corpora nor halves.csv", file=sys.stderr)
     if unstable and not opts.allow_unstable:
         raise UserError(f"the schedule from {stat} is not stable across {' and '.join(unstable)}, limit "

@@ -33,7 +33,7 @@ class TitansSettings:
 
     window: int = 64
     """titans: sliding-window attention span in tokens (the query and window-1 tokens before it); the
-    paper-scale presets use 1024 (models/presets.py)."""
+    paper-scale presets use 1024 (this row's paper_scale)."""
     mem_chunk: int = 16
     """titans: chunk size of the parallel memory update (gradients inside a chunk are taken at the
     memory of the chunk's start)."""

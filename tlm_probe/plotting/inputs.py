@@ -20,7 +20,7 @@ from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
 from tlm_probe.files.tablefile import MAX_BYTES, WHAT, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
-from tlm_probe.results import ProbeResult, read_agreement, read_metrics, read_results
+from tlm_probe.results import ProbeResult, is_trust_folder, read_agreement, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
 LOSS_KEYS = ("train_loss", "val_loss")
@@ -62,15 +62,11 @@ def _is_diff(p: Path) -> bool:
     return p.is_dir() and (p / "diff.json").is_file()
 
 
-def _is_trust(p: Path) -> bool:
-    return p.is_dir() and (p / "trust.json").is_file() and (p / "trust.csv").is_file()
-
-
 # order matters: a comparison folder also holds results.csv, so it is recognised before a probe folder
 KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("compare", _is_compare),
     ("diff", _is_diff),
-    ("trust", _is_trust),
+    ("trust", is_trust_folder),
     ("run", _is_run),
     ("eval", _is_eval),
     ("probe", _is_probe),
@@ -88,7 +84,7 @@ def input_kind(path: str | Path) -> str:
             return kind
     raise UserError(f"{p} is not a probe result or tlm eval result (results.csv + provenance.json), a "
                     "comparison folder (compare.json), a run folder (metrics.jsonl), a tlm diff folder "
-                    "(diff.json) or a tlm trust folder (trust.json + trust.csv)")
+                    "(diff.json) or a tlm trust folder (trust.json, trust.csv, values.csv)")
 
 
 @dataclass
