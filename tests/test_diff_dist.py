@@ -101,7 +101,7 @@ def test_only_rank_0_claims_the_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr("tlm_probe.diff.engine.process_group", _no_group)
-    monkeypatch.setattr("tlm_probe.diff.ranks.process_group", _no_group)
+    monkeypatch.setattr("tlm_probe.ranks.process_group", _no_group)
     res = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "a"), "--data",
                                    str(tmp_path / "ids.npy"), "--out", str(tmp_path / "d"),
                                    "--device", "cpu"])

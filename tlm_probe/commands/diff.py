@@ -53,9 +53,9 @@ def register(app: typer.Typer) -> None:
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
         from tlm_probe.diff.engine import run_diff, write_diff
         from tlm_probe.diff.pairs import aggregate
-        from tlm_probe.diff.ranks import process_group, rank
         from tlm_probe.files.fileio import check_apart, claim
         from tlm_probe.files.folder_lock import folder_lock
+        from tlm_probe.ranks import process_group, rank
         from tlm_probe.threads import torch_threads
 
         pairs = _pairs(model_a, model_b, run)

@@ -10,7 +10,7 @@
   the frequency of the target token in the probed text;
 - with --stats, the per-layer difference A - B of probe statistics with a CI paired by sequence
   (paired_stats.py).
-Under torchrun each rank streams its share of the sequences and every sum is all-reduced (ranks.py).
+Under torchrun each rank streams its share of the sequences and every sum is all-reduced (tlm_probe/ranks.py).
 Both models must read the same token ids (the same vocabulary size, and the same ids for a test string
 when both have a tokenizer).
 """
@@ -35,9 +35,9 @@ from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.data.sources import resolve_split
 from tlm_probe.diff.options import DiffOptions, diff_statistics
 from tlm_probe.diff.paired_stats import CI_OVER_SEQUENCES, PairedStats
-from tlm_probe.diff.ranks import process_group, rank, rank_device, world
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
+from tlm_probe.ranks import process_group, rank, rank_device, world
 from tlm_probe.stats import all_reduce_, all_reduce_int
 from tlm_probe.stats.cka import LayerCKA
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +27,7 @@ import pandas as pd
 import torch
 
 from tlm_probe import importance as imp
+from tlm_probe import ranks
 from tlm_probe.allocator import keep_freed_memory
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, load_probe_model
@@ -101,19 +101,6 @@ def _backend(name: str, model=None):
     return cls
 
 
-def _dist() -> tuple[int, int, bool]:
-    """(rank, world, created) from torchrun's environment; makes a gloo group if world > 1 and none exists."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, False
-    import torch.distributed as dist
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo")  # the reduced states are small CPU tensors: gloo everywhere
-    return dist.get_rank(), world, created
-
-
 RESIDENT = frozenset({"grad", "grad_per_sequence"})
 """Needs (importance catalogue) that read or differentiate the weights themselves."""
 
@@ -127,11 +114,6 @@ def check_dispatch(opts: ProbeOptions, plan: StatPlan) -> None:
     if opts.device_map and resident:
         raise UserError(f"{', '.join(resident)} need(s) every weight resident, which --device-map does not "
                         "keep; probe them without --device-map")
-
-
-def _rank_device(device: str, world: int) -> str:
-    """Under torchrun, plain "cuda" means this rank's GPU."""
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device == "cuda" and world > 1 else device
 
 
 @renamed_keywords(allow_pickle="unsafe_pickle")
@@ -149,27 +131,27 @@ def run_probe(
     check_dispatch(opts, plan)
     imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})
     backend_cls = _backend(opts.backend, model)
-    rank, world, created = _dist()
-    opts = replace(opts, device=_rank_device(resolve_device_name(opts.device), world))
-    pm, opts = _load(model, opts, plan, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
-    opts, seqs = _sequences(pm, opts, getattr(model, "path", None) or model)
-    plan, refused_here, accs = _accumulators(pm, plan, opts.backend, progress and rank == 0)
-    sink = StatSink(pm, accs, guardrails=opts.guardrails)
-    backend = backend_cls(sink) if accs else None
-    keep = imp_opts.max_sequences if plan.importance else 0
-    digest = hashlib.sha256()
-    fused = _fused(pm, plan, imp_opts, backend, world) if keep else None
-    stream = _Stream(pm, sink, backend, opts, keep, rank, world, fused)
-    with eager_attention(pm) if plan.attention else contextlib.nullcontext() as attention:
-        stream.run(sq.shard(_hashed(seqs, digest), rank, world), progress and rank == 0)
-    for acc in accs:
-        acc.all_reduce_()
-    n_tokens = all_reduce_int(stream.n_tokens)
-    if n_tokens == 0:
-        _finish_dist(created)
-        raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
-    rows, mats, info, refused = _importance(pm, plan, imp_opts, stream, world, progress and rank == 0)
-    _finish_dist(created)
+    rank, world = ranks.rank(), ranks.world()
+    opts = replace(opts, device=ranks.rank_device(resolve_device_name(opts.device)))
+    shown = progress and rank == 0  # progress on rank 0 only
+    with ranks.process_group():  # torchrun: this rank's share of the sequences, then every sum all-reduced
+        pm, opts = _load(model, opts, plan, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+        opts, seqs = _sequences(pm, opts, getattr(model, "path", None) or model)
+        plan, refused_here, accs = _accumulators(pm, plan, opts.backend, shown)
+        sink = StatSink(pm, accs, guardrails=opts.guardrails)
+        backend = backend_cls(sink) if accs else None
+        keep = imp_opts.max_sequences if plan.importance else 0
+        digest = hashlib.sha256()
+        fused = _fused(pm, plan, imp_opts, backend, world) if keep else None
+        stream = _Stream(pm, sink, backend, opts, keep, rank, world, fused)
+        with eager_attention(pm) if plan.attention else contextlib.nullcontext() as attention:
+            stream.run(sq.shard(_hashed(seqs, digest), rank, world), shown)
+        for acc in accs:
+            acc.all_reduce_()
+        n_tokens = all_reduce_int(stream.n_tokens)
+        if n_tokens == 0:
+            raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
+        rows, mats, info, refused = _importance(pm, plan, imp_opts, stream, world, shown)
     rows = without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
     agreement, target = agreement_rows(rows, plan, pm.n_layers)
     table = result_table(pm, [r for r in rows if r["statistic"] in plan.asked])
@@ -290,11 +272,6 @@ def _say_refused(pm: ProbeModel, refused: dict[str, str]) -> None:
         by_reason.setdefault(why, []).append(stat)
     for why, stats in by_reason.items():
         say(f"no rows of {', '.join(stats)} for this {pm.family} model: {why}")
-
-
-def _finish_dist(created: bool) -> None:
-    if created:
-        torch.distributed.destroy_process_group()
 
 
 class _Stream:

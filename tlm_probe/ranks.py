@@ -1,8 +1,10 @@
-"""`tlm diff` under torchrun: which rank this process is, and the gloo group its sums are reduced over.
+"""`tlm probe` and `tlm diff` under torchrun: which rank this process is, and the gloo group its sums are
+reduced over.
 
-Each rank diffs the sequences i % world == rank (capture.sequences.shard, as `tlm probe` does); every
-state of a diff is a sum (Gram sums, drift sums, token sums, the statistics' moments), all-reduced with one
-SUM, so two ranks give one process's numbers up to the order of float64 additions. Only rank 0 writes."""
+Each rank streams the sequences i % world == rank (capture.sequences.shard); every state of a probe or a
+diff is a sum (the statistics' moments, Gram sums, drift sums, token sums), all-reduced with one SUM, so
+two ranks give one process's numbers up to the order of float64 additions. Only rank 0 writes. (Training
+has its own process group, with NCCL on GPUs: train/distributed.py.)"""
 
 from __future__ import annotations
 
