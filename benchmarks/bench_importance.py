@@ -13,9 +13,11 @@ the same probe without its importance pass, one plain forward), for a machine sh
 --option KEY=VALUE: an importance option for every arm (e.g. lens_positions=64).
 --restart: the ablation pass restarted from the cached clean stream (importance/restart.py) against the
 full re-run of every ablation, interleaved rotated rounds on the same model; prints full / restarted.
---floor KINDS: the ablation pass against its floor (the restarted forwards from a cached clean stream):
-run_importance alone, and in a probe with a streamed statistic (fused with its stream, and not), also
-against the floor plus the clean readout (head, clean NLL) the stream does not compute.
+--floor KINDS: the ablation pass against a restart from the cached clean stream (the peer: from the clean
+layer outputs, cached untimed, the clean readout (final norm, head, clean NLL) and the restarted ablated
+forwards with their ΔNLL): run_importance alone, and in a probe with a streamed statistic (fused with its
+stream, and not); also against the restarted forwards alone (the clean NLL cached too, which no restart
+from the stream has: the hidden states do not hold it).
 """
 
 from __future__ import annotations
@@ -167,9 +169,9 @@ def _floor(pm, batches: list[dict], stats: list[str]):
     from tlm_probe.importance import suite
     from tlm_probe.importance.passes import PassCounter
 
-    opts, _ = suite._asked(stats, None)
+    opts, _ = suite.asked_options(stats, None)
     counter = PassCounter(sum(len(b["input_ids"]) for b in batches))
-    eff = suite._effects(pm, opts, suite._forward(pm, counter, "ablation"), None)
+    eff = suite.ablation_effects(pm, opts, suite.counted_forward(pm, counter, "ablation"), None)
     restart, cached = eff.restart, []
     with torch.no_grad():
         for b in batches:
@@ -241,13 +243,15 @@ STREAMED = "resid_norm_growth"
 
 
 def ablation_floor(pm, args, folder: Path) -> dict:
-    """The ablation pass against its floor (_floor: the restarted ablated forwards and their ΔNLL, the
-    clean stream and clean NLL cached, untimed), per round:
-    - pass: run_importance of the ablations alone (its own clean forward, the self-check, the restarts);
+    """The ablation pass against a restart from the cached clean stream, per round. The restart (the peer)
+    starts from the clean layer outputs, cached untimed, and runs what these ΔNLL need from there: the
+    clean readout (final norm, head, clean NLL from the last layer output: _readout) and the restarted
+    ablated forwards with their ΔNLL (_floor). Against it:
     - in the probe: probe(streamed statistic + ablations) - probe(streamed statistic), the ablations fused
       with the probe's stream (no clean forward of their own), and the same with the fusion off;
-    - over floor + readout: the same against the floor plus the clean readout (final norm, head, clean NLL
-      from the cached last layer output), work the ablations need that the stream (no head) does not do.
+    - pass: run_importance of the ablations alone (its own clean forward, the self-check, the restarts);
+    - the fused probe against the restarted forwards alone (_floor: the clean NLL cached too), and the
+      readout's share of them.
     And the largest ΔNLL difference between each and the floor (the floor's sums run over every round:
     its means are the same numbers)."""
     from benchmarks.timing import interleaved, per_round, ratio
@@ -263,27 +267,36 @@ def ablation_floor(pm, args, folder: Path) -> dict:
         got["pass"] = {"rows": {(r["statistic"], r["layer"]): r["value"] for r in rows},
                        "passes": info["passes"], "restart": info["ablation_restart"]}
 
-    arms = {"pass": full, **arms, "floor": floor, "readout": _readout(pm, eff, batches, cached)}
+    readout = _readout(pm, eff, batches, cached)
+
+    def restart():  # the peer: what a restart from the cached clean stream runs to give these ΔNLL
+        readout()
+        floor()
+
+    arms = {"pass": full, **arms, "restart": restart, "floor": floor, "readout": readout}
     times = interleaved(arms, args.rounds)
     mine = {(name, l): r["value"] for name, rs in eff.rows().items() for l, r in enumerate(rs)}
     diff = {arm: max(abs(v - got[arm]["rows"][k]) for k, v in mine.items()) for arm in ("pass", "fused",
                                                                                            "unfused")}
-    return {"pass_over_floor": ratio(times, "pass", "floor"),
-            "probe_fused_over_floor": per_round(times, lambda s: (s["fused"] - s["stream"]) / s["floor"]),
-            "probe_unfused_over_floor": per_round(times, lambda s: (s["unfused"] - s["stream"]) / s["floor"]),
-            "probe_fused_over_floor_and_readout": per_round(
-                times, lambda s: (s["fused"] - s["stream"]) / (s["floor"] + s["readout"])),
+    in_probe = lambda arm, den: per_round(times, lambda s: (s[arm] - s["stream"]) / s[den])  # noqa: E731
+    return {"probe_fused_over_restart": in_probe("fused", "restart"),
+            "probe_unfused_over_restart": in_probe("unfused", "restart"),
+            "pass_over_restart": ratio(times, "pass", "restart"),
+            "probe_fused_over_floor": in_probe("fused", "floor"),
             "readout_over_floor": ratio(times, "readout", "floor"),
+            "restart_over_floor_and_readout": per_round(
+                times, lambda s: s["restart"] / (s["floor"] + s["readout"])),
             "max_abs_dnll_difference": diff, "passes": {a: got[a]["passes"] for a in ("pass", "fused")},
             "restart": got["pass"]["restart"], "streamed_statistic": STREAMED}  # fmt: skip
 
 
 FLOOR_LINES = {
-    "pass_over_floor": "run_importance (own clean forward) / floor",
-    "probe_fused_over_floor": "in the probe, fused with its stream / floor",
-    "probe_unfused_over_floor": "in the probe, fusion off / floor",
-    "probe_fused_over_floor_and_readout": "in the probe, fused / (floor + clean readout)",
-    "readout_over_floor": "clean readout (norm, head, NLL) / floor",
+    "probe_fused_over_restart": "in the probe, fused with its stream / restart",
+    "probe_unfused_over_restart": "in the probe, fusion off / restart",
+    "pass_over_restart": "run_importance (own clean forward) / restart",
+    "probe_fused_over_floor": "in the probe, fused / restarted forwards alone",
+    "readout_over_floor": "clean readout (norm, head, NLL) / restarted forwards",
+    "restart_over_floor_and_readout": "restart / (its two parts timed apart)",
 }
 
 
@@ -322,7 +335,8 @@ def main() -> None:
         pm = load_probe_model(llama_folder(Path(tmp) / "llama", args.layers, args.d_model, args.vocab))
         if args.floor:
             res = ablation_floor(pm, args, Path(tmp))
-            print(f"ablations {args.floor}, llama {args.layers}x{args.d_model} V {args.vocab}:")
+            print(f"ablations {args.floor}, llama {args.layers}x{args.d_model} V {args.vocab} (restart: from "
+                  "the cached clean stream, its clean readout and the restarted ablated forwards):")
             for key, name in FLOOR_LINES.items():
                 print(line(name, res[key]))
             diff = ", ".join(f"{k} {v:.2e}" for k, v in res["max_abs_dnll_difference"].items())

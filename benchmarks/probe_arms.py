@@ -7,6 +7,7 @@ head) at the same thread count.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -22,14 +23,22 @@ def sink_for(pm) -> StatSink:
     return StatSink(pm, build_accumulators("alignment", pm.n_layers, pm.d_ff))
 
 
-def forward(pm, ids, mask, full: bool):
+def forward(pm, ids, mask, full: bool, stream: int = 1):
+    """`stream` plain forwards of the batch per call."""
     fwd = pm.forward if full else pm.forward_base
-    return lambda: fwd(ids, mask)
+
+    def run():
+        for _ in range(stream):
+            fwd(ids, mask)
+
+    return run
 
 
-def native(pm, ids, mask, full: bool, stats_seconds: list | None = None):
+def native(pm, ids, mask, full: bool, stats_seconds: list | None = None, stream: int = 1):
     """tlm_probe's native backend; appends the seconds spent inside the statistics per call if asked (every
-    layer's sink call, and the end of the batch, where the values of all layers are computed)."""
+    layer's sink call, and the end of the batch, where the values of all layers are computed).
+    stream > 1: that many batches per call under hooks registered once, as the probe's stream holds them
+    (stream 1: registered and removed around the one batch, as a peer's hooks are)."""
     sink = sink_for(pm)
     backend = NativeBackend(sink)
     inner, spent = sink.on_layer, [0.0]
@@ -41,30 +50,40 @@ def native(pm, ids, mask, full: bool, stats_seconds: list | None = None):
 
     sink.on_layer = timed
 
-    def run():
-        spent[0] = 0.0
+    def batch():
         sink.start_batch(TokenIndex(mask))
         backend.run(ids, mask, full_output=full)
         t = time.perf_counter()
         sink.end_batch()
         spent[0] += time.perf_counter() - t
+
+    def run():
+        spent[0] = 0.0
+        _streamed(backend, batch, stream)
         if stats_seconds is not None:
             stats_seconds.append(spent[0])
 
     return run
 
 
-def hooks_only(pm, ids, mask, full: bool):
+def hooks_only(pm, ids, mask, full: bool, stream: int = 1):
     """The native hooks with a sink that drops every piece: the cost of capturing alone."""
     sink = sink_for(pm)
     sink.on_layer = lambda layer, raw: None
     backend = NativeBackend(sink)
 
-    def run():
+    def batch():
         sink.start_batch(TokenIndex(mask))
         backend.run(ids, mask, full_output=full)
 
-    return run
+    return lambda: _streamed(backend, batch, stream)
+
+
+def _streamed(backend: NativeBackend, batch, stream: int) -> None:
+    """`stream` batches; the hooks held across them when more than one (NativeBackend.held)."""
+    with backend.held() if stream > 1 else contextlib.nullcontext():
+        for _ in range(stream):
+            batch()
 
 
 def hand_hooks(pm, ids, mask, full: bool):

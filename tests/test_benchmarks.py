@@ -63,3 +63,19 @@ def test_one_command_runs_a_section_and_writes_json(tmp_path, one_thread, monkey
     doc = json.loads(out.read_text())
     assert doc["malloc"] == "system" and set(doc["results"]) == {"train"}
     _check(doc["results"]["train"])
+
+
+def test_ablation_restart_arms_run(tmp_path, one_thread):
+    """The ablation benchmark against a restart from the cached clean stream: every arm once, and the
+    ΔNLL of the probe (fused or not) and of run_importance equal the restart's (same forwards)."""
+    import argparse
+
+    from benchmarks import bench_importance
+    from tlm_probe.capture import load_probe_model
+
+    args = argparse.Namespace(floor="mlp_zero", rounds=1, batch=2, seq_len=16, batches=1, vocab=97)
+    pm = load_probe_model(bench_importance.llama_folder(tmp_path / "llama", 3, 64, args.vocab))
+    res = bench_importance.ablation_floor(pm, args, tmp_path)
+    _check({k: res[k] for k in bench_importance.FLOOR_LINES})
+    assert max(res["max_abs_dnll_difference"].values()) < 1e-5
+    assert res["restart"].startswith("from the cached clean stream")

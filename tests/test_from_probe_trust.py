@@ -111,3 +111,21 @@ def test_a_half_with_no_sequence_is_one_error_line(tmp_path):
                             "--out", str(tmp_path / "t")])
     errors = [line for line in r.output.splitlines() if line.startswith("error:")]
     assert r.exit_code == 1 and len(errors) == 1 and "--no-halves" in errors[0], r.output
+
+
+@pytest.mark.parametrize("table", ["values.csv", "halves.csv"])
+def test_a_word_where_a_value_belongs_is_one_error_line_naming_the_cell(trusted, tmp_path, table):
+    """The trust tables are read as every other table (files.tablefile.numeric_columns): a word in `value`
+    is refused naming its file, column and cell, not coerced to NaN and reported as a missing layer."""
+    _, folder = trusted
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    df = pd.read_csv(broken / table)
+    df["value"] = df["value"].astype(object)
+    df.loc[df.index[df["statistic"] == STAT][0], "value"] = "high"
+    df.to_csv(broken / table, index=False)
+    out = tmp_path / "s.json"
+    r = _schedule(broken, out)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 1 and not out.exists(), r.output
+    assert len(errors) == 1 and f"{table}: column 'value' holds a non-number ('high')" in errors[0], r.stderr

@@ -20,7 +20,7 @@ from tlm_probe.files.bounded import read_bounded
 from tlm_probe.files.content_hash import content_hash
 from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.jsonfile import loads_bounded, read_json_object
-from tlm_probe.files.tablefile import SUFFIXES, read_table_file
+from tlm_probe.files.tablefile import SUFFIXES, numeric_columns, read_table_file
 
 RESULTS, MATRICES, AGREEMENT, PROVENANCE = "results", "matrices", "agreement", "provenance.json"
 # the columns of every result table, in order; statistics may add columns after these
@@ -151,12 +151,7 @@ def _read_file(path: Path, stem: str) -> pd.DataFrame:
     missing = [c for c in REQUIRED[stem] if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
-    for col in (c for c in NUMERIC if c in df.columns):
-        numbers = pd.to_numeric(df[col], errors="coerce")
-        bad = df[col][numbers.isna() & df[col].notna()]
-        if len(bad):
-            raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
-        df[col] = numbers
+    numeric_columns(df, path, [c for c in NUMERIC if c in df.columns])
     return df
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json_object
-from tlm_probe.files.tablefile import read_table_file
+from tlm_probe.files.tablefile import numeric_columns, read_table_file
 from tlm_probe.results import TRUST_FILES, is_trust_folder
 
 VALUE_COLUMNS = ("layer", "statistic", "value")
@@ -31,7 +31,7 @@ def _table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm trust table: no column {missing[0]!r}")
-    df["value"] = pd.to_numeric(df["value"], errors="coerce")
+    numeric_columns(df, path, ("layer", "value"))
     return df
 
 

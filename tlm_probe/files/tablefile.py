@@ -43,6 +43,19 @@ def read_table_file(path: str | Path, **kwargs):
         raise UserError(f"cannot read {path}: {first}") from None
 
 
+def numeric_columns(df, path: Path, columns) -> None:
+    """Each of `columns` made numbers, in place (an empty cell is NaN); a word where a number belongs is one
+    UserError naming the file, the column and the cell, not a NaN that fails later under another name."""
+    import pandas as pd
+
+    for col in columns:
+        numbers = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][numbers.isna() & df[col].notna()]
+        if len(bad):
+            raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
+        df[col] = numbers
+
+
 def _check_parquet_footer(path: Path) -> None:
     import pyarrow.parquet as pq
 

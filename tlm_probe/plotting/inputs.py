@@ -18,7 +18,7 @@ import pandas as pd
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
-from tlm_probe.files.tablefile import MAX_BYTES, WHAT, read_table_file
+from tlm_probe.files.tablefile import MAX_BYTES, WHAT, numeric_columns, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.results import ProbeResult, is_trust_folder, read_agreement, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
@@ -204,12 +204,7 @@ def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) ->
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm table: no column {missing[0]!r}")
-    for col in (c for c in df.columns if c not in text):
-        numbers = pd.to_numeric(df[col], errors="coerce")
-        bad = df[col][numbers.isna() & df[col].notna()]
-        if len(bad):
-            raise UserError(f"{path}: column {col!r} holds a non-number ({bad.iloc[0]!r})")
-        df[col] = numbers
+    numeric_columns(df, path, [c for c in df.columns if c not in text])
     return df
 
 

@@ -142,7 +142,8 @@ def run_probe(
         backend = backend_cls(sink) if accs else None
         keep = imp_opts.max_sequences if plan.importance else 0
         digest = hashlib.sha256()
-        fused = _fused(pm, plan, imp_opts, backend, world) if keep else None
+        importance = _importance_stats(pm, plan, world)  # (what this model can give, refused with why)
+        fused = _fused(importance[0], plan, imp_opts, backend) if keep else None
         stream = _Stream(pm, sink, backend, opts, keep, rank, world, fused)
         with eager_attention(pm) if plan.attention else contextlib.nullcontext() as attention:
             stream.run(sq.shard(_hashed(seqs, digest), rank, world), shown)
@@ -151,7 +152,7 @@ def run_probe(
         n_tokens = all_reduce_int(stream.n_tokens)
         if n_tokens == 0:
             raise UserError(f"no tokens to probe in {str(opts.data)[:80]!r}")
-        rows, mats, info, refused = _importance(pm, plan, imp_opts, stream, world, shown)
+        rows, mats, info, refused = _importance(pm, plan, importance, imp_opts, stream, shown)
     rows = without_absent_mlps([r for acc in accs for r in acc.rows()] + rows, pm.d_ff)
     agreement, target = agreement_rows(rows, plan, pm.n_layers)
     table = result_table(pm, [r for r in rows if r["statistic"] in plan.asked])
@@ -343,13 +344,14 @@ def _order_free(opts: ProbeOptions, accs, keep: int = 0) -> bool:
     return opts.length_bucketing and keep == 0 and all(getattr(a, "order_free", False) for a in accs)
 
 
-def _importance(pm, plan: StatPlan, opts, stream: _Stream, world: int, progress: bool):
-    """The second pass, on the kept sequences; refused statistics get their reason in provenance. With
-    progress, its expected cost is said first (importance/cost.py)."""
+def _importance(pm, plan: StatPlan, importance, opts, stream: _Stream, progress: bool):
+    """The second pass, on the kept sequences, of the statistics `importance` (_importance_stats) keeps;
+    the refused ones get their reason in provenance. With progress, its expected cost is said first
+    (importance/cost.py)."""
     kept = stream.kept
     if not plan.importance:
         return [], [], None, {}
-    stats, refused = _importance_stats(pm, plan, world)
+    stats, refused = importance
     with torch.inference_mode(False):  # the stream ran under inference_mode; gradients need plain tensors
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]
         notice = imp.CostNotice(stream.n_seqs) if progress else None
@@ -375,13 +377,13 @@ def _importance_stats(pm, plan: StatPlan, world: int) -> tuple[list[str], dict[s
     return [s for s in plan.importance if s not in refused], refused
 
 
-def _fused(pm, plan: StatPlan, opts, backend, world: int):
-    """The ablations run in the stream (importance/stream_ablations.py) where its forward is the clean one
-    the importance pass would run: the native backend's, not under eager attention."""
-    stats = _importance_stats(pm, plan, world)[0]
+def _fused(stats: list[str], plan: StatPlan, opts, backend):
+    """The ablations of `stats` (the importance statistics kept) run in the stream
+    (importance/stream_ablations.py) where its forward is the clean one the importance pass would run: the
+    native backend's, not under eager attention."""
     if getattr(backend, "name", None) != "native" or plan.attention or not imp.fusable(stats):
         return None
-    return imp.StreamAblations(pm, stats, opts)
+    return imp.StreamAblations(backend.pm, stats, opts)
 
 
 def _tracker(progress: bool):
