@@ -36,3 +36,22 @@ def test_cuda_without_a_device_is_one_line_error(capsys):
 def test_auto_falls_back_to_cpu_and_says_so(capsys):
     assert gpu_probe.pick_device("auto") == "cpu"
     assert "CPU figures, not GPU ones" in capsys.readouterr().err
+
+
+def readme_keys(label: str) -> list[str]:
+    """The " | " list after `label:` in the README's block of what the GPU check prints (a note after three
+    spaces left out)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("What it prints, one JSON object", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    line = next(ln for ln in block.splitlines() if ln.strip().startswith(f"{label}:"))
+    return [k.strip() for k in line.split(":  ", 1)[1].split("   ")[0].split(" | ")]
+
+
+def test_the_readme_lists_what_the_probe_half_prints(tmp_path):
+    res = gpu_probe.main(["--device", "cpu", "--quick", "--rounds", "1", "--only", "probe",
+                          "--out", str(tmp_path / "g.json")])
+    assert readme_keys("probe half") == list(res)
+    assert readme_keys("overheads") == list(res["overheads"])
+    assert readme_keys("logit_lens") == list(res["logit_lens"])

@@ -36,3 +36,12 @@ def test_the_probe_script_runs_the_training_checks_in_the_same_command(tmp_path,
                           "--out", str(out)])
     assert calls == [("cpu", True, 5e14)] and res == {"device": "cpu", "train": {"checked": True}}
     assert json.loads(out.read_text()) == res
+
+
+def test_the_readme_lists_what_the_training_half_prints(tmp_path):
+    from test_gpu_probe_script import readme_keys
+
+    res = gpu_train.main(["--device", "cpu", "--quick", "--out", str(tmp_path / "t.json")])
+    assert readme_keys("train") == list(res)
+    assert readme_keys("step") == list(res["step"])
+    assert readme_keys("step (each schedule)") == list(res["step"]["uniform"])

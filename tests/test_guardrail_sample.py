@@ -1,5 +1,6 @@
 """The first batch checks additivity on a sample of tokens; finiteness is still checked on every token."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -64,3 +65,40 @@ def test_inf_at_an_unsampled_token_of_the_first_batch_is_caught():
     pm.mlp(1).register_forward_hook(poison)
     with pytest.raises(NonFiniteError, match="layer 1"):
         _run(pm, ids)
+
+
+def _sequential_pieces(g: torch.Generator, B=3, T=7, d=5) -> dict[str, torch.Tensor]:
+    pre, attn, mlp = (torch.randn(B, T, d, generator=g) for _ in range(3))
+    mid = pre + attn
+    return {"resid_pre": pre, "attn_out": attn, "resid_mid": mid, "mlp_out": mlp, "resid_post": mid + mlp}
+
+
+@pytest.mark.parametrize("piece, row", [("resid_mid", "resid_mid is not resid_pre + attn_out"),
+                                        ("resid_post", "resid_post is not resid_mid + mlp_out")])
+def test_every_additivity_row_is_checked_and_named_with_its_count(piece, row):
+    """check_layer's matrix of +1/-1 rows against the sums written out by hand: a piece off by far more
+    than rounding at two values fails its own row, with those two values counted."""
+    from tlm_probe.capture.adapters import SEQUENTIAL
+    from tlm_probe.capture.guardrails import check_layer
+
+    raw = _sequential_pieces(torch.Generator().manual_seed(0))
+    counted = torch.ones(3, 7, dtype=torch.bool)
+    check_layer(SEQUENTIAL, 4, raw, counted, {})  # exact sums pass
+    raw[piece] = raw[piece].clone()
+    raw[piece][1, 2, :2] += 1e-3  # ~1e4 units in the last place of values of order 1
+    with pytest.raises(GuardrailError, match=f"layer 4: captured {re.escape(row)} .* on 2 values"):
+        check_layer(SEQUENTIAL, 4, raw, counted, {})
+
+
+def test_rounding_within_the_bound_passes_and_pieces_of_two_widths_are_one_error():
+    from tlm_probe.capture.adapters import SEQUENTIAL
+    from tlm_probe.capture.guardrails import check_layer
+
+    raw = _sequential_pieces(torch.Generator().manual_seed(1))
+    counted = torch.ones(3, 7, dtype=torch.bool)
+    eps = torch.finfo(torch.float32).eps
+    raw["resid_post"] = raw["resid_post"] * (1 + 2 * eps)  # a few units in the last place: rounding
+    check_layer(SEQUENTIAL, 0, raw, counted, {})
+    raw["mlp_out"] = torch.randn(3, 7, 9)  # a tap at a module of another width
+    with pytest.raises(GuardrailError, match="layer 0: resid_post != resid_mid \\+ mlp_out"):
+        check_layer(SEQUENTIAL, 0, raw, counted, {"mlp_out": "x:out"})

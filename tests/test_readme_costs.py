@@ -30,7 +30,7 @@ CELLS = [
     *[("probe", f"{m}: nnsight trace + stats / tlm_probe{BLOCKS}", "median")
       for m in ("stories260K-like 5x64", "MiniLM 6x384", "GPT-2 768 wide, 8x256")],
     ("smollm2", SMOL + f"nnsight trace + stats / tlm_probe{BLOCKS}", "median"),
-    ("ablation_floor", "probe_fused_over_floor_and_readout", "interval"),
+    ("ablation_floor", "probe_fused_over_restart", "interval"),
     ("ablation_floor", "probe_fused_over_floor", "median"),
     ("ablation_floor", "readout_over_floor", "median"),
 ]

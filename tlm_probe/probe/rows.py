@@ -3,6 +3,7 @@ rows, and the tidy tables (results.csv, matrices.csv and agreement.csv) probe() 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tlm_probe import importance as imp
@@ -61,12 +62,16 @@ def agreement_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
 
 
 def result_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
+    """RESULT_COLUMNS (then any other column of the rows but n_sequences) in one constructor: a fixed cost
+    of every probe() call, paid cold after the stream (one frame built, not one amended column by column)."""
     df = pd.DataFrame(rows, columns=None if rows else ["layer", "statistic", "value"])
-    df["model"] = pm.name
-    df["depth"] = df["layer"] / max(pm.n_layers - 1, 1)
-    df["d_ff"] = pd.array([pm.d_ff[l] for l in df["layer"]], dtype="Int64")
+    layer = df["layer"].to_numpy(dtype=np.int64)
+    derived = {"model": pm.name, "depth": layer / max(pm.n_layers - 1, 1),
+               "d_ff": pd.array(np.asarray(pm.d_ff, dtype=np.int64)[layer], dtype="Int64")}
     extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
-    return df.reindex(columns=RESULT_COLUMNS + extra)
+    columns = {c: derived[c] if c in derived else df[c] if c in df.columns else np.nan
+               for c in RESULT_COLUMNS + extra}
+    return pd.DataFrame(columns, index=df.index)
 
 
 def matrix_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
