@@ -44,7 +44,8 @@ def readme_keys(label: str) -> list[str]:
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = text.split("What it prints, one JSON object", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    after = text.split("What the GPU check prints, one JSON object", 1)[1]
+    block = after.split("```text", 1)[1].split("```", 1)[0]
     line = next(ln for ln in block.splitlines() if ln.strip().startswith(f"{label}:"))
     return [k.strip() for k in line.split(":  ", 1)[1].split("   ")[0].split(" | ")]
 
