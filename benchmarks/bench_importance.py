@@ -315,8 +315,8 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--restart", action="store_true", help="only the restart vs full re-run ablation arm")
-    ap.add_argument("--floor", default="", help="only the ablation pass / its floor (a restart from the "
-                    "cached clean stream, untimed) for these kinds, e.g. mlp_zero")
+    ap.add_argument("--floor", default="", help="only the ablation pass against a restart from the cached "
+                    "clean stream (and against its restarted forwards alone) for these kinds, e.g. mlp_zero")
     ap.add_argument("--rounds", type=int, default=7,
                     help="interleaved rounds (--interleaved, --restart, --floor)")
     ap.add_argument("--option", action="append", help="importance option KEY=VALUE (e.g. lens_positions=64)")
