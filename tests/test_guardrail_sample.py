@@ -67,8 +67,8 @@ def test_inf_at_an_unsampled_token_of_the_first_batch_is_caught():
         _run(pm, ids)
 
 
-def _sequential_pieces(g: torch.Generator, B=3, T=7, d=5) -> dict[str, torch.Tensor]:
-    pre, attn, mlp = (torch.randn(B, T, d, generator=g) for _ in range(3))
+def _sequential_pieces(g: torch.Generator, B=3, T=7, d=5, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    pre, attn, mlp = (torch.randn(B, T, d, generator=g, dtype=dtype) for _ in range(3))
     mid = pre + attn
     return {"resid_pre": pre, "attn_out": attn, "resid_mid": mid, "mlp_out": mlp, "resid_post": mid + mlp}
 
@@ -102,3 +102,54 @@ def test_rounding_within_the_bound_passes_and_pieces_of_two_widths_are_one_error
     raw["mlp_out"] = torch.randn(3, 7, 9)  # a tap at a module of another width
     with pytest.raises(GuardrailError, match="layer 0: resid_post != resid_mid \\+ mlp_out"):
         check_layer(SEQUENTIAL, 0, raw, counted, {"mlp_out": "x:out"})
+
+
+@pytest.mark.parametrize("budget", [1, 10**9])  # a check per layer, or every layer at once
+def test_layers_checked_together_name_the_first_layer_at_fault(budget):
+    """AdditivityChecks gathers layers (the sink's first batch) and checks them at once: the first layer
+    at fault is the one named, with its own row and count, whatever the grouping; good layers pass."""
+    from tlm_probe.capture.adapters import SEQUENTIAL
+    from tlm_probe.capture.guardrails import AdditivityChecks, picker
+
+    g = torch.Generator().manual_seed(2)
+    layers = [_sequential_pieces(g) for _ in range(5)]
+    pick = picker(torch.ones(3, 7, dtype=torch.bool))
+    checks = AdditivityChecks(SEQUENTIAL, {}, budget=budget)
+    for i, raw in enumerate(layers):
+        checks.add(i, raw, pick)
+    checks.check()  # exact sums pass
+    layers[3]["resid_post"] = layers[3]["resid_post"] + 1e-3  # every value of layer 3's second row
+    layers[4]["resid_mid"] = layers[4]["resid_mid"] + 1e-3
+    row = "resid_post is not resid_mid \\+ mlp_out"
+    with pytest.raises(GuardrailError, match=f"layer 3: captured {row} .* on 105 values"):
+        for i, raw in enumerate(layers):
+            checks.add(i, raw, pick)
+        checks.check()
+
+
+def test_a_float64_layer_after_float32_ones_is_held_to_its_own_bound():
+    """Layers of another dtype are checked apart, each against units in the last place of its own dtype:
+    an error of 1e-9 is rounding in float32 and a fault in float64."""
+    from tlm_probe.capture.adapters import SEQUENTIAL
+    from tlm_probe.capture.guardrails import AdditivityChecks, picker
+
+    g = torch.Generator().manual_seed(3)
+    f32, f64 = _sequential_pieces(g), _sequential_pieces(g, dtype=torch.float64)
+    for raw in (f32, f64):
+        raw["resid_post"] = raw["resid_post"] + 1e-9
+    checks = AdditivityChecks(SEQUENTIAL, {})
+    pick = picker(torch.ones(3, 7, dtype=torch.bool))
+    checks.add(0, f32, pick)
+    checks.add(1, f64, pick)
+    with pytest.raises(GuardrailError, match="layer 1: captured resid_post"):
+        checks.check()
+
+
+def test_inf_in_a_sampled_sum_is_named_non_finite_not_a_wrong_adapter():
+    from tlm_probe.capture.adapters import SEQUENTIAL
+    from tlm_probe.capture.guardrails import check_layer
+
+    raw = _sequential_pieces(torch.Generator().manual_seed(4))
+    raw["resid_post"][0, 0, 0] = float("inf")
+    with pytest.raises(NonFiniteError, match="layer 2 in resid_post"):
+        check_layer(SEQUENTIAL, 2, raw, torch.ones(3, 7, dtype=torch.bool), {})

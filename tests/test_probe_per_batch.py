@@ -13,7 +13,7 @@ from benchmarks.per_batch import per_batch
 from benchmarks.timing import line
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture import sequences as sq
-from tlm_probe.capture.guardrails import _picker, sample_counted
+from tlm_probe.capture.guardrails import picker, sample_counted
 from tlm_probe.probe.engine import probe
 
 
@@ -55,15 +55,15 @@ def test_hooks_registered_once_and_removed(llama, monkeypatch):
     assert hooks(pm.model) == before
 
 
-def test_picker_equals_boolean_mask():
+def testpicker_equals_boolean_mask():
     g = torch.Generator().manual_seed(0)
     counted = torch.rand(5, 300, generator=g) > 0.3
     counted[2] = False  # a row with nothing counted
     x = torch.randn(5, 300, 7, generator=g)
     for mask in (counted, sample_counted(counted, k=40)):
-        assert torch.equal(_picker(mask)(x), x[mask])  # the same rows, in the same order
+        assert torch.equal(picker(mask)(x), x[mask])  # the same rows, in the same order
     with pytest.raises(IndexError):  # a piece of another shape fails as the mask would
-        _picker(counted)(torch.randn(300, 5, 7))
+        picker(counted)(torch.randn(300, 5, 7))
 
 
 def test_per_batch_benchmark_runs(llama, tmp_path):

@@ -84,40 +84,88 @@ def add_derived(kind: str, raw: dict[str, torch.Tensor]) -> None:
         raw[name] = functools.reduce(operator.add, (raw[t] for t in terms))
 
 
-def check_layer(
-    kind: str, layer: int, raw: dict[str, torch.Tensor], counted: torch.Tensor, taps: dict
-) -> None:
-    """Raise GuardrailError if pieces are missing or do not add up; NonFiniteError on inf/NaN.
+CHECK_BYTES = 64 * 2**20
+"""Most float64 bytes of sampled pieces gathered before their additivity rows are checked: on narrow
+models every layer of a batch at once, on wide ones a group of layers at a time."""
 
-    A fixed cost of every probe call (its first batch), so done in a few operations a layer: each piece's
-    sampled tokens gathered once, in float64, into one (pieces, values) matrix; finiteness from its sum (inf
-    and NaN propagate; float32 values cannot overflow a float64 sum); every additivity row of the block kind
-    at once as a product with a matrix of +1 / -1 (one by one, ~40 small operations a layer, it was ~2% of
-    a 3-batch call on a 64-wide model). Pieces of different shapes: one row at a time."""
-    pick, names = _picker(counted), tuple(raw)
-    try:
-        values = torch.stack([pick(raw[n]).to(torch.float64) for n in names]).reshape(len(names), -1)
-    except RuntimeError:  # pieces of different shapes: a tap at the wrong module, named row by row below
-        picked = {n: pick(raw[n]).to(torch.float64) for n in names}
-        _check_finite_pieces(layer, picked)
-        for lhs, terms in ADDITIVITY[kind]:
-            _check_sum(layer, lhs, terms, raw, picked, taps)
-        return
-    if not bool(torch.isfinite(values.sum())):
-        _check_finite_pieces(layer, dict(zip(names, values, strict=True)))
-    signs, terms, rows = _sum_rows(kind, names)
-    err = (signs @ values).abs_()  # (rows, values): lhs - sum(terms)
-    eps = torch.tensor([torch.finfo(raw[lhs].dtype).eps for lhs, _ in rows], dtype=torch.float64)
-    bad = err > (terms @ values.abs()).mul_(ULP_FACTOR * eps[:, None]).add_(1e-30)
-    for i in bad.any(1).nonzero()[:, 0].tolist():
+
+def check_layer(kind: str, layer: int, raw: dict[str, torch.Tensor], counted, taps: dict) -> None:
+    """Raise GuardrailError if the pieces of one layer do not add up on the sampled tokens; NonFiniteError
+    when that is because a piece holds inf/NaN. counted: a (B, T) bool mask of the tokens to check."""
+    checks = AdditivityChecks(kind, taps)
+    checks.add(layer, raw, picker(counted))
+    checks.check()
+
+
+class AdditivityChecks:
+    """The first batches' additivity check (ADDITIVITY[kind] on each layer's sampled tokens), gathered layer
+    by layer and done for many layers at once: the samples stacked and made float64 once, every row of
+    every layer one product with a matrix of +1 / -1. Layer by layer it cost ~0.4 ms a layer in the stream
+    on a 64-wide model (cold caches), ~1.4% of a 3-batch call; row by row before that, ~2%.
+
+    check() raises for the first layer at fault (NonFiniteError when its sample holds inf/NaN; finiteness is
+    not looked at otherwise: every token's is checked when the batch ends, StatSink.end_batch). Pieces of
+    different shapes (a tap at a module of another width) are checked at once, row by row."""
+
+    def __init__(self, kind: str, taps: dict, budget: int = CHECK_BYTES):
+        self.kind, self.taps, self.budget = kind, taps, budget
+        self._layers: list[int] = []
+        self._picks: list[torch.Tensor] = []  # every gathered layer's sampled pieces, in self._key's order
+        self._key: tuple | None = None  # (piece names, each row's lhs dtype, sample shape) of those layers
+
+    def add(self, layer: int, raw: dict[str, torch.Tensor], pick) -> None:
+        """Gather one layer's pieces at the tokens `pick` (picker) takes."""
+        names = tuple(raw)
+        picks = [pick(raw[n]) for n in names]
+        if any(p.shape != picks[0].shape for p in picks):
+            self.check()
+            _check_rows(self.kind, layer, raw, dict(zip(names, picks, strict=True)), self.taps)
+            return
+        key = (names, tuple(raw[lhs].dtype for lhs, _ in ADDITIVITY[self.kind]), picks[0].shape)
+        if key != self._key:
+            self.check()
+            self._key = key
+        self._layers.append(layer)
+        self._picks += picks
+        if len(self._picks) * picks[0].numel() * 8 >= self.budget:
+            self.check()
+
+    def check(self) -> None:
+        """Check every layer gathered, and forget them."""
+        if not self._layers:
+            return
+        layers, (names, dtypes, _) = self._layers, self._key
+        values = torch.stack(self._picks).to(torch.float64).reshape(len(layers), len(names), -1)
+        self._layers, self._picks = [], []
+        signs, terms, rows, tol = _sum_rows(self.kind, names, dtypes)
+        err = (signs @ values).abs_()  # (layers, rows, values): lhs - sum(terms)
+        ok = err <= (terms @ values.abs()).mul_(tol).add_(1e-30)  # inf or NaN in a sum is not ok (0 * inf)
+        if bool(ok.all()):
+            return
+        bad = ok.logical_not_()
+        j = int(bad.flatten(1).any(1).nonzero()[0, 0])  # the first layer at fault
+        _check_finite_pieces(layers[j], dict(zip(names, values[j], strict=True)))
+        i = int(bad[j].any(1).nonzero()[0, 0])
         lhs, parts = rows[i]
-        _not_additive(layer, lhs, parts, float(err[i].max()), int(bad[i].sum()), taps)
+        _not_additive(layers[j], lhs, parts, float(err[j, i].max()), int(bad[j, i].sum()), self.taps)
+
+    def clear(self) -> None:
+        self._layers, self._picks = [], []
+
+
+def _check_rows(kind: str, layer: int, raw: dict, picks: dict, taps: dict) -> None:
+    """One layer, row by row: pieces that cannot be stacked (a tap at the wrong module) are named."""
+    picked = {n: p.to(torch.float64) for n, p in picks.items()}
+    _check_finite_pieces(layer, picked)
+    for lhs, terms in ADDITIVITY[kind]:
+        _check_sum(layer, lhs, terms, raw, picked, taps)
 
 
 @functools.lru_cache(maxsize=64)
-def _sum_rows(kind: str, names: tuple[str, ...]):
-    """(signs, terms, rows): row i of signs is +1 at its lhs and -1 at its terms, of terms 1 at its terms;
-    rows are ADDITIVITY[kind], over the pieces in `names` order."""
+def _sum_rows(kind: str, names: tuple[str, ...], dtypes: tuple[torch.dtype, ...]):
+    """(signs, terms, rows, tol): row i of signs is +1 at its lhs and -1 at its terms, of terms 1 at its
+    terms; rows are ADDITIVITY[kind], over the pieces in `names` order; tol (rows, 1) is ULP_FACTOR units in
+    the last place of each lhs's dtype (`dtypes`)."""
     rows = ADDITIVITY[kind]
     signs = torch.zeros(len(rows), len(names), dtype=torch.float64)
     terms = torch.zeros_like(signs)
@@ -125,7 +173,8 @@ def _sum_rows(kind: str, names: tuple[str, ...]):
         signs[i, names.index(lhs)] = 1
         for t in parts:
             signs[i, names.index(t)], terms[i, names.index(t)] = -1, 1
-    return signs, terms, rows
+    tol = torch.tensor([[ULP_FACTOR * torch.finfo(d).eps] for d in dtypes], dtype=torch.float64)
+    return signs, terms, rows, tol
 
 
 def _check_finite_pieces(layer: int, picked: dict[str, torch.Tensor]) -> None:
@@ -134,7 +183,7 @@ def _check_finite_pieces(layer: int, picked: dict[str, torch.Tensor]) -> None:
             raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
 
 
-def _picker(counted: torch.Tensor):
+def picker(counted: torch.Tensor):
     """x -> x[counted] for (B, T, ...) pieces: the same rows in the same order, by an index_select on the
     flat positions found once (a boolean mask finds its positions again for every piece it indexes; this
     made the first batch's check ~1.3x slower). A piece of another shape is indexed by the mask itself,

@@ -19,7 +19,8 @@ from tlm_probe.capture.guardrails import (
     add_derived,
     capture_set,
     check_finite,
-    check_layer,
+    AdditivityChecks,
+    picker,
     sample_counted,
 )
 from tlm_probe.capture.probe_model import ProbeModel
@@ -48,13 +49,15 @@ class StatSink:
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
         self.scratch = Workspace()
+        self.checks = AdditivityChecks(pm.block_kind, self.taps)  # the first batches' sums, many layers at once
         self.scalars = frozenset().union(*(getattr(a, "scalars", frozenset()) for a in accumulators))
         self.pattern = pm.adapter.pattern if self.scalars else None  # the tap a backend hooks for them
 
     def start_batch(self, index: TokenIndex) -> None:
         self.index, self.layers_seen = index, []
-        self._sample: torch.Tensor | None = None  # the tokens the first batches' additivity check reads
+        self._sample = None  # picker of the tokens the first batches' additivity check reads
         self.squares: list[tuple[int, str, torch.Tensor]] = []  # (layer, piece, (B, T)) for check_finite
+        self.checks.clear()
 
     def on_layer(self, layer: int, raw: dict[str, torch.Tensor]) -> None:
         with _one_thread(self.index.counted.device):
@@ -78,8 +81,8 @@ class StatSink:
         if full_check:  # on a sample of tokens; every token's finiteness is checked when the batch ends
             try:
                 if self._sample is None:  # once per batch: every layer checks the same tokens
-                    self._sample = sample_counted(self.index.counted)
-                check_layer(self.pm.block_kind, layer, raw, self._sample, self.taps)
+                    self._sample = picker(sample_counted(self.index.counted))
+                self.checks.add(layer, raw, self._sample)
             except NonFiniteError:
                 check_finite(self.squares, self.index)  # an earlier layer at fault is named first
                 raise
@@ -114,6 +117,7 @@ class StatSink:
         with _one_thread(self.index.counted.device):
             check_finite(self.squares, self.index)
             self.squares = []
+            self.checks.check()  # the first batches' additivity, every layer not yet checked
             for acc in self.accumulators:
                 acc.end_layers()
         self.batches_done += 1

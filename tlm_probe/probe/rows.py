@@ -62,16 +62,21 @@ def agreement_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
 
 
 def result_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
-    """RESULT_COLUMNS (then any other column of the rows but n_sequences) in one constructor: a fixed cost
-    of every probe() call, paid cold after the stream (one frame built, not one amended column by column)."""
-    df = pd.DataFrame(rows, columns=None if rows else ["layer", "statistic", "value"])
-    layer = df["layer"].to_numpy(dtype=np.int64)
-    derived = {"model": pm.name, "depth": layer / max(pm.n_layers - 1, 1),
-               "d_ff": pd.array(np.asarray(pm.d_ff, dtype=np.int64)[layer], dtype="Int64")}
-    extra = [c for c in df.columns if c not in RESULT_COLUMNS and c != "n_sequences"]
-    columns = {c: derived[c] if c in derived else df[c] if c in df.columns else np.nan
-               for c in RESULT_COLUMNS + extra}
-    return pd.DataFrame(columns, index=df.index)
+    """RESULT_COLUMNS (then any other key of the rows but n_sequences; a row without a key gets NaN there)
+    in one constructor from plain columns: a fixed cost of every probe() call, paid cold after the stream
+    (a frame built from the row dicts first, then another from its columns, took ~1.8x as long)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r)) if rows else ["layer", "statistic", "value"]
+    given = {k: [r.get(k, np.nan) for r in rows] for k in keys}
+    layer = np.asarray(given["layer"], dtype=np.int64)
+    derived = {
+        "model": pd.array([pm.name] * len(rows), dtype="str"),
+        "layer": layer,
+        "depth": layer / max(pm.n_layers - 1, 1),
+        "d_ff": pd.array(np.asarray(pm.d_ff, dtype=np.int64)[layer], dtype="Int64"),
+    }
+    extra = [c for c in keys if c not in RESULT_COLUMNS and c != "n_sequences"]
+    columns = RESULT_COLUMNS + extra
+    return pd.DataFrame({c: derived[c] if c in derived else given.get(c, np.nan) for c in columns})
 
 
 def matrix_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:
