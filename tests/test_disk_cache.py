@@ -100,3 +100,16 @@ def test_weight_hash_is_cached_and_invalidated_by_a_rewrite(cache, tmp_path, mon
     os.utime(folder / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime
     assert ch.content_hash(folder) == independent()
     assert ch.content_hash(tmp_path / "missing") is None
+
+
+def test_weight_hash_is_read_from_disk_once_a_process_and_follows_a_rewrite(cache, tmp_path, monkeypatch):
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights-1")
+    monkeypatch.setattr(ch, "_KNOWN", {})
+    first = ch.content_hash(folder)
+    monkeypatch.setattr(ch.disk_cache, "read", lambda *a: pytest.fail("read the disk entry again"))
+    assert ch.content_hash(folder) == first
+    (folder / "model.safetensors").write_bytes(b"weights-2")  # a new key: hashed again, not remembered
+    monkeypatch.setattr(ch.disk_cache, "read", lambda *a: None)
+    assert ch.content_hash(folder) == hashlib.sha256(b"model.safetensors" + b"weights-2").hexdigest()

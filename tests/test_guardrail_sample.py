@@ -153,3 +153,16 @@ def test_inf_in_a_sampled_sum_is_named_non_finite_not_a_wrong_adapter():
     raw["resid_post"][0, 0, 0] = float("inf")
     with pytest.raises(NonFiniteError, match="layer 2 in resid_post"):
         check_layer(SEQUENTIAL, 2, raw, torch.ones(3, 7, dtype=torch.bool), {})
+
+
+def test_the_sample_of_a_full_batch_is_found_once_and_is_the_masks():
+    from tlm_probe.capture.sink import _sample_picker
+
+    x = torch.randn(4, 96, 3)
+    full = TokenIndex(torch.ones(4, 96, dtype=torch.long))
+    assert _sample_picker(full) is _sample_picker(TokenIndex(torch.ones(4, 96, dtype=torch.long)))
+    assert torch.equal(_sample_picker(full)(x), x[sample_counted(full.counted)])
+    mask = torch.ones(4, 96, dtype=torch.long)
+    mask[1, 50:] = 0  # padding: sampled from this batch's own mask
+    padded = TokenIndex(mask)
+    assert torch.equal(_sample_picker(padded)(x), x[sample_counted(padded.counted)])

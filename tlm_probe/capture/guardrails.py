@@ -135,16 +135,18 @@ class AdditivityChecks:
         if not self._layers:
             return
         layers, (names, dtypes, _) = self._layers, self._key
-        values = torch.stack(self._picks).to(torch.float64).reshape(len(layers), len(names), -1)
+        values = torch.empty(len(self._picks), *self._picks[0].shape, dtype=torch.float64)
+        values = torch.stack(self._picks, out=values).view(len(layers), len(names), -1)  # one copy, float64
         self._layers, self._picks = [], []
         signs, terms, rows, tol = _sum_rows(self.kind, names, dtypes)
         err = (signs @ values).abs_()  # (layers, rows, values): lhs - sum(terms)
-        ok = err <= (terms @ values.abs()).mul_(tol).add_(1e-30)  # inf or NaN in a sum is not ok (0 * inf)
+        size = terms @ values.abs_()  # in place: no second buffer of the samples (it cost more than the sums)
+        ok = err <= size.mul_(tol).add_(1e-30)  # inf or NaN in a sum is not ok (0 * inf)
         if bool(ok.all()):
             return
         bad = ok.logical_not_()
         j = int(bad.flatten(1).any(1).nonzero()[0, 0])  # the first layer at fault
-        _check_finite_pieces(layers[j], dict(zip(names, values[j], strict=True)))
+        _check_finite_pieces(layers[j], dict(zip(names, values[j], strict=True)))  # |values|: as finite
         i = int(bad[j].any(1).nonzero()[0, 0])
         lhs, parts = rows[i]
         _not_additive(layers[j], lhs, parts, float(err[j, i].max()), int(bad[j, i].sum()), self.taps)

@@ -35,9 +35,10 @@ def register_taps(pm, taps: dict[str, str], on_value, stack: contextlib.ExitStac
     """Hook every (layer, piece) tap; on_value(layer, piece, tensor) receives what it captures. The handles
     are removed when `stack` closes. Used by this backend and by the importance pass (same taps)."""
     for layer in range(pm.n_layers) if layers is None else layers:
+        block = pm.layer(layer)  # found once a layer, not once a tap
         for piece, tap in taps.items():
             path, where = split_tap(tap)
-            module = pm.layer_module(layer, path)
+            module = block.get_submodule(path) if path else block
             if where == "in":
                 fn = (lambda l, p: lambda m, a, k: on_value(l, p, tap_input(a, k)))(layer, piece)
                 handle = module.register_forward_pre_hook(fn, with_kwargs=True)

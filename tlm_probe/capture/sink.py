@@ -9,17 +9,18 @@ batch, and later batches skip the cost.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
 from tlm_probe.capture.attention import check_pattern, missing_pattern
 from tlm_probe.capture.guardrails import (
+    AdditivityChecks,
     GuardrailError,
     NonFiniteError,
     add_derived,
     capture_set,
     check_finite,
-    AdditivityChecks,
     picker,
     sample_counted,
 )
@@ -49,7 +50,7 @@ class StatSink:
         self.index: TokenIndex | None = None
         self.layers_seen: list[int] = []
         self.scratch = Workspace()
-        self.checks = AdditivityChecks(pm.block_kind, self.taps)  # the first batches' sums, many layers at once
+        self.checks = AdditivityChecks(pm.block_kind, self.taps)  # the first batches' sums, layers at once
         self.scalars = frozenset().union(*(getattr(a, "scalars", frozenset()) for a in accumulators))
         self.pattern = pm.adapter.pattern if self.scalars else None  # the tap a backend hooks for them
 
@@ -81,7 +82,7 @@ class StatSink:
         if full_check:  # on a sample of tokens; every token's finiteness is checked when the batch ends
             try:
                 if self._sample is None:  # once per batch: every layer checks the same tokens
-                    self._sample = picker(sample_counted(self.index.counted))
+                    self._sample = _sample_picker(self.index)
                 self.checks.add(layer, raw, self._sample)
             except NonFiniteError:
                 check_finite(self.squares, self.index)  # an earlier layer at fault is named first
@@ -121,6 +122,19 @@ class StatSink:
             for acc in self.accumulators:
                 acc.end_layers()
         self.batches_done += 1
+
+
+def _sample_picker(index: TokenIndex):
+    """The picker of the tokens the additivity check reads in this batch: for a batch where every position
+    counts (the stream's usual one), the same for every batch of its shape, so found once."""
+    if index.all:
+        return _full_batch_picker(tuple(index.counted.shape), index.counted.device)
+    return picker(sample_counted(index.counted))
+
+
+@functools.lru_cache(maxsize=16)
+def _full_batch_picker(shape: tuple[int, int], device: torch.device):
+    return picker(sample_counted(torch.ones(shape, dtype=torch.bool, device=device)))
 
 
 def _as_btd(x: torch.Tensor, B: int, T: int) -> torch.Tensor:

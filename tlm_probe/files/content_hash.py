@@ -15,6 +15,8 @@ from pathlib import Path
 from tlm_probe.files import disk_cache
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_KNOWN: dict[str, str] = {}
+"""key -> hash already read or computed in this process (a probe() per call would read its entry again)."""
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -57,11 +59,15 @@ def content_hash(folder: Path | None) -> str | None:
     if not files:
         return None
     key = _key(folder, files)
+    if key in _KNOWN:
+        return _KNOWN[key]
     entry = f"weights-hash-{disk_cache.key_digest(key)}.json"
     cached = disk_cache.read(entry, key)
     if cached is not None:
-        return cached.decode()
+        _KNOWN[key] = cached.decode()
+        return _KNOWN[key]
     value = hash_files(files)
-    if _key(folder, files) == key:  # a file changed while we read it: do not store a hash of mixed bytes
+    if _key(folder, files) == key:  # a file changed while we read it: do not keep a hash of mixed bytes
         disk_cache.write(entry, key, value.encode())
+        _KNOWN[key] = value
     return value
