@@ -166,3 +166,16 @@ def test_the_sample_of_a_full_batch_is_found_once_and_is_the_masks():
     mask[1, 50:] = 0  # padding: sampled from this batch's own mask
     padded = TokenIndex(mask)
     assert torch.equal(_sample_picker(padded)(x), x[sample_counted(padded.counted)])
+
+
+def test_the_check_computes_on_the_pieces_device():
+    """Every tensor of the check is made on the pieces' device (a GPU, or each device of a dispatched model):
+    on the meta device, where a CPU tensor among them is an error, it runs to the one place a value is read."""
+    from tlm_probe.capture.adapters import SEQUENTIAL
+    from tlm_probe.capture.guardrails import AdditivityChecks
+
+    raw = {k: v.to("meta") for k, v in _sequential_pieces(torch.Generator().manual_seed(5)).items()}
+    checks = AdditivityChecks(SEQUENTIAL, {})
+    checks.add(0, raw, lambda x: x.reshape(-1, x.shape[-1])[:10])
+    with pytest.raises(RuntimeError, match="item\\(\\) cannot be called on meta tensors"):
+        checks.check()

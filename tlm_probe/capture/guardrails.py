@@ -111,7 +111,7 @@ class AdditivityChecks:
         self.kind, self.taps, self.budget = kind, taps, budget
         self._layers: list[int] = []
         self._picks: list[torch.Tensor] = []  # every gathered layer's sampled pieces, in self._key's order
-        self._key: tuple | None = None  # (piece names, each row's lhs dtype, sample shape) of those layers
+        self._key: tuple | None = None  # (piece names, rows' lhs dtypes, sample shape, device) of those
 
     def add(self, layer: int, raw: dict[str, torch.Tensor], pick) -> None:
         """Gather one layer's pieces at the tokens `pick` (picker) takes."""
@@ -121,7 +121,8 @@ class AdditivityChecks:
             self.check()
             _check_rows(self.kind, layer, raw, dict(zip(names, picks, strict=True)), self.taps)
             return
-        key = (names, tuple(raw[lhs].dtype for lhs, _ in ADDITIVITY[self.kind]), picks[0].shape)
+        dtypes = tuple(raw[lhs].dtype for lhs, _ in ADDITIVITY[self.kind])
+        key = (names, dtypes, picks[0].shape, picks[0].device)  # a dispatched model: a group per device
         if key != self._key:
             self.check()
             self._key = key
@@ -134,11 +135,11 @@ class AdditivityChecks:
         """Check every layer gathered, and forget them."""
         if not self._layers:
             return
-        layers, (names, dtypes, _) = self._layers, self._key
-        values = torch.empty(len(self._picks), *self._picks[0].shape, dtype=torch.float64)
+        layers, (names, dtypes, shape, device) = self._layers, self._key
+        values = torch.empty(len(self._picks), *shape, dtype=torch.float64, device=device)
         values = torch.stack(self._picks, out=values).view(len(layers), len(names), -1)  # one copy, float64
         self._layers, self._picks = [], []
-        signs, terms, rows, tol = _sum_rows(self.kind, names, dtypes)
+        signs, terms, rows, tol = _sum_rows(self.kind, names, dtypes, device)
         err = (signs @ values).abs_()  # (layers, rows, values): lhs - sum(terms)
         size = terms @ values.abs_()  # in place: no second buffer of the samples (it cost more than the sums)
         ok = err <= size.mul_(tol).add_(1e-30)  # inf or NaN in a sum is not ok (0 * inf)
@@ -164,10 +165,10 @@ def _check_rows(kind: str, layer: int, raw: dict, picks: dict, taps: dict) -> No
 
 
 @functools.lru_cache(maxsize=64)
-def _sum_rows(kind: str, names: tuple[str, ...], dtypes: tuple[torch.dtype, ...]):
-    """(signs, terms, rows, tol): row i of signs is +1 at its lhs and -1 at its terms, of terms 1 at its
-    terms; rows are ADDITIVITY[kind], over the pieces in `names` order; tol (rows, 1) is ULP_FACTOR units in
-    the last place of each lhs's dtype (`dtypes`)."""
+def _sum_rows(kind: str, names: tuple[str, ...], dtypes: tuple[torch.dtype, ...], device: torch.device):
+    """(signs, terms, rows, tol) on `device` (the pieces'): row i of signs is +1 at its lhs and -1 at its
+    terms, of terms 1 at its terms; rows are ADDITIVITY[kind], over the pieces in `names` order; tol (rows,
+    1) is ULP_FACTOR units in the last place of each lhs's dtype (`dtypes`)."""
     rows = ADDITIVITY[kind]
     signs = torch.zeros(len(rows), len(names), dtype=torch.float64)
     terms = torch.zeros_like(signs)
@@ -176,7 +177,7 @@ def _sum_rows(kind: str, names: tuple[str, ...], dtypes: tuple[torch.dtype, ...]
         for t in parts:
             signs[i, names.index(t)], terms[i, names.index(t)] = -1, 1
     tol = torch.tensor([[ULP_FACTOR * torch.finfo(d).eps] for d in dtypes], dtype=torch.float64)
-    return signs, terms, rows, tol
+    return signs.to(device), terms.to(device), rows, tol.to(device)
 
 
 def _check_finite_pieces(layer: int, picked: dict[str, torch.Tensor]) -> None:
