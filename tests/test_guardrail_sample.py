@@ -169,8 +169,9 @@ def test_the_sample_of_a_full_batch_is_found_once_and_is_the_masks():
 
 
 def test_the_check_computes_on_the_pieces_device():
-    """Every tensor of the check is made on the pieces' device (a GPU, or each device of a dispatched model):
-    on the meta device, where a CPU tensor among them is an error, it runs to the one place a value is read."""
+    """Every tensor of the check is made on the pieces' device (a GPU, each device of a dispatched model):
+    on the meta device, where a CPU tensor among them is an error, it runs to the one place a value is
+    read."""
     from tlm_probe.capture.adapters import SEQUENTIAL
     from tlm_probe.capture.guardrails import AdditivityChecks
 
