@@ -55,7 +55,7 @@ def test_hooks_registered_once_and_removed(llama, monkeypatch):
     assert hooks(pm.model) == before
 
 
-def testpicker_equals_boolean_mask():
+def test_picker_equals_boolean_mask():
     g = torch.Generator().manual_seed(0)
     counted = torch.rand(5, 300, generator=g) > 0.3
     counted[2] = False  # a row with nothing counted
