@@ -135,10 +135,10 @@ class AdditivityChecks:
         """Check every layer gathered, and forget them."""
         if not self._layers:
             return
-        layers, (names, dtypes, shape, device) = self._layers, self._key
-        values = torch.empty(len(self._picks), *shape, dtype=torch.float64, device=device)
-        values = torch.stack(self._picks, out=values).view(len(layers), len(names), -1)  # one copy, float64
-        self._layers, self._picks = [], []
+        (layers, picks), (names, dtypes, shape, device) = (self._layers, self._picks), self._key
+        self.clear()
+        values = torch.empty(len(picks), *shape, dtype=torch.float64, device=device)
+        values = torch.stack(picks, out=values).view(len(layers), len(names), -1)  # one copy, float64
         signs, terms, rows, tol = _sum_rows(self.kind, names, dtypes, device)
         err = (signs @ values).abs_()  # (layers, rows, values): lhs - sum(terms)
         size = terms @ values.abs_()  # in place: no second buffer of the samples (it cost more than the sums)

@@ -12,6 +12,7 @@ import torch
 
 from tlm_probe.capture.adapters import split_tap
 from tlm_probe.capture.attention import register_pattern
+from tlm_probe.capture.probe_model import in_block
 from tlm_probe.capture.sink import StatSink
 
 
@@ -38,7 +39,7 @@ def register_taps(pm, taps: dict[str, str], on_value, stack: contextlib.ExitStac
         block = pm.layer(layer)  # found once a layer, not once a tap
         for piece, tap in taps.items():
             path, where = split_tap(tap)
-            module = block.get_submodule(path) if path else block
+            module = in_block(block, path)
             if where == "in":
                 fn = (lambda l, p: lambda m, a, k: on_value(l, p, tap_input(a, k)))(layer, piece)
                 handle = module.register_forward_pre_hook(fn, with_kwargs=True)

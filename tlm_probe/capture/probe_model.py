@@ -57,7 +57,7 @@ class ProbeModel:
         """The module at `rel` inside layer l ("" is the layer itself)."""
         if rel is None:
             return None
-        return self.layer(l).get_submodule(rel) if rel else self.layer(l)
+        return in_block(self.layer(l), rel)
 
     def mlp(self, l: int) -> nn.Module:
         return self.layer_module(l, self.adapter.mlp)
@@ -119,6 +119,11 @@ CALLS = {
     "keywords": lambda ids, mask, cfg: ((), {"input_ids": ids, "attention_mask": mask, "use_cache": False}),
     "seq2seq_decoder": decoder_call,
 }
+
+
+def in_block(block: nn.Module, rel: str) -> nn.Module:
+    """The module at `rel` inside a layer's module `block` ("" is the block itself)."""
+    return block.get_submodule(rel) if rel else block
 
 
 def optional_module(root: nn.Module, path: str) -> nn.Module | None:
