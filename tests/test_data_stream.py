@@ -88,7 +88,7 @@ def test_ranks_and_accumulation_split_one_global_batch():
 
 def test_eval_windows_predict_each_token_once():
     val = np.arange(1, 200, dtype=np.uint32)
-    w = eval_windows(val, seq_len=16, max_tokens=64)
+    w = eval_windows(val, seq_len=16, max_tokens=64, sample="prefix")
     assert w.shape == (4, 17)
     assert torch.cat([row[1:] for row in w]).tolist() == val[1:65].tolist()
 

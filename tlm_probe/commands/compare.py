@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
 COMPARE_FIELDS = (
     "mixer", "preset", "heads_schedule", "kv_schedule", "mem_schedule", "d_model", "n_layers", "n_heads",
     "n_kv_heads", "d_ff", "multiple_of", "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr",
-    "warmup", "eval_interval", "eval_tokens", "data", "tokenizer", "device", "threads", "norm_scaling",
+    "warmup", "eval_interval", "eval_tokens", "eval_sample", "data", "tokenizer", "device", "threads",
+    "norm_scaling",
     *MIXER_FIELDS,
 )
 SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}

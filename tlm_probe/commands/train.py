@@ -20,8 +20,8 @@ TRAIN_FIELDS = (
     "preset", "mixer", "schedule", "heads_schedule", "kv_schedule", "mem_schedule", "d_model", "n_layers",
     "n_heads", "n_kv_heads", "d_ff", "multiple_of", "vocab_size",
     "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "log_interval",
-    "eval_tokens", "ckpt_interval", "keep_last", "seed", "data", "tokenizer", "device", "threads", "compile",
-    "peak_flops", "norm_scaling", *MIXER_FIELDS,
+    "eval_tokens", "eval_sample", "ckpt_interval", "keep_last", "seed", "data", "tokenizer", "device",
+    "threads", "compile", "peak_flops", "norm_scaling", *MIXER_FIELDS,
 )
 # what the help states where the CLI's default is not the dataclass's (model fields: ARCH_DEFAULTS)
 SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},

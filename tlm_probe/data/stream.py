@@ -18,6 +18,7 @@ import torch
 
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import check_shard_ids, is_prepared, lazy_token_ids, load_token_ids
+from tlm_probe.data.windows import documents_covered, pick
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import int_field, read_json_object
 from tlm_probe.tokenizer import META as TOKENIZER_META
@@ -120,14 +121,27 @@ class BatchOrder:
         return self.samples(first, batch)
 
 
-def eval_windows(val: np.ndarray, seq_len: int, max_tokens: int) -> torch.Tensor:
-    """The fixed validation set: consecutive windows of seq_len + 1 ids that overlap by one, so every
-    validation id after the first is predicted exactly once; at most `max_tokens` predicted ids."""
-    n = min((len(val) - 1) // seq_len, max(1, max_tokens // seq_len))
-    if n < 1:
+def eval_windows(val: np.ndarray, seq_len: int, max_tokens: int, sample: str = "spread",
+                 seed: int = 0) -> torch.Tensor:
+    """The fixed validation set: windows of seq_len + 1 ids from the grid of consecutive windows that
+    overlap by one (each validation id after the first is predicted by exactly one grid window); at most
+    `max_tokens` predicted ids. Which grid windows: data/windows.py (spread across the whole split by
+    default, the same draw for every model and training seed; prefix: the first ones)."""
+    n_grid = (len(val) - 1) // seq_len
+    if n_grid < 1:
         raise UserError(f"the validation split has {len(val)} tokens, fewer than seq_len+1={seq_len + 1}")
-    rows = [np.asarray(val[i * seq_len : i * seq_len + seq_len + 1], dtype=np.int64) for i in range(n)]
+    chosen = pick(n_grid, max(1, max_tokens // seq_len), sample, seed)
+    rows = [np.asarray(val[i * seq_len : i * seq_len + seq_len + 1], dtype=np.int64) for i in chosen]
     return torch.from_numpy(np.stack(rows))
+
+
+def eval_documents(val: np.ndarray, seq_len: int, max_tokens: int, tokenizer, sample: str = "spread",
+                   seed: int = 0) -> tuple[int, int] | None:
+    """(documents the validation set's predicted ids touch, documents in the split); see eval_windows."""
+    n_grid = (len(val) - 1) // seq_len
+    chosen = pick(n_grid, max(1, max_tokens // seq_len), sample, seed)
+    spans = [(int(i) * seq_len + 1, int(i) * seq_len + seq_len) for i in chosen]
+    return documents_covered(val, spans, getattr(tokenizer, "eos_id", None))
 
 
 def target_bytes(windows: torch.Tensor, tokenizer) -> int | None:

@@ -9,8 +9,11 @@ holds ids x[kS .. kS+L] (L+1 ids) and predicts x[kS+1 .. kS+L]. The first window
 every later window scores only its last S targets, so each id after the first is scored exactly once,
 with at least L-S ids of context. Windows start while they fit; ids after the last full window are not
 scored. With S = L these are the trainer's validation windows (data.stream.eval_windows), so the loss
-equals the trainer's val_loss on the same ids. Bits per byte = summed NLL / (ln 2 · UTF-8 bytes of the
-scored ids), comparable across tokenizers.
+equals the trainer's val_loss on the same ids. When --max-tokens scores fewer windows than the split holds,
+which windows is data/windows.py's choice: by default a seeded sample spread uniformly over every window of
+the split (the same for every model), with the standard error of the estimate over windows and the number
+of documents the scored ids touch; `prefix` takes the first windows instead. Bits per byte = summed NLL /
+(ln 2 · UTF-8 bytes of the scored ids), comparable across tokenizers.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.stream import TOKEN_SUFFIXES, load_token_data, tokenize_documents
 from tlm_probe.data.tokens import is_prepared, load_token_ids
+from tlm_probe.data.windows import documents_covered, pick, ratio_stderr
 from tlm_probe.errors import UserError
 from tlm_probe.eval.scorer import Scorer
 
@@ -39,6 +43,16 @@ class PPLResult:
     n_bytes: int | None
     context: int
     stride: int
+    sample: str = "spread"
+    windows: int = 0
+    """Windows scored, of windows_split in the split's grid."""
+    windows_split: int = 0
+    stderr: float | None = None
+    """Standard error of the mean NLL over the sampled windows (None when every window is scored or the
+    sample is a prefix: then there is no sampling error to state, or none that is random)."""
+    documents: int | None = None
+    """Documents the scored ids touch, of documents_split (None without an end-of-text id)."""
+    documents_split: int | None = None
 
     @property
     def loss(self) -> float:
@@ -48,8 +62,10 @@ class PPLResult:
         bpb = self.nll_sum / (math.log(2) * self.n_bytes) if self.n_bytes else None
         metrics = {"token_nll": self.loss, "token_ppl": math.exp(min(self.loss, 700.0)), "bits_per_byte": bpb}
         task = f"ppl:{self.source}"
+        errors = {"token_nll": self.stderr}
         return [
-            {"model": model, "task": task, "metric": m, "value": v, "stderr": None, "n": self.n_tokens}
+            {"model": model, "task": task, "metric": m, "value": v, "stderr": errors.get(m),
+             "n": self.n_tokens}
             for m, v in metrics.items()
             if v is not None
         ]
@@ -113,33 +129,58 @@ def window_starts(n_ids: int, context: int, stride: int) -> list[int]:
     return list(range(0, n_ids - context, stride))
 
 
+@dataclass
+class _Sums:
+    """Per scored window: NLL sum and target count; bytes in total."""
+
+    nll: list[float]
+    count: list[int]
+    n_bytes: int = 0
+
+
 @torch.no_grad()
 def perplexity(
     scorer: Scorer, ids: np.ndarray, *, source: str, split: str, context: int = 0, stride: int = 0,
-    max_tokens: int | None = None, progress=None,
+    max_tokens: int | None = None, progress=None, sample: str = "spread", seed: int = 0,
 ) -> PPLResult:
     check_ids(ids, scorer, source)
     L = context or scorer.max_length
     S = stride or L
     if not 0 < S <= L or L > scorer.max_length:
         raise UserError(f"need 0 < stride {S} <= context {L} <= the model's context {scorer.max_length}")
-    starts = window_starts(len(ids), L, S)
-    if not starts:
+    grid = window_starts(len(ids), L, S)
+    if not grid:
         raise UserError(f"{source} ({split}) has {len(ids)} ids, fewer than context+1 = {L + 1}")
-    if max_tokens:  # the first window scores L targets, each later one S
-        starts = starts[: max(1, 1 + (max_tokens - L) // S)]
-    nll, count, n_bytes = 0.0, 0, 0
+    k = max(1, 1 + (max_tokens - L) // S) if max_tokens else len(grid)  # window 0 scores L, the rest S
+    starts = [grid[i] for i in pick(len(grid), k, sample, seed)]
+    sums = _score(scorer, ids, starts, L, S, progress)
+    spans = [(s + _first(s, L, S) + 1, s + L) for s in starts]
+    docs = documents_covered(ids, spans, getattr(scorer.codec, "eos_id", None))
+    random = sample == "spread" and len(starts) < len(grid)
+    return PPLResult(source, split, sum(sums.nll), sum(sums.count), sums.n_bytes or None,
+                     L, S, sample, len(starts), len(grid),
+                     ratio_stderr(sums.nll, sums.count, len(grid)) if random else None,
+                     *(docs or (None, None)))
+
+
+def _first(start: int, L: int, S: int) -> int:
+    """Index of a window's first scored target: targets an earlier grid window scores are skipped."""
+    return 0 if start == 0 else L - S
+
+
+def _score(scorer: Scorer, ids: np.ndarray, starts: list[int], L: int, S: int, progress) -> _Sums:
+    sums = _Sums([], [])
     for b in range(0, len(starts), scorer.batch_size):
         batch = starts[b : b + scorer.batch_size]
-        rows = torch.from_numpy(np.stack([ids[s : s + L + 1] for s in batch]))  # (B, L+1)
+        rows = torch.from_numpy(np.stack([np.asarray(ids[s : s + L + 1]) for s in batch]))  # (B, L+1)
         logits = scorer.logits(rows[:, :-1], torch.ones_like(rows[:, :-1]))
         token_nll = F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten().to(logits.device),
                                     reduction="none").view(len(batch), L).double().cpu()
         for k, s in enumerate(batch):
-            first = 0 if s == 0 else L - S  # targets already scored by the previous window are skipped
-            nll += float(token_nll[k, first:].sum())
-            count += L - first
-            n_bytes += scorer.codec.n_bytes(rows[k, 1 + first :].tolist())
+            first = _first(s, L, S)
+            sums.nll.append(float(token_nll[k, first:].sum()))
+            sums.count.append(L - first)
+            sums.n_bytes += scorer.codec.n_bytes(rows[k, 1 + first :].tolist())
         if progress:
             progress(len(batch))
-    return PPLResult(source, split, nll, count, n_bytes or None, L, S)
+    return sums

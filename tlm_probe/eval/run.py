@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP, resolve_split
+from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
@@ -57,6 +58,8 @@ class EvalOptions:
     """Stride between perplexity windows (0: = context, disjoint)."""
     max_tokens: int = 65_536
     """Scored tokens per --ppl-data source (0: all)."""
+    sample: str = field(default="spread", metadata={"help": SAMPLE_HELP})
+    """Which windows are scored under --max-tokens (data/windows.py): spread (seeded by --seed) | prefix."""
     limit: int = 0
     """Documents per task (0: all)."""
     task_source: str = "builtin:pydoc"
@@ -72,7 +75,7 @@ class EvalOptions:
     max_memory: str = field(default="", metadata={"help": MAX_MEMORY_HELP})
     """See capture/dispatch.py MAX_MEMORY_HELP."""
     seed: int = 0
-    """Seed of the built-in tasks' draws and of the harness."""
+    """Seed of the built-in tasks' draws, of the harness and of the spread perplexity sample."""
     trust_task_code: bool = False
     """Let task YAMLs run the Python their !function tags name."""
     ppl_split: InitVar[str | None] = None
@@ -114,6 +117,8 @@ def check_values(opts: EvalOptions) -> None:
         if getattr(opts, name) < 0:  # below 0 would silently score one window
             zero = "all" if name == "max_tokens" else "the default"
             raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: {zero}), got {getattr(opts, name)}")
+    if opts.sample not in SAMPLES:
+        raise UserError(f"--sample must be one of {', '.join(SAMPLES)}, got {opts.sample!r}")
     if opts.split not in SPLIT_CHOICES:
         raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
     check_seed(opts.seed, "--seed")
@@ -278,6 +283,7 @@ def _ppl(scorer, source: str, split: str, opts: EvalOptions, progress=None):
     return perplexity(
         scorer, ids, source=source, split=split, context=opts.ppl_context,
         stride=opts.ppl_stride, max_tokens=opts.max_tokens or None, progress=progress,
+        sample=opts.sample, seed=opts.seed,
     )
 
 

@@ -6,9 +6,10 @@ with a different value of any field outside RESUME_MAY_CHANGE is refused.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
 from tlm_probe.models.accounting import count_params
@@ -103,6 +104,8 @@ class TrainConfig(ModelOptions):
     """Evaluate every N steps."""
     eval_tokens: int = 32768
     """Predicted validation tokens in the fixed eval set."""
+    eval_sample: str = field(default="spread", metadata={"help": SAMPLE_HELP})
+    """Which validation windows form the eval set (data/windows.py): spread | prefix."""
     ckpt_interval: int = 0
     """Save a resumable checkpoint every N steps (0 = only at the end)."""
     keep_last: int = 2
@@ -134,6 +137,8 @@ class TrainConfig(ModelOptions):
         if self.norm_scaling not in NORM_SCALINGS:
             raise UserError(f"unknown norm_scaling {self.norm_scaling!r}; choose one of: "
                             f"{', '.join(NORM_SCALINGS)}")
+        if self.eval_sample not in SAMPLES:
+            raise UserError(f"unknown eval_sample {self.eval_sample!r}; choose one of: {', '.join(SAMPLES)}")
         if self.preset and self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         if self.steps <= 0 and self.tokens <= 0:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from tlm_probe.data.stream import BatchOrder, eval_windows, target_bytes
+from tlm_probe.data.stream import BatchOrder, eval_documents, eval_windows, target_bytes
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.files.fileio import atomic_write_text
 from tlm_probe.models.accounting import count_params, train_flops_per_token
@@ -72,7 +72,11 @@ class Trainer:
         dist.barrier()
         self.total = self.tc.total_steps(self.world)
         self.order = BatchOrder(plan.data.train, self.tc.seq_len, self.tc.seed)
-        self.eval_set = eval_windows(plan.data.val, self.tc.seq_len, self.tc.eval_tokens)
+        self.eval_set = eval_windows(plan.data.val, self.tc.seq_len, self.tc.eval_tokens,
+                                     self.tc.eval_sample)
+        docs = eval_documents(plan.data.val, self.tc.seq_len, self.tc.eval_tokens, plan.data.tokenizer,
+                              self.tc.eval_sample)
+        self.eval_docs = {"val_documents": docs[0], "val_documents_split": docs[1]} if docs else {}
         self.eval_bytes = target_bytes(self.eval_set, plan.data.tokenizer)
         self.flops_per_token = train_flops_per_token(plan.cfg, self.tc.seq_len)
         self.peak = peak_flops(self.tc.peak_flops, self.device)
@@ -167,7 +171,7 @@ class Trainer:
         out = evaluate(
             raw_eval, self.eval_set, self.eval_bytes, self.tc.batch_size, self.device, self.autocast
         )
-        record = {"kind": "eval", "step": self.step, "tokens": self.tokens, **out}
+        record = {"kind": "eval", "step": self.step, "tokens": self.tokens, **out, **self.eval_docs}
         self.log.write(record)
         return record
 
@@ -285,7 +289,8 @@ class Trainer:
             "schedule": self.tc.schedule,
             "mixer": self.plan.cfg.mixer,
             "seed": self.tc.seed,
-            **{k: last_eval.get(k) for k in ("val_loss", "val_ppl", "val_bpb")},
+            **{k: last_eval.get(k) for k in ("val_loss", "val_ppl", "val_bpb", "val_tokens",
+                                             "val_documents")},
         }
         if dist.is_main() and not interrupted:
             atomic_write_text(self.plan.out / "run.json", json.dumps(summary, indent=2) + "\n")

@@ -87,7 +87,7 @@ def check_compatible(tc: TrainConfig, cfg: TLMConfig, data: TokenData) -> None:
         raise UserError(f"seq_len {tc.seq_len} is above the model's context max_seq_len={cfg.max_seq_len}")
     check_memory(tc, cfg)
     BatchOrder(data.train, tc.seq_len, tc.seed)  # each raises a UserError when its split is too short
-    eval_windows(data.val, tc.seq_len, tc.eval_tokens)
+    eval_windows(data.val, tc.seq_len, tc.eval_tokens, tc.eval_sample)
 
 
 def check_memory(tc: TrainConfig, cfg: TLMConfig) -> None:
