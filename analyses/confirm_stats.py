@@ -225,8 +225,13 @@ def status_lines(df: pd.DataFrame, results: Path) -> list[str]:
     closing = ("All main runs have finished: the pre-registered analysis is in contrasts.csv, pooled.csv, "
                "analysis.json and lr_check.csv." if is_complete(df) else
                "The pre-registered analysis runs once all main runs have finished; until then no contrast "
-               "is computed (no interim look).")
-    return [*lines, "", closing]
+               "is computed.")
+    return [*lines, "", closing, "", INTERIM]
+
+
+INTERIM = ("What \"no interim analysis\" means here: each run's test score (runs/NAME/test.csv) and "
+           "runs.csv were committed as the runs finished, so the scores were visible before the last run; "
+           "what the code guaranteed is only that no contrast was computed before all main runs were in.")
 
 
 def trajectories(results: Path, df: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,135 @@
+"""Study 2's registered analysis (issue 44), recomputed independently on a synthetic complete study: scipy's
+paired t-test, a hand Holm step-down, the two-way ANOVA formula of the pooled model, a Monte Carlo power; the
+learning-rate rule; and that no test score is shown or aggregated before the last main run. Once study 2's
+runs are committed, the committed tables are checked against the per-run files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from analyses import confirm2 as c2
+from analyses import confirm2_stats as s2
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "analyses" / "results" / "confirm2"
+WIDTHS = {"uniform": [256] * 9, "probe-derived": [512, 256, 64, 96, 96, 192, 224, 352, 512],
+          "wide-first": [512] + [224] * 8, "cosine:1.5:0.5": [384, 384, 352, 320, 256, 192, 160, 128, 128]}
+
+
+def _write_run(root: Path, j: dict, nll: float, val: float) -> None:
+    folder = root / "runs" / j["name"]
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"d_ff": WIDTHS[j["arm"]], "n_layers": 9}))
+    (folder / "run.json").write_text(json.dumps({"seed": j["seed"], "arm": j["arm"], "lr": j["lr"],
+                                                 "started": "t0", "ended": "t1", "model_sha256": "0" * 64}))
+    for name, value in (("test.csv", nll), ("test_prefix.csv", nll - 0.8), ("val.csv", val)):
+        pd.DataFrame([{"metric": "token_nll", "value": value}]).to_csv(folder / name, index=False)
+
+
+def _fake_study(root: Path, effects: dict, jobs: list[dict], lr_effect: float = -0.01) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    seed_effect = {s: rng.normal(0, 0.05) for s in range(60)}
+    rows = []
+    for j in jobs:
+        nll = 3.0 + effects.get(j["arm"], 0.0) + seed_effect[j["seed"]] + rng.normal(0, 0.03)
+        val = 3.7 + seed_effect[j["seed"]] + (lr_effect if j["lr"] != c2.MAIN_LR else 0.0)  # no noise
+        _write_run(root, j, nll, val)
+        rows.append(j | {"nll": nll, "val": val})
+    return pd.DataFrame(rows)
+
+
+def _holm(p):
+    order, out, prev = np.argsort(p), np.empty(len(p)), 0.0
+    for k, i in enumerate(order):
+        prev = max(prev, min(1.0, p[i] * (len(p) - k)))
+        out[i] = prev
+    return out
+
+
+def test_registered_analysis_on_a_synthetic_complete_study(tmp_path):
+    truth = _fake_study(tmp_path, {"probe-derived": -0.03, "wide-first": -0.02}, c2.jobs())
+    summary = s2.write_all(tmp_path)
+    main = truth[truth["lr"] == c2.MAIN_LR].pivot_table(index="seed", columns="arm", values="nll")
+    contrasts = pd.read_csv(tmp_path / "contrasts.csv").set_index("arm")
+    ps = []
+    for arm in c2.CONTRASTS:
+        d = (main[arm] - main["uniform"]).dropna()
+        assert len(d) == len(c2.SEEDS) == 26
+        t, p = stats.ttest_rel(main[arm], main["uniform"])
+        ps.append(p)
+        row = contrasts.loc[arm]
+        assert row["diff_mean"] == pytest.approx(d.mean(), abs=1e-6)
+        assert row["p"] == pytest.approx(p, rel=1e-4)
+        lo, hi = stats.t.interval(0.95, 25, loc=d.mean(), scale=stats.sem(d))
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((lo, hi), abs=1e-6)
+    assert contrasts["p_holm"].to_numpy() == pytest.approx(_holm(np.array(ps)), rel=1e-4)
+    pooled = pd.read_csv(tmp_path / "pooled.csv").set_index("arm")
+    y = main[["uniform", *c2.CONTRASTS]].to_numpy()
+    resid = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+    sigma2 = (resid**2).sum() / ((y.shape[0] - 1) * (y.shape[1] - 1))
+    for j, arm in enumerate(c2.CONTRASTS, start=1):
+        assert pooled.loc[arm, "coef"] == pytest.approx(y[:, j].mean() - y[:, 0].mean(), abs=1e-6)
+        assert pooled.loc[arm, "se"] == pytest.approx(np.sqrt(2 * sigma2 / y.shape[0]), rel=1e-6)
+    secondary = pd.read_csv(tmp_path / "secondary.csv")
+    between = secondary[secondary["baseline"] == "wide-first"].iloc[0]
+    expected = (main["probe-derived"] - main["wide-first"]).mean()
+    assert between["diff_mean"] == pytest.approx(expected, abs=1e-6)
+    prefix = secondary[secondary["outcome"] == "test_prefix_nll"]
+    assert prefix["diff_mean"].to_numpy() == pytest.approx(contrasts["diff_mean"].to_numpy(), abs=1e-6)
+    # power: the detectable d_z is the one a Monte Carlo of paired t-tests at alpha 0.025 rejects 80% of
+    dz = summary["power"]["detectable_d_z"]
+    sims = np.random.default_rng(1).normal(dz, 1.0, (20000, 26))
+    t = sims.mean(1) / (sims.std(1, ddof=1) / np.sqrt(26))
+    assert (np.abs(t) > stats.t.ppf(1 - 0.025 / 2, 25)).mean() == pytest.approx(0.80, abs=0.015)
+    assert summary["power"]["planned_power"] == pytest.approx(0.8006, abs=5e-4)
+
+
+def test_no_test_score_is_shown_before_the_last_main_run(tmp_path):
+    partial = [j for j in c2.jobs() if not (j["seed"] == 34 and j["arm"] == "wide-first")]
+    _fake_study(tmp_path, {}, partial)
+    assert s2.write_all(tmp_path) == {}
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert not {"test_nll", "test_prefix_nll"} & set(runs.columns)
+    assert not (tmp_path / "contrasts.csv").exists() and not (tmp_path / "analysis.json").exists()
+    assert "main runs finished: 77 of 78" in (tmp_path / "STATUS.md").read_text()
+
+
+@pytest.mark.parametrize(("effect", "helps"), [(-0.01, True), (0.01, False)])
+def test_the_second_learning_rate_runs_only_when_the_first_helps(tmp_path, effect, helps):
+    _fake_study(tmp_path, {}, c2.jobs()[:21], lr_effect=effect)  # seeds 9-11 main, cosine, 6e-3
+    assert s2.lr_helps(tmp_path, "6e-3") is helps
+    table = s2.lr_table(s2.load_runs(tmp_path))
+    assert len(table) == 9 and table["diff"].to_numpy() == pytest.approx(np.full(9, effect), abs=1e-9)
+    assert not s2.lr_helps(tmp_path, "1.2e-2")  # none run yet: the rule needs all nine pairs
+
+
+def test_design_is_the_committed_preregistration():
+    assert json.loads((RESULTS / "design.json").read_text()) == c2.design()
+    widths = json.loads((RESULTS / "probe-derived.json").read_text())["widths"]
+    assert widths == WIDTHS["probe-derived"]
+    assert sum(int(w) for w in c2.WIDE_FIRST.split(",")) == 9 * 256
+    study1 = ROOT / "analyses" / "results" / "confirm" / "corpus.json"
+    assert (RESULTS / "corpus.json").read_text() == study1.read_text()
+
+
+def test_committed_runs_table_is_the_per_run_files():
+    table = pd.read_csv(RESULTS / "runs.csv", dtype={"lr": str}) if (RESULTS / "runs.csv").is_file() else None
+    folders = sorted((RESULTS / "runs").glob("*/run.json"))
+    if table is None:
+        assert not folders  # no run has been collected yet
+        return
+    assert sorted(table["name"]) == sorted(p.parent.name for p in folders)
+    complete = s2.is_complete(s2.load_runs(RESULTS))
+    assert ("test_nll" in table.columns) is complete
+    for path in folders:
+        row = table[table["name"] == path.parent.name].iloc[0]
+        info = json.loads(path.read_text())
+        assert row["model_sha256"] == info["model_sha256"] and info["started"] < info["ended"]
+        val = pd.read_csv(path.parent / "val.csv")
+        assert row["val_nll"] == pytest.approx(val[val["metric"] == "token_nll"]["value"].iloc[0], rel=1e-5)
