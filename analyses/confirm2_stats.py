@@ -181,4 +181,7 @@ def write_all(results: Path) -> dict:
         table.to_csv(results / name, index=False, float_format="%.6g")
     summary = {"power": power_summary(primary), "scores": SCORES}
     (results / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
+    from analyses.confirm2_section import section
+
+    (results / "section.md").write_text("\n".join(section(df, summary)) + "\n")
     return summary

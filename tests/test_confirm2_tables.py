@@ -88,6 +88,9 @@ def test_registered_analysis_on_a_synthetic_complete_study(tmp_path):
     t = sims.mean(1) / (sims.std(1, ddof=1) / np.sqrt(26))
     assert (np.abs(t) > stats.t.ppf(1 - 0.025 / 2, 25)).mean() == pytest.approx(0.80, abs=0.015)
     assert summary["power"]["planned_power"] == pytest.approx(0.8006, abs=5e-4)
+    section = (tmp_path / "section.md").read_text()
+    for arm in c2.CONTRASTS:  # the generated section carries each contrast's numbers
+        assert f"{contrasts.loc[arm, 'diff_mean']:+.4f}".replace("-", "−") in section
 
 
 def test_no_test_score_is_shown_before_the_last_main_run(tmp_path):

@@ -1,0 +1,57 @@
+"""Study 2's result as markdown (results/confirm2/section.md), from its registered tables
+(analyses.confirm2_stats); written by `python -m analyses.confirm2 collect` once every main run has finished.
+tests/test_confirm2_tables.py recomputes the numbers from the per-run files, independently of this code."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analyses import confirm2_stats as s2
+from analyses.confirm_section import _num, _p
+
+HEADER = ("| arm | MLP widths (layer 0 → 8) | test NLL, mean ± SD | Δ vs uniform [95% CI] | d_z | p | "
+          "p (Holm, 2) | wins / ties / losses |")
+
+
+def _row(df: pd.DataFrame, arm: str, c: pd.Series | None) -> str:
+    runs = s2.main_runs(df).loc[lambda r: r["arm"] == arm]
+    widths = ",".join(map(str, runs["widths"].iloc[0]))
+    head = f"| {arm} | `{widths}` | {runs['test_nll'].mean():.4f} ± {runs['test_nll'].std(ddof=1):.4f} |"
+    if c is None:
+        return head + " | | | | |"
+    return (f"{head} {_num(c['diff_mean'], 4)} [{_num(c['ci_low'], 4)}, {_num(c['ci_high'], 4)}] | "
+            f"{_num(c['d_z'], 2)} | {_p(c['p'])} | {_p(c['p_holm'])} | {c['wins']} / {c['ties']} / "
+            f"{c['losses']} |")
+
+
+def _secondary(sec: pd.DataFrame) -> list[str]:
+    rows = ["| secondary | Δ [95% CI] | p |", "|---|---|---|"]
+    for _, r in sec.iterrows():
+        what = (f"{r['arm']} − {r['baseline']}, " +
+                ("first 262,144 test tokens (study 1's outcome)" if r["outcome"] == "test_prefix_nll"
+                 else "primary outcome"))
+        rows.append(f"| {what} | {_num(r['diff_mean'], 4)} [{_num(r['ci_low'], 4)}, {_num(r['ci_high'], 4)}] "
+                    f"| {_p(r['p'])} |")
+    return rows
+
+
+def _power(power: dict) -> str:
+    return (f"Power: {power['n_pairs']} pairs at α = 0.025 detect d_z = {power['detectable_d_z']:.2f} with "
+            f"80% power, {power['detectable_nats']:.4f} nats at the observed median SD of the paired "
+            f"differences ({power['median_diff_sd']:.4f}); study 1's −0.0266 nats had "
+            f"{power['power_for_study1_effect']:.0%} power at that SD.")
+
+
+def _lr(table: pd.DataFrame) -> list[str]:
+    rows = ["| arm | seed | learning rate | validation NLL | Δ vs 3e-3 |", "|---|---|---|---|---|"]
+    rows += [f"| {r.arm} | {r.seed} | {r.lr} | {r.val_nll:.4f} | {_num(r.diff, 4)} |"
+             for r in table.itertuples()]
+    return rows
+
+
+def section(df: pd.DataFrame, summary: dict) -> list[str]:
+    contrasts = s2.contrasts(df).set_index("arm")
+    table = [HEADER, "|---|---|---|---|---|---|---|---|", _row(df, s2.BASELINE, None),
+             *[_row(df, a, contrasts.loc[a]) for a in contrasts.index]]
+    return [*table, "", _power(summary["power"]), "", *_secondary(s2.secondary(df)), "",
+            *_lr(s2.lr_table(df))]
