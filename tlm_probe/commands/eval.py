@@ -142,6 +142,16 @@ def print_summary(table, prov: dict, out: Path) -> None:
         stderr = "" if r["stderr"] is None or r["stderr"] != r["stderr"] else f"{r['stderr']:.4g}"
         t.add_row(r["task"], r["metric"], f"{r['value']:.4g}", stderr, f"{int(r['n']):,}")
     console.print(t)
+    for ppl in prov.get("perplexity", []):
+        console.print(sample_line(ppl), soft_wrap=True)
     console.print(f"wrote {out}/results.csv, results.parquet, provenance.json in {since_start():.1f} s "
                   f"({prov['seconds']:.1f} s of it loading and evaluating)", soft_wrap=True)
 
+
+def sample_line(ppl: dict) -> str:
+    """What a perplexity number was measured on: which windows, how many of the split's, and the documents."""
+    where = (f"{ppl['windows']:,} of {ppl['windows_split']:,} windows of {ppl['source']} ({ppl['split']})"
+             f", {ppl['sample']}")
+    docs = ("" if ppl.get("documents") is None else
+            f"; {ppl['documents']:,} of its {ppl['documents_split']:,} documents")
+    return f"perplexity on {where}{docs}"
