@@ -79,18 +79,19 @@ def cli_reference() -> str:
 def alignment_statistics() -> str:
     from tlm_probe.statistic_names import FORMULAS
 
-    rows = ["| statistic | per-token value (a, b) | range | sign |", "|---|---|---|---|"]
+    rows = ["| statistic | per-token value (a, b) | range | sign | 95% interval |", "|---|---|---|---|---|"]
     for name, (kind, a, b) in FORMULAS.items():
         value, span, sign = KINDS[kind]
         rows.append(f"| `{name}` | {value.replace('a', f'`{a}`', 1).replace('b', f'`{b}`', 1)} | {span} "
-                    f"| {sign} |")
+                    f"| {sign} | [over sequences](#confidence-intervals) |")
     return "\n".join(rows)
 
 
 def statistic_sets() -> str:
     from tlm_probe.statistic_names import SETS
 
-    return "\n".join(f"- `{name}` ({len(stats)}): " + ", ".join(f"`{s}`" for s in stats)
+    return "\n".join(f"- `{name}` ({len(stats)}): " + ("every statistic of the sets above" if name == "all"
+                                                       else ", ".join(f"`{s}`" for s in stats))
                      for name, stats in SETS.items())
 
 
