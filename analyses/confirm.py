@@ -203,7 +203,7 @@ def collect(opts) -> None:
     from analyses import confirm_section, confirm_stats
 
     summary = confirm_stats.write_all(opts.results)
-    if summary:  # every main run has finished: the README's table and sentences (section.md)
+    if summary:  # every main run has finished: the docs' table and sentences (section.md)
         df = confirm_stats.load_runs(opts.results)
         text = "\n".join(confirm_section.section(df, summary)) + "\n"
         (opts.results / "section.md").write_text(text)

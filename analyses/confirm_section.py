@@ -1,7 +1,8 @@
-"""The README's confirmatory result, as markdown, from the pre-registered tables (analyses.confirm_stats).
+"""The confirmatory result of docs/studies/confirmatory.md, as markdown, from the pre-registered tables
+(analyses.confirm_stats).
 
 `python -m analyses.confirm collect` writes it to results/confirm/section.md once every main run has
-finished; the README's "The confirmatory study" section carries the same table and sentences, and
+finished; that page carries the same table and sentences, and
 tests/test_confirm_readme.py recomputes each number there from the per-run files, independently of this code.
 """
 
@@ -18,7 +19,7 @@ HEADER = ("| arm | MLP widths (layer 0 → 8) | test NLL, mean ± SD (9 seeds) |
 
 
 def _num(x: float, digits: int, sign: bool = True) -> str:
-    """Fixed decimals with a real minus sign (and + where sign), as the README prints numbers."""
+    """Fixed decimals with a real minus sign (and + where sign), as the docs print numbers."""
     s = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
     return s.replace("-", "−")
 

@@ -1,6 +1,7 @@
 """The confirmatory study's pre-registered analysis (PREREGISTRATION.md), from the committed per-run files.
 
-Every number of the README's confirmatory section comes from here and only from results/confirm/runs/*:
+Every number of the confirmatory section (docs/studies/confirmatory.md) comes from here and only from
+results/confirm/runs/*:
 - outcome: each run's mean next-token NLL on the first TEST_TOKENS of the corpus' test split (test.csv);
 - primary: paired t-test over seeds of (arm - uniform) for each of the three primary arms, Holm over the
   three; 95% CI of the mean paired difference; d_z;

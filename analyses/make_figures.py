@@ -1,4 +1,4 @@
-"""Regenerate the README's figures in figures/ from real runs.
+"""Regenerate the documentation's figures in figures/ from real runs.
 
     .venv/bin/python -m analyses.make_figures            # everything (several minutes on 2 CPU cores)
     .venv/bin/python -m analyses.make_figures --only schedules,minilm

@@ -1,4 +1,4 @@
-"""The README's picture of a report's first screen: `tlm report` of committed results, then a headless
+"""The docs' picture of a report's first screen: `tlm report` of committed results, then a headless
 Chromium screenshot (the browser tests/test_report_layout.py drives) at 1400 x 900 px.
 
     .venv/bin/python -m analyses.report_screenshot            # writes figures/report_first_screen.png

@@ -1,5 +1,6 @@
 """Rows a user adds without editing the package (--adapter ROW.json, register_adapter), the refusal of an
-unknown type (naming the closest known one), and README's family list generated from the table."""
+unknown type (naming the closest known one), and the docs site's family list (docs/concepts/families.md)
+generated from the table."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tlm_probe.capture import adapters, load_probe_model
 from tlm_probe.capture.family_table import END, START, family_table
 from tlm_probe.errors import UserError
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+FAMILIES_PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "families.md"
 runner = CliRunner()
 
 # Helium: a transformers model type with no row in the table, laid out as Llama (modeling_helium.py)
@@ -139,11 +140,11 @@ def test_a_wrong_user_row_is_refused_with_one_line(helium, tmp_path, change, mat
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_readme_family_list_is_the_table():
-    text = README.read_text()
-    assert START in text and END in text, "README lost its generated family block"
+def test_the_docs_family_list_is_the_table():
+    text = FAMILIES_PAGE.read_text()
+    assert START in text and END in text, "docs/concepts/families.md lost its generated family block"
     block = text.split(START, 1)[1].split(END, 1)[0].strip()
-    assert block == family_table(), "README's families differ: run python -m tlm_probe.capture.family_table"
+    assert block == family_table(), "the families page differs: run python -m tlm_probe.capture.family_table"
     assert len(block.splitlines()) == 2 + len(adapters.ADAPTERS) + len(adapters.STACKS)
 
 

@@ -1,8 +1,9 @@
-"""The README's confirmatory result recomputed from the committed per-run files, independently of
-analyses/confirm_stats.py and confirm_section.py: test NLLs read from each run's test.csv, scipy's paired
-t-test, a Holm step-down written here, the pooled arm + seed model as a balanced two-way ANOVA, the
-centroid slope as a within-seed regression, the power by simulation. Every number printed in the README's
-table and sentences must equal the recomputed one to the last digit it shows."""
+"""The confirmatory result of the docs site (docs/studies/confirmatory.md, once the README's) recomputed from
+the committed per-run files, independently of analyses/confirm_stats.py and confirm_section.py: test NLLs
+read from each run's test.csv, scipy's paired t-test, a Holm step-down written here, the pooled arm + seed
+model as a balanced two-way ANOVA, the centroid slope as a within-seed regression, the power by
+simulation. Every number printed in the page's table and sentences must equal the recomputed one to the
+last digit it shows."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ NAME = re.compile(r"^(?:lr(?P<lr>[^-]+)-)?(?P<arm>.+)-s(?P<seed>\d+)$")
 
 
 def _section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("### The confirmatory study (pre-registered)")
-    return text[start:text.index("### The earlier", start)]
+    text = (ROOT / "docs" / "studies" / "confirmatory.md").read_text()
+    start = text.index("## The result")
+    end = text.find("\n## ", start + 1)  # a later section of the page (another study) is not this one's
+    return text[start:] if end < 0 else text[start:end]
 
 
 def _runs(results: Path = RESULTS) -> pd.DataFrame:

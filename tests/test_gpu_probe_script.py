@@ -39,11 +39,11 @@ def test_auto_falls_back_to_cpu_and_says_so(capsys):
 
 
 def readme_keys(label: str) -> list[str]:
-    """The " | " list after `label:` in the README's block of what the GPU check prints (a note after three
-    spaces left out)."""
+    """The " | " list after `label:` in docs/reference/development.md's block of what the GPU check prints
+    (a note after three spaces left out)."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "development.md").read_text()
     after = text.split("What the GPU check prints, one JSON object", 1)[1]
     block = after.split("```text", 1)[1].split("```", 1)[0]
     line = next(ln for ln in block.splitlines() if ln.strip().startswith(f"{label}:"))

@@ -1,7 +1,7 @@
 """Byte-tokenizer run folders load with AutoTokenizer and nnsight.LanguageModel (issue 22): the ids are
 ByteTokenizer's (UTF-8 bytes, NUL = eos = 0), both for new runs (tokenizer.json written at train time) and for
 earlier runs that hold only tlm_tokenizer.json (AutoTokenizer's class for model_type "tlm", registered by
-tlm_probe.register_with_transformers(), as the README tells a user to call)."""
+tlm_probe.register_with_transformers(), as the docs tell a user to call)."""
 
 import warnings
 

@@ -81,7 +81,8 @@ def test_schedules_widths_against_uniform_and_budget():
     assert labels == ["uniform d_ff = 2,816", "uniform", "cosine:1.5:0.5", "wider-early"]
     assert set(ax.lines[0].get_ydata()) == {2816}
     cosine = ax.lines[2].get_ydata()
-    # the README's closed form: cosine 1.5 -> 0.5 of 2816 gives 4224 at the first layer, 1408 at the last
+    # the docs' closed form (how-to/schedule.md): cosine 1.5 -> 0.5 of 2816 gives 4224 at the first layer,
+    # 1408 at the last
     assert (cosine[0], cosine[-1]) == (4224, 1408) and sum(cosine) == 24 * 2816
     assert "67,584" in ax.get_title() and "exactly" in ax.get_title()
     assert ax.get_ylabel() == "MLP width d_l (hidden units)"

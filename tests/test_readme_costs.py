@@ -1,6 +1,6 @@
-"""Every number of the README's "What probing costs" table is the median (and min, max) of process CPU-time
-ratios in a committed benchmark file (analyses/results/bench/*.json), rounded as printed: a number typed
-by hand, or a benchmark rerun without the README following, fails here."""
+"""Every number of the "What probing costs" table (docs/studies/costs.md, once the README's) is the median
+(and min, max) of process CPU-time ratios in a committed benchmark file (analyses/results/bench/*.json),
+rounded as printed: a number typed by hand, or a benchmark rerun without the page following, fails here."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ CELLS = [
 
 
 def _section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text.split("### What probing costs", 1)[1].split("\n### ", 1)[0]
+    text = (ROOT / "docs" / "studies" / "costs.md").read_text()
+    return text.split("## What probing costs", 1)[1].split("\n## ", 1)[0]
 
 
 def _results(name: str) -> dict:
@@ -59,7 +59,7 @@ def test_every_cell_is_in_a_committed_benchmark_file_and_in_the_readme_in_order(
     for name, key, what in CELLS:
         printed = _printed(_results(name)[key], what)
         found = section.find(printed, at)
-        assert found >= 0, f"{printed} ({name}: {key}) is not in the README's costs section after offset {at}"
+        assert found >= 0, f"{printed} ({name}: {key}) is not in the docs' costs section after offset {at}"
         at = found + len(printed)
 
 

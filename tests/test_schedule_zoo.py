@@ -217,7 +217,7 @@ def test_no_mlp_checkpoint_hf_and_state_round_trips(tmp_path):
     import tlm_probe
     from tlm_probe.train.checkpoint import load_state, save_state
 
-    tlm_probe.register_with_transformers()  # model_type "tlm" with the Auto classes (the README's step)
+    tlm_probe.register_with_transformers()  # model_type "tlm" with the Auto classes (the docs' step)
     torch.manual_seed(1)
     model = TaperedLM(_middle_cfg()).eval()
     ids = torch.randint(0, 256, (2, 16))

@@ -1,5 +1,6 @@
-"""README's family list, generated from the adapter table: `python -m tlm_probe.capture.family_table`
-rewrites the block between the markers in README.md (tests/test_adapter_rows.py checks that it matches)."""
+"""The docs site's family list, generated from the adapter table: `python -m tlm_probe.capture.family_table`
+rewrites the block between the markers in docs/concepts/families.md (tests/test_adapter_rows.py checks that
+it matches)."""
 
 from __future__ import annotations
 
@@ -32,4 +33,4 @@ def rewrite(readme: Path) -> None:
 
 
 if __name__ == "__main__":
-    rewrite(Path(sys.argv[1] if len(sys.argv) > 1 else "README.md"))
+    rewrite(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/concepts/families.md"))

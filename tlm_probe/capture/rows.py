@@ -106,7 +106,8 @@ class Adapter:
     """() -> the transformers class a folder loads as, where not AutoModelForCausalLM / AutoModel (T5: its
     encoder stack alone, T5EncoderModel); a function, so that the table imports no transformers."""
     notes: str = field(default="", compare=False)
-    """What the row's taps are, in words (README's family table is generated from it)."""
+    """What the row's taps are, in words (docs/concepts/families.md, the docs' family table, is generated
+    from it)."""
     origin: str = field(default="table", compare=False)
     """Where the row came from, for provenance: "table", or "discovered" (capture/discovery.py: inferred
     from the module tree and proved on the loaded model); user rows are told apart by registration."""

@@ -1,4 +1,4 @@
-"""The adapter table's rows, one module per family group; ADAPTERS keeps the table's order (README's family
+"""The adapter table's rows, one module per family group; ADAPTERS keeps the table's order (the docs' family
 list is generated in this order). What a row holds: capture/rows.py; lookup and user rows: adapters.py."""
 
 from __future__ import annotations

@@ -1,53 +1,30 @@
-"""The README's commands run in order as written: every path a `tlm` command in a README code block reads
-was written (--out) by an earlier README command, or is one of the few placeholders named below; and the
-Probing and Figures blocks, run in order on a real `tlm demo --quick` (each probe shortened with
---max-tokens), succeed and write what the next command reads."""
+"""The documentation's commands (README.md, then the site's pages in nav order: tests/docs_blocks.py) run in
+order as written: every path a `tlm` command in a run block reads was written (--out) by an earlier one, or
+is one of the few placeholders named below; and the first blocks of the probe and plot how-to pages, run in
+order on a real `tlm demo --quick` (each probe shortened with --max-tokens), succeed and write what the next
+command reads."""
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
 import typer
+from docs_blocks import run_blocks, words
 from typer.testing import CliRunner
 
 from cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
-# paths the reader substitutes with their own (a model, a corpus): the README says so beside them
+# paths the reader substitutes with their own (a model, a corpus): the page says so beside them
 PLACEHOLDERS = {"path/to/hf-model", "corpus.jsonl:text", "A", "B", "DATA", "MODEL", "big-model"}
 INPUTS = ("model", "model_a", "model_b", "checkpoint", "inputs", "data", "ppl_data", "source")
-BLOCK = re.compile(r"^## (?P<section>.+?)$|^```bash\n(?P<code>.*?)^```", re.M | re.S)
 
 
-def _blocks() -> list[tuple[str, list[str]]]:
-    """(section heading, shell lines with continuations joined) of each bash block, in README order."""
-    out, section = [], ""
-    for m in BLOCK.finditer((ROOT / "README.md").read_text()):
-        if m["section"]:
-            section = m["section"]
-            continue
-        out.append((section, [line.strip() for line in m["code"].replace("\\\n", " ").splitlines()]))
-    return out
-
-
-def _words(line: str) -> list[str]:
-    """The command's words, comments and [optional parts] left out."""
-    words, depth = [], 0
-    for w in shlex.split(line, comments=True):
-        depth += w.startswith("[")
-        if not depth:
-            words.append(w)
-        depth -= w.endswith("]")
-    return words
-
-
-def _params(words: list[str]) -> dict:
+def _params(argv: list[str]) -> dict:
     """The command's parameters as the real CLI parses them (no callback runs)."""
-    args = list(words[1:])
+    args = list(argv[1:])
     name = args.pop(0)
     cmd = typer.main.get_command(app).commands[name]
     if hasattr(cmd, "commands"):  # a group (tlm data prepare)
@@ -69,21 +46,21 @@ def _written_before(path: str, outs: list[str], shell_vars: set[str]) -> bool:
     return any(Path(path) == Path(o) or Path(o) in Path(path).parents for o in outs)
 
 
-def test_every_path_a_readme_command_reads_is_written_by_an_earlier_one():
+def test_every_path_a_docs_command_reads_is_written_by_an_earlier_one():
     outs: list[str] = []
     shell_vars: set[str] = set()
     missing = []
-    for section, lines in _blocks():
-        for line in lines:
+    for block in run_blocks():
+        for line in block.lines():
             if re.match(r"^[A-Z_]+=", line):
                 shell_vars.add(line.split("=", 1)[0])
             if not line.startswith("tlm "):
                 continue
-            params = _params(_words(line))
+            params = _params(words(line))
             for path in _inputs(params):
                 if path.rstrip("/") not in PLACEHOLDERS and not _written_before(path, outs, shell_vars):
-                    missing.append(f"{section}: `{line}` reads {path}, which no earlier README command "
-                                   "writes")
+                    missing.append(f"{block.page} ({block.section}): `{line}` reads {path}, which no "
+                                   "earlier command of the docs writes")
             if params.get("out") is not None:
                 outs.append(str(params["out"]))
     assert not missing, "\n".join(missing)
@@ -91,10 +68,10 @@ def test_every_path_a_readme_command_reads_is_written_by_an_earlier_one():
 
 def _run_in_order(lines: list[str]) -> None:
     for line in lines:
-        words = _words(line)
-        if words[1] == "probe":
-            words += ["--max-tokens", "256", "--threads", "1"]  # seconds, not minutes
-        r = CliRunner().invoke(app, words[1:])
+        args = words(line)
+        if args[1] == "probe":
+            args += ["--max-tokens", "256", "--threads", "1"]  # seconds, not minutes
+        r = CliRunner().invoke(app, args[1:])
         assert r.exit_code == 0, f"{line}\n{r.output}"
 
 
@@ -106,9 +83,9 @@ def test_the_probing_and_figures_examples_run_in_order(real_demo_dir, tmp_path, 
     (tmp_path / "demo").symlink_to(real_demo_dir)  # what `tlm demo --out demo` wrote (here: --quick)
     build_model("gpt2", tmp_path / "path" / "to" / "hf-model")  # the placeholders, made real
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS))
-    for section in ("Probing", "Figures and reports"):  # the first block of each
-        lines = next(lines for name, lines in _blocks() if name == section)
-        _run_in_order([line for line in lines if line.startswith("tlm ")])
+    for page in ("docs/how-to/probe.md", "docs/how-to/plot.md"):  # the first block of each
+        block = next(b for b in run_blocks() if b.page == page and b.lang == "bash")
+        _run_in_order([line for line in block.lines() if line.startswith("tlm ")])
     for made in ("probes/cosine/results.csv", "probes/uniform/results.csv", "probes/x/results.csv",
                  "align.png", "curves.pdf"):
         assert (tmp_path / made).is_file(), made
