@@ -53,10 +53,15 @@ def primary_table(df: pd.DataFrame) -> list[str]:
     return rows
 
 
-def directional_line(slope: dict) -> str:
-    return (f"Width-centroid slope (the one directional test): {_num(slope['slope'], 3)} nats per unit of "
+def directional_line(slope: dict, rest: dict | None = None) -> str:
+    """The slope sentence; `rest`: the same slope without the probe-derived arm (what it rests on)."""
+    line = (f"Width-centroid slope (the one directional test): {_num(slope['slope'], 3)} nats per unit of "
             f"centroid (SE {slope['se']:.3f}, t = {_num(slope['t'], 2)}, p = {_p(slope['p'])}, "
             f"{slope['n_runs']} runs, seed fixed effects).")
+    if rest:
+        line += (f" It rests on one arm: without the probe-derived arm the slope is {_num(rest['slope'], 3)} "
+                 f"(SE {rest['se']:.3f}, p = {_p(rest['p'])}, {rest['n_runs']} runs).")
+    return line
 
 
 def power_line(power: dict) -> str:
@@ -76,5 +81,6 @@ def lr_lines(df: pd.DataFrame) -> list[str]:
 
 
 def section(df: pd.DataFrame, summary: dict) -> list[str]:
-    return [*primary_table(df), "", directional_line(summary["centroid_slope"]), "",
+    rest = cs.centroid_slope(df[df["arm"] != "probe-derived.json"])
+    return [*primary_table(df), "", directional_line(summary["centroid_slope"], rest), "",
             power_line(summary["power"]), "", *lr_lines(df)]

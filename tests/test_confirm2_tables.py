@@ -136,3 +136,19 @@ def test_committed_runs_table_is_the_per_run_files():
         assert row["model_sha256"] == info["model_sha256"] and info["started"] < info["ended"]
         val = pd.read_csv(path.parent / "val.csv")
         assert row["val_nll"] == pytest.approx(val[val["metric"] == "token_nll"]["value"].iloc[0], rel=1e-5)
+
+
+def test_outcome_coverage_table_is_whole_and_says_what_the_docs_say():
+    """analyses/outcome_coverage.py's committed table: each outcome's shares sum to 1; study 1's outcome is
+    33 files of 5 distributions, study 2's spreads over most of the split (the studies page quotes both)."""
+    table = pd.read_csv(RESULTS / "outcome_coverage.csv")
+    for name in ("study1_prefix", "study2_spread", "whole_split"):
+        assert table[f"{name}_share"].sum() == pytest.approx(1.0, abs=1e-4)
+    prefix = table[table["study1_prefix_tokens"] > 0]
+    assert (int(prefix["study1_prefix_files"].sum()), len(prefix)) == (33, 5)
+    assert int(table["study1_prefix_tokens"].sum()) == 262_144
+    assert int(table["study2_spread_tokens"].sum()) == 1_048_576
+    spread = table[table["study2_spread_tokens"] > 0]
+    assert int(spread["study2_spread_files"].sum()) > 800 and len(spread) > 80
+    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
+    assert "33 files of 5 packages" in page and f"{int(spread['study2_spread_files'].sum())} files" in page

@@ -122,6 +122,18 @@ def check_sentences(df: pd.DataFrame, section: str) -> None:
     p = 2 * stats.t.sf(abs(slope / se), dof)
     for printed, value in zip(m.groups(), (slope, se, slope / se, p, len(df)), strict=True):
         assert _close(printed, value), (printed, value)
+    rest = df[df["arm"] != "probe-derived"]  # the slope without the one arm it rests on
+    y = rest["nll"] - rest.groupby("seed")["nll"].transform("mean")
+    c = rest["centroid"] - rest.groupby("seed")["centroid"].transform("mean")
+    slope = float((c * y).sum() / (c * c).sum())
+    dof = len(rest) - rest["seed"].nunique() - 1
+    se = float(np.sqrt(((y - slope * c) ** 2).sum() / dof / (c * c).sum()))
+    m = re.search(r"without the probe-derived arm the slope is (\S+)\s+\(SE (\S+), p = ([^,]+), (\d+) runs\)",
+                  section.replace("−", "-"))
+    assert m, "the sentence on the slope without the probe-derived arm is missing"
+    p = 2 * stats.t.sf(abs(slope / se), dof)
+    for printed, value in zip(m.groups(), (slope, se, p, len(rest)), strict=True):
+        assert _close(printed, value), (printed, value)
     m = re.search(r"with (\d+) pairs at α = 0\.05/3 the design detects d_z = (\S+) with 80% power", section)
     assert m and int(m[1]) == 9
     n, dz = int(m[1]), float(m[2])
