@@ -1,0 +1,130 @@
+"""run_with_cache's capture: the named pieces (capture/names.py) of the asked layers of one forward pass.
+
+The hooks are the probe's own (native.register_taps on the adapter's taps, attention.register_pattern),
+so a piece here is the tensor the probe's statistics read: times the row's scale (Granite), a copy where
+the model changes it in place after its hook (Falcon), (B, T, d) where a model flattens tokens (OPT),
+derived pieces summed as the guardrails sum them. The cache is a plain dict keyed (name, layer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from tlm_probe.capture.attention import eager_attention, register_pattern
+from tlm_probe.capture.names import PATTERN, Source, sources
+from tlm_probe.capture.native import register_taps
+from tlm_probe.capture.sink import as_btd
+from tlm_probe.errors import UserError
+
+
+class Cache(dict):
+    """{(name, layer): tensor}: `cache["mlp_out", 5]` is (B, T, d); `cache["pattern", 0]` (B, H, T, T).
+
+    Beside the pieces: `logits` (B, T, V) (None for an encoder), `loss` (the mean next-token NLL over the
+    unpadded positions, None without logits), `input_ids` and `attention_mask` (B, T) of the run."""
+
+    def __init__(self, pieces=(), *, logits=None, loss=None, input_ids=None, attention_mask=None):
+        super().__init__(pieces)
+        self.logits, self.loss = logits, loss
+        self.input_ids, self.attention_mask = input_ids, attention_mask
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(k[0] for k in self))
+
+    def layers(self) -> list[int]:
+        return sorted({k[1] for k in self})
+
+    def stack(self, name: str) -> torch.Tensor:
+        """(L, B, T, ...) the piece at every cached layer, in layer order."""
+        return torch.stack([self[name, layer] for layer in self.layers() if (name, layer) in self])
+
+    def mean(self, name: str, layer: int) -> torch.Tensor:
+        """(d,) the piece's mean over the run's unpadded tokens (the value a mean ablation writes)."""
+        x = self[name, layer]
+        mask = self.attention_mask.to(x.device).bool()
+        return x[mask].to(torch.float64).mean(0).to(x.dtype)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}: {tuple(v.shape)}" for k, v in list(self.items())[:6])
+        more = f", ... ({len(self)} in all)" if len(self) > 6 else ""
+        return f"Cache({{{shapes}{more}}}, loss={None if self.loss is None else float(self.loss):.6g})"
+
+
+def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, ...], layers: tuple[int, ...],
+                   device=None, dtype=None) -> Cache:
+    """One forward of the whole model on (ids, mask), keeping `names` at `layers` (checked by the caller,
+    capture/names.py) moved to `device` and cast to `dtype` when given."""
+    given, _ = sources(pm)
+    direct = _direct(given, names)
+    raw: dict[int, dict[str, torch.Tensor]] = {layer: {} for layer in layers}
+
+    def keep(layer: int, piece: str, value: torch.Tensor | None) -> None:
+        if value is None:
+            raise UserError(f"layer {layer}: the {pm.family} row's tap for {piece} gave no tensor")
+        value = value.detach()
+        raw[layer][piece] = value.clone() if piece in pm.adapter.copy else value
+
+    with contextlib.ExitStack() as stack:
+        taps = {p: given[p].tap for p in direct if p != PATTERN}
+        register_taps(pm, taps, keep, stack, layers=layers)
+        if PATTERN in names:
+            stack.enter_context(eager_attention(pm))
+            register_pattern(pm, lambda layer, p: layer in raw and keep(layer, PATTERN, p), stack)
+        with torch.no_grad():
+            out = pm.forward(ids, mask)
+    B, T = ids.shape
+    cache = Cache(input_ids=ids, attention_mask=mask)
+    for layer in layers:
+        pieces = _finish(pm, given, raw[layer], B, T)
+        cache.update({(n, layer): _moved(pieces[n], device, dtype) for n in names})
+    cache.logits = logits_of(out)
+    cache.loss = next_token_loss(cache.logits, ids, mask)
+    if cache.logits is not None:
+        cache.logits = _moved(cache.logits.detach(), device, dtype)
+    return cache
+
+
+def _direct(given: dict[str, Source], names) -> set[str]:
+    """The tapped pieces the asked names need (a derived name's terms, an alias's piece)."""
+    need: set[str] = set()
+    for name in names:
+        source = given[name]
+        need |= set(source.terms) if source.terms else {source.same_as or name}
+    return need
+
+
+def _finish(pm, given: dict[str, Source], raw: dict[str, torch.Tensor], B: int, T: int) -> dict:
+    """One layer's captured tensors as the contract's pieces: (B, T, ...), scaled, derived, aliased."""
+    scales = pm.scales
+    pieces = {k: as_btd(v, B, T) * scales[k] if k in scales else as_btd(v, B, T) for k, v in raw.items()}
+    for name, source in given.items():
+        if source.terms and all(t in pieces for t in source.terms):
+            pieces[name] = sum(pieces[t] for t in source.terms)
+        elif source.same_as in pieces:
+            pieces[name] = pieces[source.same_as]
+    return pieces
+
+
+def _moved(x: torch.Tensor, device, dtype) -> torch.Tensor:
+    return x if device is None and dtype is None else x.to(device=device, dtype=dtype)
+
+
+def logits_of(out) -> torch.Tensor | None:
+    """The logits of a causal LM's output (ours returns them bare), None for an encoder's hidden states."""
+    if isinstance(out, torch.Tensor):
+        return out
+    return getattr(out, "logits", None)
+
+
+def next_token_loss(logits: torch.Tensor | None, ids: torch.Tensor, mask: torch.Tensor):
+    """Mean NLL (float64 sum, in nats) of each next token whose position and predecessor are unpadded."""
+    if logits is None or logits.shape[:2] != ids.shape:
+        return None
+    pairs = (mask[:, 1:] * mask[:, :-1]).bool()
+    if not bool(pairs.any()):
+        return None
+    logp = torch.log_softmax(logits[:, :-1].to(torch.float64), dim=-1)
+    nll = -logp.gather(-1, ids[:, 1:, None].to(logp.device))[..., 0]
+    return nll[pairs.to(nll.device)].mean()
