@@ -7,7 +7,8 @@
 
 The public names (PUBLIC) are lazy attributes (PEP 562): `import tlm_probe` imports no torch, and a name
 imports its module on first use. tp.load, tp.probe, tp.plot, tp.diff, tp.schedule, tp.train are the
-library side of their commands (tlm_probe/api/library.py); tp.zero, tp.mean, tp.patch, tp.add, tp.apply
+library side of their commands (tlm_probe/api/library.py; tp.probe, tp.diff and tp.train are the packages
+of those names, made callable: tlm_probe/public_call.py); tp.zero, tp.mean, tp.patch, tp.add, tp.apply
 make the edits of Handle.hooks (tlm_probe/capture/edits.py).
 
 `register_with_transformers()` makes transformers' Auto classes load tlm checkpoint folders (model_type
@@ -32,7 +33,8 @@ def register_with_transformers() -> None:
 
 
 PUBLIC = {
-    **dict.fromkeys(("load", "probe", "plot", "diff", "schedule", "train"), "tlm_probe.api.library"),
+    **dict.fromkeys(("load", "plot", "schedule"), "tlm_probe.api.library"),
+    **{name: f"tlm_probe.{name}" for name in ("probe", "diff", "train")},  # callable packages: public_call.py
     **dict.fromkeys(("zero", "mean", "patch", "add", "apply", "Edit"), "tlm_probe.capture.edits"),
     "Handle": "tlm_probe.api.handle",
     "Cache": "tlm_probe.capture.cache",
@@ -49,7 +51,8 @@ def __getattr__(name: str):
     if name in PUBLIC:
         from importlib import import_module  # here: importlib's package is not loaded at start-up
 
-        value = getattr(import_module(PUBLIC[name]), name)
+        module = import_module(PUBLIC[name])
+        value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
         globals()[name] = value  # found once
         return value
     raise AttributeError(f"module 'tlm_probe' has no attribute {name!r}")

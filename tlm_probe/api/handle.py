@@ -73,11 +73,12 @@ class Handle:
         return capture.run_with_cache(pm, ids, mask, names, layers, device, dtype)
 
     @contextlib.contextmanager
-    def hooks(self, edits: Mapping):
+    def hooks(self, edits: Mapping | list):
         """Inside the `with`, every forward of the model carries `edits`; on exit, error or not, the model
         is as it was (every hook removed).
 
-        edits: {(name, layer): edit}, layer an int or a list of ints; an edit is tp.zero(), tp.mean(cache),
+        edits: {(name, layer): edit}, layer an int or a tuple or range of ints (or a list of
+        ((name, layers), edit) pairs, where layers may be a list); an edit is tp.zero(), tp.mean(cache),
         tp.patch(cache), tp.add(vector), tp.apply(fn), "zero", or a function of the (B, T, d) piece.
         Editable: attn_out, mlp_out, resid_post (module outputs), resid_pre (the layer's input), mlp_in (the
         MLP's input), and resid_mid or pattern where the row taps them at an output; the others are

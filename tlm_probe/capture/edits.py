@@ -71,8 +71,9 @@ def _cached(edit: Edit, key, x: torch.Tensor) -> torch.Tensor:
 # kind -> (piece (B, T, d), the Edit, its (name, layer)) -> the piece to write
 RULES: dict[str, Callable[[torch.Tensor, Edit, tuple], torch.Tensor]] = {
     "zero": lambda x, e, key: torch.zeros_like(x),
-    "mean": lambda x, e, key: _cached(e, key, x).expand_as(x),
-    "patch": lambda x, e, key: _cached(e, key, x),
+    # copies: a model may add into the tensor it gets back in place (Falcon), which must not be the cache's
+    "mean": lambda x, e, key: _cached(e, key, x).expand_as(x).clone(),
+    "patch": lambda x, e, key: _cached(e, key, x).clone(),
     "add": lambda x, e, key: x + torch.as_tensor(e.source).to(device=x.device, dtype=x.dtype),
     "apply": lambda x, e, key: e.source(x),
 }
@@ -91,10 +92,11 @@ def as_edit(value) -> Edit:
                     f"function, not {type(value).__name__}")
 
 
-def parse_edits(pm, edits: Mapping) -> list[tuple[str, int, Edit]]:
-    """{(name, layer or layers): edit} -> [(name, layer, Edit)], every name and layer checked first."""
+def parse_edits(pm, edits) -> list[tuple[str, int, Edit]]:
+    """{(name, layer or layers): edit}, or [((name, layers), edit), ...] where layers may be a list ->
+    [(name, layer, Edit)], every name and layer checked first."""
     out = []
-    for key, value in edits.items():
+    for key, value in edits.items() if isinstance(edits, Mapping) else edits:
         if not (isinstance(key, tuple) and len(key) == 2):
             raise UserError(f"an edit's key is (name, layer), e.g. (\"mlp_out\", 5), not {key!r}")
         name = check_names(pm, [key[0]])[0]
