@@ -1,5 +1,6 @@
 """A handle's inputs as one right-padded batch: text (one string or several), token ids (a 1-D or 2-D
-tensor, a list of ids or of id lists) or a tokenizer's output (input_ids and attention_mask)."""
+tensor, a list of ids or of id lists), a tokenizer's output (input_ids and attention_mask) or the
+(input_ids, attention_mask) pair that encode returns."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), (B, T) int64 on the device of the model's first block. Texts are
     tokenized with the model's special tokens, as the model is usually called."""
     device = input_device(pm.model)
+    if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, torch.Tensor) for x in inputs):
+        inputs = {"input_ids": inputs[0], "attention_mask": inputs[1]}  # what Handle.encode returns
     if isinstance(inputs, Mapping) and "input_ids" in inputs:
         ids = torch.as_tensor(inputs["input_ids"])
         ids = ids[None] if ids.ndim == 1 else ids
