@@ -332,3 +332,29 @@ def test_every_public_name_resolves():
         assert getattr(tp, name) is not None, name
     with pytest.raises(AttributeError):
         tp.not_a_name  # noqa: B018
+
+
+def test_probe_takes_a_loaded_module():
+    """tp.probe (and the engine's probe) take the nn.Module a notebook already holds (issue 46: it was a
+    TypeError): the same table as through a Handle of the same module."""
+    import numpy as np
+
+    from tlm_probe.probe.engine import probe
+
+    model = build("gpt2")
+    ids = np.random.default_rng(0).integers(5, 300, size=(4, 16))
+    direct = probe(model, ids, stats="align_mlp_mid", max_tokens=0)
+    handled = tp.probe(tp.load(model), ids, stats="align_mlp_mid", max_tokens=0)
+    assert direct["value"].tolist() == handled["value"].tolist() and len(direct) == 3
+
+
+def test_schedule_is_the_command_json():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tlm_probe.cli import app
+
+    args = ["schedule", "--schedule", "linear:1.5:0.5", "--layers", "6", "--d-ff", "1024", "--json"]
+    printed = json.loads(CliRunner().invoke(app, args).stdout)
+    assert tp.schedule("linear:1.5:0.5", n_layers=6, d_ff=1024) == printed
