@@ -358,3 +358,20 @@ def test_schedule_is_the_command_json():
     args = ["schedule", "--schedule", "linear:1.5:0.5", "--layers", "6", "--d-ff", "1024", "--json"]
     printed = json.loads(CliRunner().invoke(app, args).stdout)
     assert tp.schedule("linear:1.5:0.5", n_layers=6, d_ff=1024) == printed
+
+
+@pytest.mark.parametrize("variant, backend", [("gpt2", "nnsight"), ("gpt_neox", "nnsight"), ("bert", "nnsight"),
+                                              ("gpt2", "transformer-lens"), ("bert", "transformer-lens")])
+def test_the_same_names_through_the_other_backends(variant, backend, handles):
+    """nnsight and TransformerLens (the probe's backends) give the same pieces under the same names."""
+    h = handle(handles, variant)
+    ids, names = _ids(h), ["resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"]
+    native = h.run_with_cache(ids, names=names)
+    other = h.run_with_cache(ids, names=names, backend=backend)
+    assert list(other) == list(native)
+    for key in native:
+        torch.testing.assert_close(other[key], native[key], **TOL)
+    if native.loss is not None:
+        torch.testing.assert_close(other.loss, native.loss, **TOL)
+    with pytest.raises(UserError, match="native only"):
+        h.run_with_cache(ids, names=["mlp_in"], backend=backend)

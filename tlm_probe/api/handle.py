@@ -58,7 +58,8 @@ class Handle:
         """(input_ids, attention_mask) of `inputs` as run_with_cache runs them (right-padded)."""
         return encode(self.probe_model, inputs)
 
-    def run_with_cache(self, inputs, names=None, layers=None, device=None, dtype=None) -> capture.Cache:
+    def run_with_cache(self, inputs, names=None, layers=None, device=None, dtype=None,
+                       backend: str = "native") -> capture.Cache:
         """Run the model once and keep the named pieces of the asked layers.
 
         inputs: a text, a list of texts, token ids (1-D or 2-D tensor, list, list of lists) or a tokenizer's
@@ -66,11 +67,13 @@ class Handle:
         for logits and loss alone). layers: an int or ints (negative from the end; default all).
         device / dtype: move / cast the kept tensors (e.g. device="cpu"). Returns a Cache: a dict keyed
         (name, layer), with `.logits`, `.loss` (mean next-token NLL over unpadded tokens, float64),
-        `.input_ids` and `.attention_mask`. Edits of an enclosing `hooks(...)` apply."""
+        `.input_ids` and `.attention_mask`. Edits of an enclosing `hooks(...)` apply. backend: "native"
+        (default), or "nnsight" / "transformer-lens", the probe's other backends, under the same names
+        (not mlp_in or pattern; what each backend can serve is as for `tlm probe --backend`)."""
         pm = self.probe_model
         names, layers = check_names(pm, names), check_layers(pm, layers)
         ids, mask = encode(pm, inputs)
-        return capture.run_with_cache(pm, ids, mask, names, layers, device, dtype)
+        return capture.run_with_cache(pm, ids, mask, names, layers, device, dtype, backend)
 
     @contextlib.contextmanager
     def hooks(self, edits: Mapping | list):

@@ -53,9 +53,13 @@ class Cache(dict):
 
 
 def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, ...], layers: tuple[int, ...],
-                   device=None, dtype=None) -> Cache:
+                   device=None, dtype=None, backend: str = "native") -> Cache:
     """One forward of the whole model on (ids, mask), keeping `names` at `layers` (checked by the caller,
-    capture/names.py) moved to `device` and cast to `dtype` when given."""
+    capture/names.py) moved to `device` and cast to `dtype` when given. backend: "native" (these hooks),
+    or "nnsight" / "transformer-lens" (the probe's backends capture the pieces; logits from a plain
+    forward for nnsight, which traces the blocks only)."""
+    if backend != "native":
+        return _through(backend, pm, ids, mask, names, layers, device, dtype)
     given, _ = sources(pm)
     direct = _direct(given, names)
     raw: dict[int, dict[str, torch.Tensor]] = {layer: {} for layer in layers}
@@ -74,16 +78,52 @@ def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, 
             register_pattern(pm, lambda layer, p: layer in raw and keep(layer, PATTERN, p), stack)
         with torch.no_grad():
             out = pm.forward(ids, mask)
+    return _cache(pm, given, raw, pm.scales, (ids, mask, out), names, (device, dtype))
+
+
+def _cache(pm, given, raw: dict, scales: dict, run: tuple, names, move: tuple) -> Cache:
+    """The Cache of one run = (ids, mask, model output) from its captured tensors raw[layer][piece]."""
+    ids, mask, out = run
     B, T = ids.shape
     cache = Cache(input_ids=ids, attention_mask=mask)
-    for layer in layers:
-        pieces = _finish(pm, given, raw[layer], B, T)
-        cache.update({(n, layer): _moved(pieces[n], device, dtype) for n in names})
-    cache.logits = logits_of(out)
+    for layer, captured in raw.items():
+        pieces = _finish(given, captured, scales, B, T)
+        cache.update({(n, layer): _moved(pieces[n], *move) for n in names})
+    cache.logits = logits_of(out) if pm.is_causal else None  # an encoder: its hidden states, no logits
     cache.loss = next_token_loss(cache.logits, ids, mask)
     if cache.logits is not None:
-        cache.logits = _moved(cache.logits.detach(), device, dtype)
+        cache.logits = _moved(cache.logits.detach(), *move)
     return cache
+
+
+class _Collect:
+    """What a probe backend delivers to (the StatSink's interface): every layer's pieces, kept."""
+
+    pattern = None
+
+    def __init__(self, pm, pieces: set[str]):
+        self.pm, self.pieces, self.scales = pm, sorted(pieces), dict(pm.scales)  # a backend may clear scales
+        self.taps = {p: pm.taps()[p] for p in self.pieces}
+        self.raw: dict[int, dict[str, torch.Tensor]] = {}
+
+    def on_layer(self, layer: int, raw: dict[str, torch.Tensor]) -> None:
+        self.raw[layer] = {k: v.detach() for k, v in raw.items()}
+
+
+def _through(backend: str, pm, ids, mask, names, layers, device, dtype) -> Cache:
+    from tlm_probe.capture.backends import BACKENDS
+
+    given, _ = sources(pm)
+    unserved = [n for n in names if n in ("mlp_in", PATTERN)]
+    if backend not in BACKENDS or unserved:
+        why = f"unknown backend {backend!r}" if backend not in BACKENDS else f"{unserved[0]} is native only"
+        raise UserError(f"run_with_cache: {why} (backends: {', '.join(BACKENDS)})")
+    sink = _Collect(pm, _direct(given, names) | {"resid_post"})
+    with torch.no_grad():
+        out = BACKENDS[backend]()(sink).run(ids, mask, full_output=True)
+        out = pm.forward(ids, mask) if out is None else out
+    raw = {layer: sink.raw[layer] for layer in layers}
+    return _cache(pm, given, raw, sink.scales, (ids, mask, out), names, (device, dtype))
 
 
 def _direct(given: dict[str, Source], names) -> set[str]:
@@ -95,9 +135,8 @@ def _direct(given: dict[str, Source], names) -> set[str]:
     return need
 
 
-def _finish(pm, given: dict[str, Source], raw: dict[str, torch.Tensor], B: int, T: int) -> dict:
+def _finish(given: dict[str, Source], raw: dict[str, torch.Tensor], scales: dict, B: int, T: int) -> dict:
     """One layer's captured tensors as the contract's pieces: (B, T, ...), scaled, derived, aliased."""
-    scales = pm.scales
     pieces = {k: as_btd(v, B, T) * scales[k] if k in scales else as_btd(v, B, T) for k, v in raw.items()}
     for name, source in given.items():
         if source.terms and all(t in pieces for t in source.terms):
