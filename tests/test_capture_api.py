@@ -360,8 +360,11 @@ def test_schedule_is_the_command_json():
     assert tp.schedule("linear:1.5:0.5", n_layers=6, d_ff=1024) == printed
 
 
-@pytest.mark.parametrize("variant, backend", [("gpt2", "nnsight"), ("gpt_neox", "nnsight"), ("bert", "nnsight"),
-                                              ("gpt2", "transformer-lens"), ("bert", "transformer-lens")])
+BACKEND_CASES = [("gpt2", "nnsight"), ("gpt_neox", "nnsight"), ("bert", "nnsight"),
+                 ("gpt2", "transformer-lens"), ("bert", "transformer-lens")]
+
+
+@pytest.mark.parametrize("variant, backend", BACKEND_CASES)
 def test_the_same_names_through_the_other_backends(variant, backend, handles):
     """nnsight and TransformerLens (the probe's backends) give the same pieces under the same names."""
     h = handle(handles, variant)
