@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -378,3 +379,38 @@ def test_the_same_names_through_the_other_backends(variant, backend, handles):
         torch.testing.assert_close(other.loss, native.loss, **TOL)
     with pytest.raises(UserError, match="native only"):
         h.run_with_cache(ids, names=["mlp_in"], backend=backend)
+
+
+def test_train_probe_plot_diff_from_the_library(tmp_path):
+    """tp.train writes the run `tlm train` writes; tp.probe, tp.plot and tp.diff read it back, as their
+    commands do (the commands' own tests check the numbers; here: the library side runs end to end)."""
+    tiny = dict(steps=2, threads=1, multiple_of=16, seq_len=16, d_model=32, n_layers=2, n_heads=2, d_ff=64,
+                eval_tokens=64, batch_size=2, eval_interval=2, progress=False)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for seed, run in enumerate(runs):
+        summary = tp.train(out=run, seed=seed, **tiny)
+        assert summary["step"] == 2 and (run / "model.safetensors").is_file()
+    res = tp.probe(runs[0], max_tokens=64, seq_len=16, full=True)
+    assert sorted(res.table["layer"].unique()) == [0, 1]
+    from tlm_probe.results import write_probe
+
+    write_probe(tmp_path / "probe", res)
+    fig = tp.plot([tmp_path / "probe"], kind="depth", statistic="align_mlp_mid", out=tmp_path / "depth.png")
+    assert (tmp_path / "depth.png").stat().st_size > 0 and fig.axes
+    d = tp.diff(runs[0], runs[1], max_tokens=64, seq_len=16, out=tmp_path / "diff")
+    assert (tmp_path / "diff" / "diff.json").is_file() and d.cka.shape == (2, 2)
+    with pytest.raises(UserError, match="needs out="):
+        tp.train(**tiny)
+
+
+def test_capture_benchmark_runs(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from models_zoo import build_model
+
+    from benchmarks import bench_capture
+
+    folder = build_model("llama", tmp_path / "llama")
+    res = bench_capture.run(True, tmp_path, rounds=1, folder=folder)
+    agree = next(v for k, v in res.items() if "agreement" in k)
+    assert all(a["max_abs_diff"] <= 1e-5 * max(1.0, a["scale"]) for a in agree.values()), agree
+    assert all("error" not in v for v in res.values())
