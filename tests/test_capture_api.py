@@ -414,3 +414,18 @@ def test_capture_benchmark_runs(tmp_path):
     agree = next(v for k, v in res.items() if "agreement" in k)
     assert all(a["max_abs_diff"] <= 1e-5 * max(1.0, a["scale"]) for a in agree.values()), agree
     assert all("error" not in v for v in res.values())
+
+
+@pytest.mark.parametrize("variant", ("gpt2", "llama", "tlm"))
+def test_pattern_is_a_softmax_over_the_keys(variant, handles):
+    """The attention pattern (eager attention switched on for the run and back): (B, H, T, T), causal rows
+    summing to 1; the model's attention implementation is what it was afterwards."""
+    h = handle(handles, variant)
+    was = getattr(getattr(h.model, "config", None), "_attn_implementation", None)
+    cache = h.run_with_cache(_ids(h), names=["pattern", "mlp_out"], layers=[1], dtype=torch.float64)
+    p = cache["pattern", 1]
+    assert p.shape[0] == B and p.shape[2:] == (T_LEN, T_LEN) and p.dtype == torch.float64
+    torch.testing.assert_close(p.sum(-1), torch.ones(p.shape[:3], dtype=torch.float64), atol=1e-6, rtol=0)
+    assert float(p.triu(1).abs().max()) == 0.0  # causal: no weight on later keys
+    assert getattr(getattr(h.model, "config", None), "_attn_implementation", None) == was
+    assert "loss=" in repr(cache) and cache.stack("mlp_out").shape[0] == 1

@@ -49,7 +49,8 @@ class Cache(dict):
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}: {tuple(v.shape)}" for k, v in list(self.items())[:6])
         more = f", ... ({len(self)} in all)" if len(self) > 6 else ""
-        return f"Cache({{{shapes}{more}}}, loss={None if self.loss is None else float(self.loss):.6g})"
+        loss = "None" if self.loss is None else f"{float(self.loss):.6g}"
+        return f"Cache({{{shapes}{more}}}, loss={loss})"
 
 
 def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, ...], layers: tuple[int, ...],
@@ -75,7 +76,7 @@ def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, 
         register_taps(pm, taps, keep, stack, layers=layers)
         if PATTERN in names:
             stack.enter_context(eager_attention(pm))
-            register_pattern(pm, lambda layer, p: layer in raw and keep(layer, PATTERN, p), stack)
+            register_pattern(pm, lambda layer, p: _when(layer in raw, keep, layer, PATTERN, p), stack)
         with torch.no_grad():
             out = pm.forward(ids, mask)
     return _cache(pm, given, raw, pm.scales, (ids, mask, out), names, (device, dtype))
@@ -124,6 +125,12 @@ def _through(backend: str, pm, ids, mask, names, layers, device, dtype) -> Cache
         out = pm.forward(ids, mask) if out is None else out
     raw = {layer: sink.raw[layer] for layer in layers}
     return _cache(pm, given, raw, sink.scales, (ids, mask, out), names, (device, dtype))
+
+
+def _when(condition: bool, fn, *args) -> None:
+    """fn(*args) if condition; returns None, as a forward hook must (any other value replaces the output)."""
+    if condition:
+        fn(*args)
 
 
 def _direct(given: dict[str, Source], names) -> set[str]:
