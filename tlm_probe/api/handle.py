@@ -100,8 +100,8 @@ class Handle:
         one layer of one batch, for the `names` asked (of resid_pre, attn_out, resid_mid, mlp_out,
         resid_post). name: the statistic column's value. options / fields: ProbeOptions (max_tokens,
         seq_len, batch_size, exclude_bos, backend, split, ...; stats is not used). Returns the tidy
-        result table (model, layer, depth, statistic, value, ci_low, ci_high, n_tokens, d_ff, std,
-        n_sequences dropped)."""
+        result table of `tp.probe` (model, layer, depth, statistic, value, ci_low, ci_high, n_tokens,
+        d_ff), with std (over tokens) beside it."""
         pm = self.probe_model
         needs = check_names(pm, names)
         wrong = [n for n in needs if n not in STREAMED]

@@ -409,6 +409,10 @@ def probe(
 ) -> pd.DataFrame | ProbeResult:
     """Probe a model; returns the tidy result table with its provenance in df.attrs["provenance"].
 
+    `model`: a folder, hub name, .gguf file, ProbeModel, or an nn.Module already loaded (transformers' or
+    ours; its `tokenizer` attribute is used for text data: `tlm_probe.probe(model, data, tokenizer=...)`
+    takes one for a module that has none).
+
     `options` is a ProbeOptions (`tlm probe`'s options), or give its fields as keywords (`stats=`,
     `split=`, `importance={...}`, ...), which replace those of `options`. With full=True, a ProbeResult
     (table, matrices, provenance, path, agreement: the spearman_* rows, one per model and proxy, which are
