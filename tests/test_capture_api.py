@@ -45,16 +45,18 @@ B, T_LEN = 2, 12
 # families_zoo's come from test_families.REFERENCE_LAYOUT), read from the modeling files
 MLP_MODULE = {"gpt2": "mlp", "llama": "mlp", "mistral": "mlp", "qwen2": "mlp", "gpt_neox": "mlp",
               "gpt_neox_seq": "mlp", "gptj": "mlp", "opt": "fc2", "bert": "output.dense",
-              "roberta": "output.dense", "tlm": "mlp", "t5": "layer.1.DenseReluDense"}
+              "roberta": "output.dense", "tlm": "mlp", "t5": "layer.1.DenseReluDense",
+              "t5_decoder": "layer.2.DenseReluDense"}
 MLP_MODULE |= {v: mods.get("mlp", mods.get("mixer")) for v, (_, mods) in REFERENCE_LAYOUT.items()}
 KIND = {v: kind for v, (kind, _) in REFERENCE_LAYOUT.items()}
-KIND |= dict.fromkeys(("gpt2", "llama", "mistral", "qwen2", "gpt_neox_seq", "tlm", "t5"), "sequential")
+KIND |= dict.fromkeys(("gpt2", "llama", "mistral", "qwen2", "gpt_neox_seq", "tlm", "t5", "t5_decoder"),
+                      "sequential")  # T5's decoder: resid_mid = resid_pre + attn_out (self + cross attention)
 KIND |= {"gpt_neox": "parallel", "gptj": "parallel", "opt": "sequential", "bert": "post_ln",
          "roberta": "post_ln"}
 SCALE = {"granite": 0.5}  # families_zoo's Granite: residual_multiplier (the block multiplies the MLP output)
 SHIFT = {"mamba": 0}
 """hidden_states[l + 1] is layer l's output, but transformers' Mamba lists no embeddings first: [l]."""
-VARIANTS = (*_ZOO, *FAMILY_MODELS, "tlm", "t5")
+VARIANTS = (*_ZOO, *FAMILY_MODELS, "tlm", "t5", "t5_decoder")
 
 
 def _tlm():
@@ -65,21 +67,30 @@ def _tlm():
     return TaperedLM(cfg)
 
 
-def _t5():
-    cfg = T.T5Config(vocab_size=320, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, dropout_rate=0.0)
-    return T.T5EncoderModel(cfg)
+def _t5(cls=T.T5EncoderModel):
+    cfg = T.T5Config(vocab_size=320, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, dropout_rate=0.0,
+                     decoder_start_token_id=0)
+    return cls(cfg)
+
+
+def _t5_decoder():
+    """T5's decoder stack, the row `tlm probe MODEL:decoder` uses (families.encoders.STACKS)."""
+    return _t5(T.T5ForConditionalGeneration)
 
 
 def build(variant: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    if variant in ("tlm", "t5"):
-        model = {"tlm": _tlm, "t5": _t5}[variant]()
+    if variant in BUILDERS:
+        model = BUILDERS[variant]()
     else:
         make, auto = FAMILY_MODELS[variant] if variant in FAMILY_MODELS else _ZOO[variant][:2]
         model = auto.from_config(make())
     model.eval()
     _spread_weights(model)
     return model
+
+
+BUILDERS = {"tlm": _tlm, "t5": _t5, "t5_decoder": _t5_decoder}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -97,7 +108,13 @@ def handles():
 
 def handle(handles, variant):
     if variant not in handles:
-        handles[variant] = tp.load(build(variant))
+        model = build(variant)
+        if variant == "t5_decoder":  # a module whose type's row is the encoder's: the stack's row is named
+            from tlm_probe.capture import wrap_model
+            from tlm_probe.capture.families.encoders import STACKS
+
+            model = wrap_model(model, adapter=STACKS[("t5", "decoder")])
+        handles[variant] = tp.load(model)
     return handles[variant]
 
 
@@ -118,11 +135,11 @@ def _out(h, ids) -> torch.Tensor:
 def _hidden_states(h, ids) -> tuple[torch.Tensor, ...]:
     model = h.model
     with torch.no_grad():
-        if isinstance(model, T.PreTrainedModel):
+        if isinstance(model, T.PreTrainedModel) and getattr(model, "decoder", None) is None:
             kw = {} if not h.probe_model.is_causal else {"use_cache": False}
             return model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True,
                          **kw).hidden_states
-    return None  # our TLM: its HookPoints are the taps; checked through the sums and the edits
+    return None  # our TLM, T5's decoder: checked through the sums and the edits
 
 
 def _hooks(model) -> int:

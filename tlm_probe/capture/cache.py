@@ -72,7 +72,8 @@ def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, 
         raw[layer][piece] = value.clone() if piece in pm.adapter.copy else value
 
     with contextlib.ExitStack() as stack:
-        taps = {p: given[p].tap for p in direct if p != PATTERN}
+        row = pm.taps()  # the terms of a derived piece may be taps of no contract name (T5's two attentions)
+        taps = {p: given[p].tap if p in given else row[p] for p in direct if p != PATTERN}
         register_taps(pm, taps, keep, stack, layers=layers)
         if PATTERN in names:
             stack.enter_context(eager_attention(pm))
