@@ -446,3 +446,28 @@ def test_pattern_is_a_softmax_over_the_keys(variant, handles):
     assert float(p.triu(1).abs().max()) == 0.0  # causal: no weight on later keys
     assert getattr(getattr(h.model, "config", None), "_attn_implementation", None) == was
     assert "loss=" in repr(cache) and cache.stack("mlp_out").shape[0] == 1
+
+
+@pytest.mark.parametrize("variant", ("gpt2", "llama", "gpt_neox"))
+def test_input_edits_are_hand_patched_inputs(variant, handles):
+    """resid_pre is the layer's input: adding v there equals adding v to the previous layer's output (by
+    hand); mlp_in is the MLP's input: doubling it equals a hand pre-hook that doubles the MLP's input."""
+    h = handle(handles, variant)
+    ids, v = _ids(h), torch.linspace(-0.5, 0.5, h.probe_model.d_model)
+    with h.hooks({("resid_pre", 1): tp.add(v)}):
+        edited = _out(h, ids)
+    hook = h.probe_model.layer(0).register_forward_hook(_replaced(lambda o: o + v))
+    try:
+        hand = _out(h, ids)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(edited, hand, **TOL)
+    with h.hooks({("mlp_in", 1): tp.apply(lambda x: 2 * x)}):
+        edited = _out(h, ids)
+    hook = _mlp(h, variant, 1).register_forward_pre_hook(lambda m, args: (2 * args[0], *args[1:]))
+    try:
+        hand = _out(h, ids)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(edited, hand, **TOL)
+    assert (edited - _out(h, ids)).abs().max() > 1e-4
