@@ -1,5 +1,16 @@
 """tlm_probe: probe how language models use their depth; train tapered models and fair uniform baselines.
 
+    import tlm_probe as tp
+    h = tp.load("HuggingFaceTB/SmolLM2-135M")          # any supported family, or a loaded nn.Module
+    cache = h.run_with_cache("Hello world", names=["mlp_out"], layers=[3])
+    df = tp.probe(h, "builtin:pydoc", max_tokens=20_000)
+
+The public names (PUBLIC) are lazy attributes (PEP 562): `import tlm_probe` imports no torch, and a name
+imports its module on first use. tp.load, tp.probe, tp.plot, tp.diff, tp.schedule, tp.train are the
+library side of their commands (tlm_probe/api/library.py; tp.probe, tp.diff and tp.train are the packages
+of those names, made callable: tlm_probe/public_call.py); tp.zero, tp.mean, tp.patch, tp.add, tp.apply
+make the edits of Handle.hooks (tlm_probe/capture/edits.py).
+
 `register_with_transformers()` makes transformers' Auto classes load tlm checkpoint folders (model_type
 "tlm"); tlm's own loaders call it. It is a function, not an import side effect, so that `import tlm_probe`
 never touches transformers (commands such as `tlm schedule` and `tlm --help` stay fast) and so that no
@@ -19,3 +30,33 @@ def register_with_transformers() -> None:
     from tlm_probe.models.hf import register
 
     register()
+
+
+PUBLIC = {
+    **dict.fromkeys(("load", "plot", "schedule"), "tlm_probe.api.library"),
+    **{name: f"tlm_probe.{name}" for name in ("probe", "diff", "train")},  # callable packages: public_call.py
+    **dict.fromkeys(("zero", "mean", "patch", "add", "apply", "Edit"), "tlm_probe.capture.edits"),
+    "Handle": "tlm_probe.api.handle",
+    "Cache": "tlm_probe.capture.cache",
+    "ProbeOptions": "tlm_probe.probe.options",
+    "UserError": "tlm_probe.errors",
+}
+"""name -> the module that defines it. Named by string and imported on first use: a static import here
+would load torch with the package, and every module that imports tlm_probe for register_with_transformers
+would depend on the whole API above it (the layers contract in pyproject.toml checks the API's own
+imports: tlm_probe.api is the top layer)."""
+
+
+def __getattr__(name: str):
+    if name in PUBLIC:
+        from importlib import import_module  # here: importlib's package is not loaded at start-up
+
+        module = import_module(PUBLIC[name])
+        value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
+        globals()[name] = value  # found once
+        return value
+    raise AttributeError(f"module 'tlm_probe' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *PUBLIC})

@@ -12,7 +12,8 @@ from tlm_probe.capture.adapters import (
     adapter_for,
 )
 
-_LOADING = ("DTYPES", "ProbeModel", "load_probe_model", "wrap_model")  # ProbeModel: capture/probe_model.py
+# ProbeModel: capture/probe_model.py
+_LOADING = ("DTYPES", "ProbeModel", "as_probe_model", "load_probe_model", "wrap_model")
 
 
 def __getattr__(name: str):
@@ -31,6 +32,7 @@ __all__ = [
     "Adapter",
     "ProbeModel",
     "adapter_for",
+    "as_probe_model",
     "load_probe_model",
     "wrap_model",
 ]

@@ -5,6 +5,7 @@ uses a loaded model never imports them)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,21 @@ def wrap_model(
     pm.scales = dict(adapter.scale(config)) if adapter.scale else {}
     pm.lens_refusal = adapter.head_transform(config) if adapter.head_transform else None
     return pm
+
+
+def as_probe_model(model: Any, tokenizer: Any = None) -> ProbeModel:
+    """A ProbeModel as is (`tokenizer` replaces its own when given), or one wrapped around a loaded module
+    (transformers' or ours; its tokenizer: `tokenizer`, else the module's own `tokenizer` attribute), named
+    after config.name_or_path, else its class. Anything else is a UserError line."""
+    if isinstance(model, ProbeModel):
+        return model if tokenizer is None else replace(model, tokenizer=tokenizer)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"expected a model folder, hub name, .gguf file, loaded nn.Module or ProbeModel, got "
+                        f"{type(model).__name__}")
+    config = getattr(model, "config", None)
+    name = str(getattr(config, "name_or_path", "") or type(model).__name__)
+    return wrap_model(model, tokenizer if tokenizer is not None else getattr(model, "tokenizer", None),
+                      name=Path(name).name or name)
 
 
 def _discovered(model: nn.Module, config: Any, model_type: str) -> Adapter:

@@ -77,7 +77,7 @@ class StatSink:
             )
         B, T = self.index.counted.shape
         scales = self.scales  # Granite: the block adds residual_multiplier x the module output
-        raw = {k: _as_btd(v, B, T) * scales[k] if k in scales else _as_btd(v, B, T) for k, v in raw.items()}
+        raw = {k: as_btd(v, B, T) * scales[k] if k in scales else as_btd(v, B, T) for k, v in raw.items()}
         full_check = self.guardrails and (self.check_batches < 0 or self.batches_done < self.check_batches)
         if full_check:  # on a sample of tokens; every token's finiteness is checked when the batch ends
             try:
@@ -137,7 +137,7 @@ def _full_batch_picker(shape: tuple[int, int], device: torch.device):
     return picker(sample_counted(torch.ones(shape, dtype=torch.bool, device=device)))
 
 
-def _as_btd(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
+def as_btd(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
     """Some models (OPT) flatten tokens to (B*T, d) inside a layer; restore (B, T, d)."""
     if x.ndim == 2 and x.shape[0] == B * T:
         return x.view(B, T, -1)

@@ -30,7 +30,7 @@ from tlm_probe import importance as imp
 from tlm_probe import ranks
 from tlm_probe.allocator import keep_freed_memory
 from tlm_probe.api_names import renamed_keywords
-from tlm_probe.capture import ProbeModel, load_probe_model
+from tlm_probe.capture import ProbeModel, as_probe_model, load_probe_model
 from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.attention import EAGER, eager_attention, pattern_refusal
 from tlm_probe.capture.backends import BACKENDS
@@ -91,7 +91,7 @@ def plan_stats(spec: str) -> StatPlan:
     )
 
 
-def _backend(name: str, model=None):
+def backend_class(name: str, model=None):
     """The backend class; one that cannot serve `model` (a folder or hub name) refuses it before the load."""
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
@@ -118,7 +118,7 @@ def check_dispatch(opts: ProbeOptions, plan: StatPlan) -> None:
 
 @renamed_keywords(allow_pickle="unsafe_pickle")
 def run_probe(
-    model: str | Path | ProbeModel,
+    model: str | Path | ProbeModel | torch.nn.Module,
     opts: ProbeOptions,
     progress: bool = False,
     trust_remote_code: bool = False,
@@ -126,17 +126,19 @@ def run_probe(
 ) -> ProbeResult:
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
+    if isinstance(model, torch.nn.Module):  # a model the caller already holds (with its tokenizer attribute)
+        model = as_probe_model(model)
     keep_freed_memory()  # as the `tlm` command does, for a Python caller too (once per process)
     plan = plan_stats(opts.stats)  # names and options first: no model is loaded for a typo
     check_dispatch(opts, plan)
     imp_opts = imp.options_from({**opts.importance, "exclude_bos": opts.exclude_bos})
-    backend_cls = _backend(opts.backend, model)
+    backend_cls = backend_class(opts.backend, model)
     rank, world = ranks.rank(), ranks.world()
     opts = replace(opts, device=ranks.rank_device(resolve_device_name(opts.device)))
     shown = progress and rank == 0  # progress on rank 0 only
     with ranks.process_group():  # torchrun: this rank's share of the sequences, then every sum all-reduced
         pm, opts = _load(model, opts, plan, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
-        opts, seqs = _sequences(pm, opts, getattr(model, "path", None) or model)
+        opts, seqs = read_sequences(pm, opts, getattr(model, "path", None) or model)
         plan, refused_here, accs = _accumulators(pm, plan, opts.backend, shown)
         sink = StatSink(pm, accs, guardrails=opts.guardrails)
         backend = backend_cls(sink) if accs else None
@@ -144,7 +146,7 @@ def run_probe(
         digest = hashlib.sha256()
         importance = _importance_stats(pm, plan, world)  # (what this model can give, refused with why)
         fused = _fused(importance[0], plan, imp_opts, backend) if keep else None
-        stream = _Stream(pm, sink, backend, opts, keep, rank, world, fused)
+        stream = Stream(pm, sink, backend, opts, keep, rank, world, fused)
         with eager_attention(pm) if plan.attention else contextlib.nullcontext() as attention:
             stream.run(sq.shard(_hashed(seqs, digest), rank, world), shown)
         for acc in accs:
@@ -177,7 +179,7 @@ def _load(model, opts: ProbeOptions, plan: StatPlan, **load) -> tuple[ProbeModel
     return model, opts
 
 
-def _sequences(pm: ProbeModel, opts: ProbeOptions, where_from):
+def read_sequences(pm: ProbeModel, opts: ProbeOptions, where_from):
     """(opts with the split read and the sequence length settled, the token sequences to probe)."""
     opts = replace(opts, split=resolve_split(opts.split, opts.data, where_from))  # provenance: the split read
     source = sq.read_source(opts.data, opts.split)  # a token file is read once, here
@@ -275,7 +277,7 @@ def _say_refused(pm: ProbeModel, refused: dict[str, str]) -> None:
         say(f"no rows of {', '.join(stats)} for this {pm.family} model: {why}")
 
 
-class _Stream:
+class Stream:
     """The first pass: batches through the backend into the sink (if any alignment statistic was asked),
     counting tokens, and keeping the ids of sequences with global index < keep for the importance pass."""
 
@@ -344,7 +346,7 @@ def _order_free(opts: ProbeOptions, accs, keep: int = 0) -> bool:
     return opts.length_bucketing and keep == 0 and all(getattr(a, "order_free", False) for a in accs)
 
 
-def _importance(pm, plan: StatPlan, importance, opts, stream: _Stream, progress: bool):
+def _importance(pm, plan: StatPlan, importance, opts, stream: Stream, progress: bool):
     """The second pass, on the kept sequences, of the statistics `importance` (_importance_stats) keeps;
     the refused ones get their reason in provenance. With progress, its expected cost is said first
     (importance/cost.py)."""
@@ -394,7 +396,7 @@ def _tracker(progress: bool):
 
 @renamed_keywords(allow_pickle="unsafe_pickle")
 def probe(
-    model: str | Path | ProbeModel,
+    model: str | Path | ProbeModel | torch.nn.Module,
     data=None,
     options: ProbeOptions | None = None,
     *,
@@ -406,6 +408,10 @@ def probe(
     **fields,
 ) -> pd.DataFrame | ProbeResult:
     """Probe a model; returns the tidy result table with its provenance in df.attrs["provenance"].
+
+    `model`: a folder, hub name, .gguf file, ProbeModel, or an nn.Module already loaded (transformers' or
+    ours; its `tokenizer` attribute is used for text data: `tlm_probe.probe(model, data, tokenizer=...)`
+    takes one for a module that has none).
 
     `options` is a ProbeOptions (`tlm probe`'s options), or give its fields as keywords (`stats=`,
     `split=`, `importance={...}`, ...), which replace those of `options`. With full=True, a ProbeResult

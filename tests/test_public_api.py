@@ -1,0 +1,92 @@
+"""The library side of the commands (tp.train, tp.probe, tp.plot, tp.diff, tp.schedule), the lazy public
+names of `import tlm_probe as tp`, and the capture benchmark still running (tlm_probe/api/library.py,
+tlm_probe/__init__.py, benchmarks/bench_capture.py). The commands' own tests check their numbers; here the
+library side must give what the command gives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_capture_api import build
+
+import tlm_probe as tp
+from tlm_probe.errors import UserError
+
+
+def test_import_is_free_of_torch():
+    code = ("import sys, tlm_probe as tp; assert callable(tp.__getattr__); "
+            "bad = [m for m in ('torch', 'transformers', 'numpy', 'pandas') if m in sys.modules]; "
+            "assert not bad, bad; print(sorted(tp.PUBLIC))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "load" in out.stdout
+
+
+def test_every_public_name_resolves():
+    for name in tp.PUBLIC:
+        assert getattr(tp, name) is not None, name
+    with pytest.raises(AttributeError):
+        tp.not_a_name  # noqa: B018
+
+
+def test_probe_takes_a_loaded_module():
+    """tp.probe (and the engine's probe) take the nn.Module a notebook already holds (issue 46: it was a
+    TypeError): the same table as through a Handle of the same module."""
+    import numpy as np
+
+    from tlm_probe.probe.engine import probe
+
+    model = build("gpt2")
+    ids = np.random.default_rng(0).integers(5, 300, size=(4, 16))
+    direct = probe(model, ids, stats="align_mlp_mid", max_tokens=0)
+    handled = tp.probe(tp.load(model), ids, stats="align_mlp_mid", max_tokens=0)
+    assert direct["value"].tolist() == handled["value"].tolist() and len(direct) == 3
+
+
+def test_schedule_is_the_command_json():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tlm_probe.cli import app
+
+    args = ["schedule", "--schedule", "linear:1.5:0.5", "--layers", "6", "--d-ff", "1024", "--json"]
+    printed = json.loads(CliRunner().invoke(app, args).stdout)
+    assert tp.schedule("linear:1.5:0.5", n_layers=6, d_ff=1024) == printed
+
+
+def test_train_probe_plot_diff_from_the_library(tmp_path):
+    """tp.train writes the run `tlm train` writes; tp.probe, tp.plot and tp.diff read it back, as their
+    commands do (the commands' own tests check the numbers; here: the library side runs end to end)."""
+    tiny = dict(steps=2, threads=1, multiple_of=16, seq_len=16, d_model=32, n_layers=2, n_heads=2, d_ff=64,
+                eval_tokens=64, batch_size=2, eval_interval=2, progress=False)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for seed, run in enumerate(runs):
+        summary = tp.train(out=run, seed=seed, **tiny)
+        assert summary["step"] == 2 and (run / "model.safetensors").is_file()
+    res = tp.probe(runs[0], max_tokens=64, seq_len=16, full=True)
+    assert sorted(res.table["layer"].unique()) == [0, 1]
+    from tlm_probe.results import write_probe
+
+    write_probe(tmp_path / "probe", res)
+    fig = tp.plot([tmp_path / "probe"], kind="depth", statistic="align_mlp_mid", out=tmp_path / "depth.png")
+    assert (tmp_path / "depth.png").stat().st_size > 0 and fig.axes
+    d = tp.diff(runs[0], runs[1], max_tokens=64, seq_len=16, out=tmp_path / "diff")
+    assert (tmp_path / "diff" / "diff.json").is_file() and d.cka.shape == (2, 2)
+    with pytest.raises(UserError, match="needs out="):
+        tp.train(**tiny)
+
+
+def test_capture_benchmark_runs(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from models_zoo import build_model
+
+    from benchmarks import bench_capture
+
+    folder = build_model("llama", tmp_path / "llama")
+    res = bench_capture.run(True, tmp_path, rounds=1, folder=folder)
+    agree = next(v for k, v in res.items() if "agreement" in k)
+    assert all(a["max_abs_diff"] <= 1e-5 * max(1.0, a["scale"]) for a in agree.values()), agree
+    assert all("error" not in v for v in res.values())

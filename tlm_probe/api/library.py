@@ -1,0 +1,176 @@
+"""The library side of the commands: `tp.load`, `tp.probe`, `tp.plot`, `tp.diff`, `tp.schedule`, `tp.train`.
+
+Each takes its command's options dataclass (or its fields as keywords, which replace those of the object
+given) with the command's defaults, runs the same code as the command, and returns what the command
+prints with --json (or the richer object behind it) instead of printing. A user error is a UserError (the
+one `error:` line the CLI prints), raised before anything heavy runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from tlm_probe.api.handle import Handle
+from tlm_probe.capture import ProbeModel, as_probe_model, load_probe_model
+from tlm_probe.errors import UserError
+from tlm_probe.models.device import resolve_device_name
+from tlm_probe.probe.options import ProbeOptions
+
+_PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`
+
+
+def load(model, tokenizer=None, *, device: str = _PROBE.device, dtype: str = _PROBE.dtype,
+         trust_remote_code: bool = False, unsafe_pickle: bool = False, device_map: str = _PROBE.device_map,
+         max_memory: str = _PROBE.max_memory) -> Handle:
+    """Load a model of any supported family and return a Handle (run_with_cache, hooks, stream).
+
+    model: a checkpoint folder (ours from `tlm train`, or a Hugging Face folder), a hub name, a `.gguf`
+    file, `FOLDER:decoder` (the decoder stack of an encoder-decoder), an already-loaded `nn.Module`
+    (transformers' or ours), a ProbeModel or a Handle. tokenizer: for a loaded module (default: its own
+    `tokenizer` attribute, if any); replaces a loaded model's tokenizer when given.
+    device, dtype, device_map, max_memory, trust_remote_code, unsafe_pickle: as `tlm probe`'s options of
+    the same names (same defaults; ignored for a module already loaded, which stays where it is). Pickle
+    weights are refused unless unsafe_pickle=True. An unsupported family is one UserError line naming the
+    closest supported type."""
+    if isinstance(model, Handle):
+        return model if tokenizer is None else Handle(as_probe_model(model.probe_model, tokenizer))
+    if not isinstance(model, str | Path):
+        return Handle(as_probe_model(model, tokenizer))
+    pm = load_probe_model(model, resolve_device_name(device), dtype, trust_remote_code=trust_remote_code,
+                          unsafe_pickle=unsafe_pickle, device_map=device_map, max_memory=max_memory)
+    return Handle(pm if tokenizer is None else as_probe_model(pm, tokenizer))
+
+
+def _model_arg(model, tokenizer) -> str | Path | ProbeModel:
+    """What the engines take: a path or hub name as is, anything loaded as a ProbeModel."""
+    if isinstance(model, Handle):
+        model = model.probe_model
+    if isinstance(model, str | Path) and tokenizer is None:
+        return model
+    if isinstance(model, str | Path):
+        return load(model, tokenizer).probe_model
+    return as_probe_model(model, tokenizer)
+
+
+def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=None, progress: bool = False,
+          trust_remote_code: bool = False, unsafe_pickle: bool = False, full: bool = False, threads: int = 0,
+          **fields):
+    """Probe a model: per-layer statistics streamed over a corpus, as `tlm probe` computes them.
+
+    model: anything `tp.load` takes (folder, hub name, .gguf, our run, loaded nn.Module, Handle).
+    data: the corpus (`--data`; default builtin:pydoc). options: a ProbeOptions; keywords of its fields
+    (stats=, max_tokens=, seq_len=, batch_size=, exclude_bos=, backend=, device=, dtype=, importance={...},
+    ...) replace those of `options`. tokenizer: for a loaded module without one. threads: torch's CPU
+    threads for this call (0 leaves them). Returns the tidy result table (model, layer, depth, statistic,
+    value, ci_low, ci_high, n_tokens, d_ff) with its provenance in df.attrs["provenance"]; with
+    full=True the ProbeResult (table, matrices, provenance, agreement), which
+    `tlm_probe.results.write_probe(folder, result)` writes as `tlm probe --out` does."""
+    from tlm_probe.probe.engine import probe as run
+
+    return run(_model_arg(model, tokenizer), data, options, progress=progress,
+               trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle, full=full, threads=threads,
+               **fields)
+
+
+def plot(inputs, options=None, *, out: str | Path | None = None, **fields):
+    """Draw one figure from result folders or tables, as `tlm plot` does; returns the matplotlib Figure.
+
+    inputs: probe result folders/files (kinds depth, heatmap, importance), comparison or run folders
+    (curves), a comparison folder (sweep), ...: what `tlm plot` takes. options: a PlotOptions (kind=,
+    statistic=, size=, dpi=, ...), or its fields as keywords. out: also save it there (.png, .pdf or .svg;
+    written to a temporary file, then renamed). What the figure leaves out, and why, is in
+    fig.tlm_notes (the CLI prints these as notes)."""
+    from tlm_probe.plotting.figures import build_figure
+    from tlm_probe.plotting.options import PlotOptions
+    from tlm_probe.plotting.style import figure_format, save_figure
+
+    options = dataclasses.replace(options or PlotOptions(), **fields)
+    if out is not None:
+        figure_format(Path(out))  # a bad suffix fails before any reading
+    notes: list[str] = []
+    fig = build_figure([inputs] if isinstance(inputs, str | Path) else list(inputs), options, notes=notes)
+    fig.tlm_notes = notes
+    if out is not None:
+        save_figure(fig, out)
+    return fig
+
+
+def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overwrite: bool = False,
+         trust_remote_code: bool = False, unsafe_pickle: bool = False, **fields):
+    """Compare two models on the same tokens, as `tlm diff A B` does; returns the DiffResult
+    (.summary: what diff.json holds and --json prints; .cka: the layer x layer CKA matrix; .drift).
+
+    model_a, model_b: anything `tp.load` takes (ΔNLL and KL are A against B). options: a DiffOptions
+    (data=, max_tokens=, seq_len=, stats=, device=, ...), or its fields as keywords. out: also write the
+    folder the command writes (diff.json, cka.csv, layers.csv, tokens.csv, stats.csv), under the same
+    rules: never replacing files it did not write, overwrite=True to replace its own."""
+    from tlm_probe.commands.diff import OURS
+    from tlm_probe.diff.engine import run_diff, write_diff
+    from tlm_probe.diff.options import DiffOptions
+    from tlm_probe.files.fileio import claim
+    from tlm_probe.files.folder_lock import folder_lock
+
+    options = dataclasses.replace(options or DiffOptions(), **fields)
+    if out is not None:
+        claim(Path(out), overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+    with folder_lock(Path(out)) if out is not None else contextlib.nullcontext():
+        res = run_diff(_model_arg(model_a, None), _model_arg(model_b, None), options,
+                       trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+        if out is not None:
+            write_diff(Path(out), res)
+    return res
+
+
+def schedule(schedule: str | None = None, options=None, *, arch=None, **fields) -> dict:
+    """Per-layer widths of a schedule with its parameter, FLOP and KV-cache parity against uniform, as
+    `tlm schedule --json` prints them.
+
+    schedule: the --schedule text (cosine, linear:1.5:0.5, wider-early, '4096,2048,...', x.json, ...).
+    options: a ScheduleOptions (start=, end=, steepness=, wide_factor=, multiple_of=, component=), arch: a
+    ScheduleArch (n_layers=, d_ff=, d_model=, vocab_size=, mlp=, seq_len=, preset=, mixer=, heads...);
+    keywords of either's fields replace theirs. Returns the dict (widths, params, flops, parity, ...).
+    Deriving a schedule from a probe (--from-probe) is the command's: `tlm schedule --from-probe`."""
+    from tlm_probe.commands.schedule import ScheduleArch, _spec, schedule_result
+    from tlm_probe.schedules.options import ScheduleOptions
+
+    ours, theirs = _split(fields, ScheduleOptions, ScheduleArch)
+    if schedule is not None:
+        ours["schedule"] = schedule
+    options = dataclasses.replace(options or ScheduleOptions(), **ours)
+    arch = dataclasses.replace(arch or ScheduleArch(), **theirs)
+    return schedule_result(_spec(options), arch, options.component)[0]
+
+
+def _split(fields: dict, *classes) -> list[dict]:
+    """fields -> one dict per dataclass, by field name; a name none has is a UserError."""
+    names = [{f.name for f in dataclasses.fields(c)} for c in classes]
+    unknown = sorted(set(fields) - set().union(*names))
+    if unknown:
+        raise UserError(f"unknown option(s): {', '.join(unknown)}")
+    return [{k: v for k, v in fields.items() if k in n} for n in names]
+
+
+def train(config=None, out: str | Path | None = None, *, resume: bool = False, overwrite: bool = False,
+          stop_at: int | None = None, **fields) -> dict[str, Any]:
+    """Train one tapered (or uniform) model and write its checkpoint folder, as `tlm train` does; returns
+    the run summary (what `tlm train --json` prints: step, val_loss, val_ppl, params, out, ...).
+
+    config: a TrainConfig, a config file (YAML/JSON, as `tlm train --config`), or None; keywords of
+    TrainConfig's fields (schedule=, steps=, tokens=, preset=, d_model=, data=, seed=, ...) replace its
+    values. As on the command line, a run given neither steps nor tokens trains 300 steps. out: the run
+    folder (required); resume=True continues it from its checkpoint; stop_at: checkpoint and stop after
+    this step. Never replaces a folder it did not write (overwrite=True replaces its own)."""
+    from tlm_probe.commands.train import build_config
+    from tlm_probe.train.config import TrainConfig
+    from tlm_probe.train.training import run_training
+
+    if out is None:
+        raise UserError("train() needs out=, the run folder to write")
+    if isinstance(config, TrainConfig):
+        tc = dataclasses.replace(config, **fields)
+    else:
+        tc = build_config(Path(config) if config is not None else None, fields)
+    return run_training(tc, out, resume=resume, overwrite=overwrite, stop_at=stop_at)

@@ -1,0 +1,56 @@
+"""A handle's inputs as one right-padded batch: text (one string or several), token ids (a 1-D or 2-D
+tensor, a list of ids or of id lists), a tokenizer's output (input_ids and attention_mask) or the
+(input_ids, attention_mask) pair that encode returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from tlm_probe.capture import sequences as sq
+from tlm_probe.capture.dispatch import input_device
+from tlm_probe.errors import UserError
+
+
+def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), (B, T) int64 on the device of the model's first block. Texts are
+    tokenized with the model's special tokens, as the model is usually called."""
+    device = input_device(pm.model)
+    if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, torch.Tensor) for x in inputs):
+        inputs = {"input_ids": inputs[0], "attention_mask": inputs[1]}  # what Handle.encode returns
+    if isinstance(inputs, Mapping) and "input_ids" in inputs:
+        ids = torch.as_tensor(inputs["input_ids"])
+        ids = ids[None] if ids.ndim == 1 else ids
+        mask = torch.as_tensor(inputs.get("attention_mask", torch.ones_like(ids)))
+        return ids.to(device, torch.long), mask.reshape(ids.shape).to(device, torch.long)
+    if isinstance(inputs, torch.Tensor):
+        ids = inputs[None] if inputs.ndim == 1 else inputs
+        if ids.ndim != 2 or ids.is_floating_point():
+            raise UserError(f"token ids must be a 1-D or 2-D integer tensor, got {inputs.dtype} "
+                            f"{tuple(inputs.shape)}")
+        return ids.to(device, torch.long), torch.ones_like(ids, dtype=torch.long, device=device)
+    rows = _rows(pm, [inputs] if isinstance(inputs, str) or _is_ids(inputs) else list(inputs))
+    if not rows or not all(rows):
+        raise UserError("no tokens to run: every input must hold at least one token")
+    ids, mask = next(sq.batches(rows, len(rows), sq.pad_id(pm), device))
+    return ids, mask
+
+
+def _is_ids(x) -> bool:
+    return isinstance(x, list | tuple) and bool(x) and all(isinstance(i, int) for i in x)
+
+
+def _rows(pm, items: list) -> list[list[int]]:
+    texts = [x for x in items if isinstance(x, str)]
+    if texts and pm.tokenizer is None:
+        raise UserError(f"{pm.name} has no tokenizer: pass token ids, or load it with tokenizer=...")
+    return [_tokens(pm, x) for x in items]
+
+
+def _tokens(pm, x) -> list[int]:
+    if isinstance(x, str):
+        return list(pm.tokenizer(x)["input_ids"])
+    if _is_ids(x):
+        return list(x)
+    raise UserError(f"an input is a text, a list of token ids or a tensor of them, not {type(x).__name__}")
