@@ -110,9 +110,9 @@ def probe_out(name: str, corpus: str) -> Path:
 def run_probe(name: str, corpus: str, path: Path | None = None, out: Path | None = None,
               data: list[str] | None = None) -> Path:
     """`tlm probe --stats alignment` of one model on one corpus (a subprocess, as a user runs it)."""
-    m = BY_NAME[name]
     out = out or probe_out(name, corpus)
-    cmd = [sys.executable, "cli.py", "probe", str(path or model_path(m)), *(data or data_of(m, corpus)),
+    path = path or model_path(BY_NAME[name])
+    cmd = [sys.executable, "cli.py", "probe", str(path), *(data or data_of(BY_NAME[name], corpus)),
            "--stats", "alignment", "--max-tokens", str(MAX_TOKENS), "--threads", "2", "--out", str(out)]
     root = Path(__file__).resolve().parent.parent
     subprocess.run(cmd, check=True, cwd=root, stdout=subprocess.DEVNULL)

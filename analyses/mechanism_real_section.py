@@ -69,8 +69,9 @@ def quant_table(quant: pd.DataFrame) -> list[str]:
     for (model, mix), g in quant.groupby(["model", "quant"], sort=False):
         by = g.groupby("statistic").abs_delta.max()
         mid = g[g.statistic == PRIMARY].iloc[0]
-        lines.append(f"| {LABEL[model]} | {mix} | {by['align_mlp_pre']:.3f} / {by['align_mlp_mid']:.3f} / "
-                     f"{by['align_mlp_post']:.3f} | {mid.rho_full:+.2f} → {mid.rho_quant:+.2f} |")
+        deltas = " / ".join(f"{by[s]:.3f}" for s in ("align_mlp_pre", PRIMARY, "align_mlp_post"))
+        lines.append(f"| {LABEL.get(model, model)} | {mix} | {deltas} | {mid.rho_full:+.2f} → "
+                     f"{mid.rho_quant:+.2f} |")
     return lines
 
 

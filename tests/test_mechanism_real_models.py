@@ -35,7 +35,8 @@ def spearman(v: np.ndarray) -> float:
 
 
 def table(model: str, corpus: str, stat: str) -> pd.DataFrame:
-    df = pd.read_csv(ROOT / model / corpus / "results.csv")
+    folder = ROOT / model if model in MODELS else ROOT / "quantization_study" / model  # two trained here
+    df = pd.read_csv(folder / corpus / "results.csv")
     return df[df.statistic == stat].sort_values("layer")
 
 
@@ -89,14 +90,16 @@ def test_pooled_recomputed(md):
 def test_quantization_table_recomputed(md):
     quant = pd.read_csv(ROOT / "quantization.csv")
     assert set(quant.quant) == {"Q8_0", "Q4_1", "Q4_K_M"}
-    for (model, mix, stat), g in quant.groupby(["model", "quant", "statistic"]):
-        full = table(model, "tinystories", stat)  # the committed full-precision reading, same tokens
+    quantized = {"stories260k", "babyllama", "llama2xs", "minilm", "study-uniform", "study-cosine"}
+    assert quantized <= set(quant.model)
+    for (model, corpus, mix, stat), g in quant.groupby(["model", "corpus", "quant", "statistic"]):
+        full = table(model, corpus, stat)  # the committed full-precision reading, same tokens
         assert np.allclose(g.sort_values("layer").value_full, full.value, rtol=0, atol=1e-12)
         assert (g.n_tokens.to_numpy() == full.n_tokens.to_numpy()).all()
         assert np.allclose(g.abs_delta, (g.value_quant - g.value_full).abs(), atol=1e-15)
         assert abs(g.rho_quant.iloc[0] - spearman(g.sort_values("layer").value_quant.to_numpy())) < 1e-12
         if stat == "align_mlp_mid":
-            [row] = rows_of(md, LABEL[model], mix)
+            [row] = rows_of(md, LABEL.get(model, model), mix)
             assert f"{g.rho_full.iloc[0]:+.2f} → {g.rho_quant.iloc[0]:+.2f}" in row
     for mix, g in quant.groupby("quant"):
         bound = f"{mix}: |Δ| ≤ {g.abs_delta.max():.3f}, |Δρ| ≤ {(g.rho_quant - g.rho_full).abs().max():.2f}"
