@@ -22,7 +22,7 @@ class Llama2cRun(JsonOut):
     """The checkpoint's tokenizer: llama2.c's tok*.bin (what run.c reads) or a SentencePiece .model."""
     out: Path
     """Folder to write (config.json, model.safetensors, tokenizer.model, tokenizer.json, llama2c.json)."""
-    overwrite: bool = field(default=False, metadata={"help": overwrite_help("convert")})
+    overwrite: bool = field(default=False, metadata={"help": overwrite_help("convert llama2c")})
     """See commands/overwrite.py."""
 
 
@@ -48,11 +48,11 @@ def register(app: typer.Typer) -> None:
 
         _, tok_blob = check_inputs(checkpoint, run.tokenizer)
         check_apart(run.out, [checkpoint, run.tokenizer])
-        claim(run.out, overwrite=run.overwrite, writes=FILES, kind="convert")
+        claim(run.out, overwrite=run.overwrite, writes=FILES, kind="convert llama2c")
         hf_logging.disable_progress_bar()
         with folder_lock(run.out), temp_folder(run.out) as tmp, err_console.status(f"writing {run.out}"):
             summary = write_folder(checkpoint, tok_blob, tmp)
-            publish(tmp, run.out, "convert")
+            publish(tmp, run.out, "convert llama2c")
         summary = {"out": str(run.out), "format": "hf-llama", **summary}
         if run.json_out:
             print_json(summary)
