@@ -37,13 +37,14 @@ def draw(ax, stat: str) -> None:
 
 
 def main() -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.2), sharex=True)
     for ax, stat in zip(axes, READINGS, strict=True):
         draw(ax, stat)
     axes[0].set_ylabel("mean cos(MLP out, residual stream)")
-    axes[0].legend(fontsize=7, loc="best", title="solid: TinyStories sample; dashed: builtin:pydoc",
-                   title_fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, frameon=False,
+               title="solid: TinyStories sample; dashed: builtin:pydoc", title_fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(OUT, dpi=110)
     print(OUT)
 
