@@ -151,8 +151,9 @@ def main(reuse: bool = False) -> None:
             print(name, mix, types_used[f"{name}-{mix}"], flush=True)
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(RESULTS / "quantization.csv", index=False)
-    (RESULTS / "quantization.json").write_text(json.dumps(
-        {"corpus": CORPUS, "types": types_used, "method": __doc__.strip().splitlines()[0]}, indent=2) + "\n")
+    doc = {"corpus": f"{CORPUS} (study models: builtin)", "types": types_used,
+           "method": __doc__.strip().splitlines()[0]}
+    (RESULTS / "quantization.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(table.groupby(["model", "quant"]).abs_delta.max().unstack().to_string())
 
 

@@ -87,8 +87,8 @@ def main() -> None:
              "### Each model's profile: Spearman ρ of the per-layer mean alignment with depth",
              *profile_table(profiles), "",
              "### Pooled test: does alignment rise with relative depth?", *pooled_table(pooled), "",
-             "### What quantization puts on the statistic (the full-precision probe's tokens: the TinyStories "
-             "sample; builtin:pydoc for the two study models trained here)",
+             "### What quantization puts on the statistic (the full-precision probe's tokens: the "
+             "TinyStories sample; builtin:pydoc for the two study models trained here)",
              *quant_table(quant), "", f"Bound per type (largest over models, readings and layers): {bound}"]
     (RESULTS / "real_models.md").write_text("\n".join(parts) + "\n")
     print("\n".join(parts))
