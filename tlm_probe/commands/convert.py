@@ -46,17 +46,18 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
         from tlm_probe.files.folder_lock import folder_lock
 
+        out = run.out
         _, tok_blob = check_inputs(checkpoint, run.tokenizer)
-        check_apart(run.out, [checkpoint, run.tokenizer])
-        claim(run.out, overwrite=run.overwrite, writes=FILES, kind="convert llama2c")
+        check_apart(out, [checkpoint, run.tokenizer])
+        claim(out, overwrite=run.overwrite, writes=FILES, kind="convert llama2c")
         hf_logging.disable_progress_bar()
-        with folder_lock(run.out), temp_folder(run.out) as tmp, err_console.status(f"writing {run.out}"):
+        with folder_lock(out), temp_folder(out) as tmp, err_console.status(f"writing {out}"):
             summary = write_folder(checkpoint, tok_blob, tmp)
-            publish(tmp, run.out, "convert llama2c")
-        summary = {"out": str(run.out), "format": "hf-llama", **summary}
+            publish(tmp, out, "convert llama2c")
+        summary = {"out": str(out), "format": "hf-llama", **summary}
         if run.json_out:
             print_json(summary)
             return
-        console.print(f"wrote {run.out} (LlamaForCausalLM, {summary['layers']} layers, d_model "
+        console.print(f"wrote {out} (LlamaForCausalLM, {summary['layers']} layers, d_model "
                       f"{summary['d_model']}, {summary['parameters']:,} parameters; weights and tokenizer "
                       "verified)", markup=False, highlight=False)
