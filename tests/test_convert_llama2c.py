@@ -162,3 +162,17 @@ def test_refusals_are_one_line(tmp_path):
                                   "--out", str(tmp_path / "out")])
         assert res.exit_code == 1 and why in res.output and "Traceback" not in res.output, res.output
         assert not (tmp_path / "out").exists()
+
+
+def test_tlm_probe_reads_the_converted_folder(tmp_path):
+    from tlm_probe.probe.engine import probe
+
+    tokens = write_tok_bin(tmp_path / "tok.bin")
+    write_bin(tmp_path / "model.bin", vocab=len(tokens), layers=3)
+    res = runner.invoke(app, ["convert", "llama2c", str(tmp_path / "model.bin"), "--tokenizer",
+                              str(tmp_path / "tok.bin"), "--out", str(tmp_path / "hf")])
+    assert res.exit_code == 0, res.output
+    table = probe(str(tmp_path / "hf"), "builtin:pydoc", max_tokens=64, seq_len=16, batch_size=2,
+                  stats="align_mlp_mid")
+    assert sorted(table.layer.unique()) == [0, 1, 2] and table.value.between(-1, 1).all()
+    assert (table.n_tokens > 0).all()
