@@ -26,9 +26,10 @@ def _option(cmd, name: str):
 
 # ---- --overwrite -----------------------------------------------------------------------------------
 # when a rerun into the folder of an earlier run of the same command needs --overwrite (the behaviour,
-# written down here independently of the help table: train/data/export refuse, the others refresh)
-RERUN_NEEDS_IT = {"train": True, "data prepare": True, "export": True, "probe": False, "diff": False,
-                  "trust": False, "report": False, "compare": False, "demo": False, "sweep": False}
+# written down here independently of the help table: train/data/export/convert refuse, the others refresh)
+RERUN_NEEDS_IT = {"train": True, "data prepare": True, "export": True, "convert llama2c": True,
+                  "probe": False, "diff": False, "trust": False, "report": False, "compare": False,
+                  "demo": False, "sweep": False}
 KIND = {"sweep": "compare"}  # a sweep's folder is a comparison (its manifest's kind, ownership.LEGACY_KIND)
 
 

@@ -10,6 +10,7 @@ import typer
 
 from tlm_probe.commands import (
     compare,
+    convert,
     data,
     demo,
     diff,
@@ -28,7 +29,7 @@ from tlm_probe.commands.common import OneLineUsage, stop_on_sigterm
 
 # the order of `tlm --help`
 COMMANDS = (schedule, info, plot, report, train, data, probe, diff, trust, compare, demo, eval_cmd, generate,
-            export)
+            export, convert)
 
 app = typer.Typer(
     name="tlm",

@@ -16,6 +16,7 @@ WHEN_NEEDED = {
     "train": "Needed to start a run over in a folder an earlier run wrote (--resume continues it instead).",
     "data prepare": "Needed to prepare again into a folder an earlier `tlm data prepare` wrote.",
     "export": "Needed to replace an earlier export (a .gguf file or a folder `tlm export` wrote).",
+    "convert llama2c": "Needed to replace a folder an earlier `tlm convert llama2c` wrote.",
     # own_needs_overwrite=False: the same command refreshes its own results without it
     "probe": "Not needed to rerun (an earlier probe's results are replaced anyway); needed to write into "
              "a non-empty folder tlm did not write.",

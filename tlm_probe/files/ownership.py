@@ -32,7 +32,8 @@ HASHES = "sha256"
 """The manifest's map: entry -> the sha256 of the bytes tlm wrote there (a list of the accepted digests
 while fileio.publish replaces the file: the old bytes' or the new's, so a kill at any point leaves every
 file matching its manifest)."""
-HASHED_KINDS = frozenset({"probe", "eval", "report", "export", "diff", "trust", "data prepare"})
+HASHED_KINDS = frozenset({"probe", "eval", "report", "export", "convert llama2c", "diff", "trust",
+                          "data prepare"})
 """The kinds of folder written only through fileio.publish, which records a digest of every file."""
 
 # The kind of command whose folder it is ("kind"; "command" is the last one that recorded entries).
