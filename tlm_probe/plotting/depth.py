@@ -68,14 +68,20 @@ def plot_depth(
         ax = fig.add_subplot()
         tapered = False
         for entry, members in groups.items():
-            style = style_for(members[0], colours)
-            if len(members) > 1:
-                _draw_seeds(ax, rows, members, x, style)
-            summary = seed_summary(rows, members, x)
-            tapered |= _draw_line(ax, summary, x, entry_label(entry, members), style)
+            tapered |= draw_entry(ax, rows, entry, members, x, style_for(members[0], colours))[2]
         seeded = any(len(m) > 1 for m in groups.values())
         _decorate(ax, rows, groups, statistic, x, (tapered, seeded), title)
     return fig
+
+
+def draw_entry(ax, rows: pd.DataFrame, entry: str, members: list[str], x: str,
+               style) -> tuple[str, object, bool]:
+    """One entry (a model, or the seeds of an arm) on `ax`: its legend label, its line, and whether its
+    marker areas follow changing layer widths."""
+    if len(members) > 1:
+        _draw_seeds(ax, rows, members, x, style)
+    label = legend_label(entry_label(entry, members))
+    return (label, *_draw_line(ax, seed_summary(rows, members, x), x, label, style))
 
 
 def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> None:
@@ -86,14 +92,15 @@ def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> No
                 linestyle=style.linestyle, linewidth=0.7, alpha=0.45, label="_nolegend_", gid=f"seed:{m}")
 
 
-def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> bool:
+def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> tuple[object, bool]:
     """The entry's line (its legend handle shows colour, line style and marker) and its band; the markers
-    on the line are drawn by a scatter whose areas can follow the layer widths."""
+    on the line are drawn by a scatter whose areas can follow the layer widths. Returns the line and whether
+    they do."""
     xs, ys = one[x].to_numpy(float), one["value"].to_numpy(float)
     grouped = bool((one["n"] > 1).any())
     colour = style.colour
-    ax.plot(xs, ys, label=legend_label(label), linewidth=2.2 if grouped else 1.8,
-            **style.line(markersize=6, markevery=[]))
+    (line,) = ax.plot(xs, ys, label=label, linewidth=2.2 if grouped else 1.8,
+                      **style.line(markersize=6, markevery=[]))
     if grouped:
         std = one["std"].to_numpy(float)
         lo, hi = ys - std, ys + std
@@ -106,7 +113,7 @@ def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> bool:
     areas = MARKER_AREA * widths / widths.mean() if tapered else np.full(len(xs), MARKER_AREA / 2)
     ax.scatter(xs, ys, s=areas, color=colour, marker=style.marker, zorder=3, label="_nolegend_",
                edgecolors="white", linewidths=0.6)
-    return tapered
+    return line, tapered
 
 
 def _decorate(ax, rows, groups, statistic, x, flags, title) -> None:

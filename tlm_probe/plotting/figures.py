@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
+from tlm_probe.plotting.depth_panels import plot_depth_panels
 from tlm_probe.plotting.diff import plot_diff
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
@@ -72,10 +73,13 @@ def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) == 1 and input_kind(paths[0]) in ("diff", "trust"):  # `tlm plot DIFF|TRUST`: its own
         return BUILDERS[input_kind(paths[0])](paths, opts, notes)
     results, _, _ = _probe_tables(paths)
-    stat = _one(opts.statistic, "align_mlp_mid", "depth")
-    notes += lacking_notes(results, results["model"], stat)
+    stats = list(dict.fromkeys(opts.statistic)) or ["align_mlp_mid"]
+    for stat in stats:
+        notes += lacking_notes(results, results["model"], stat)
     notes += split_note(results)
-    return plot_depth(results, stat, x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
+    if len(stats) > 1:  # small multiples: one panel per statistic
+        return plot_depth_panels(results, stats, x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
+    return plot_depth(results, stats[0], x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
 def _heatmap(paths, opts: PlotOptions, notes: list[str]) -> Figure:

@@ -1,0 +1,57 @@
+"""The light commands start at once (issue 47): `tlm --help`, `tlm --version`, `tlm plot`, `tlm report` and
+`tlm schedule`, each run as a user starts it (a fresh interpreter running cli.py as __main__), import neither
+torch nor transformers. `import torch` alone took 2.2 s of the 3.2 s of `tlm --version`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = ROOT / "analyses" / "results" / "mechanism" / "SmolLM2-135M-Q4_1"  # a committed probe result
+HEAVY = ("torch", "transformers", "transformer_lens", "nnsight", "accelerate")
+WRAPPER = """
+import json, runpy, sys
+sys.argv = ["cli.py", *sys.argv[1:]]
+code = 0
+try:
+    runpy.run_path("cli.py", run_name="__main__")
+except SystemExit as e:
+    code = e.code or 0
+print(json.dumps({"code": code, "heavy": [m for m in %r if m in sys.modules]}), file=sys.stderr)
+""" % (HEAVY,)
+
+LIGHT = {
+    "help": ["--help"],
+    "version": ["--version"],
+    "plot-help": ["plot", "--help"],
+    "plot": ["plot", str(PROBE), "--out", "{tmp}/fig.png"],
+    "plot-several": ["plot", str(PROBE), "-s", "align_mlp_mid", "-s", "block_influence", "--out", "{tmp}/f2.png"],
+    "plot-schedules": ["plot", "--kind", "schedules", "--out", "{tmp}/sched.png"],
+    "report": ["report", str(PROBE), "--out", "{tmp}/report"],
+    "schedule": ["schedule", "--layers", "12", "--d-ff", "1024", "--schedule", "cosine:1.5:0.5"],
+    "schedule-json": ["schedule", "--schedule", "wider-early", "--json"],
+}
+
+
+@pytest.mark.parametrize("name", LIGHT)
+def test_a_light_command_imports_no_model_library(name, tmp_path):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in LIGHT[name]]
+    res = subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    out = json.loads(res.stderr.strip().splitlines()[-1])
+    assert out["code"] == 0, res.stderr[-2000:]
+    assert out["heavy"] == [], f"{name} imported {out['heavy']}"
+
+
+def test_version_names_the_installed_versions():
+    from importlib.metadata import version
+
+    res = subprocess.run([sys.executable, "cli.py", "--version"], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert res.stdout.split() == ["tlm_probe", "0.1.0,", "torch", f"{version('torch')},", "transformers",
+                                  version("transformers")]
