@@ -36,7 +36,8 @@ def arms(probe: Path, out: Path, tree: Path | None) -> dict:
         "tlm --version": lambda: _run(["cli.py", "--version"], ROOT),
     }
     if tree is not None:
-        fns["tlm plot (--tree)"] = lambda: _run(["cli.py", "plot", str(probe), "--out", str(out / "t.png")], tree)
+        fns["tlm plot (--tree)"] = lambda: _run(["cli.py", "plot", str(probe), "--out", str(out / "t.png")],
+                                                tree)
         fns["tlm --version (--tree)"] = lambda: _run(["cli.py", "--version"], tree)
     return fns
 

@@ -47,7 +47,8 @@ def _print_version(value: bool) -> None:
         return
     from tlm_probe import __version__
 
-    typer.echo(f"tlm_probe {__version__}, torch {_installed('torch')}, transformers {_installed('transformers')}")
+    torch, transformers = _installed("torch"), _installed("transformers")
+    typer.echo(f"tlm_probe {__version__}, torch {torch}, transformers {transformers}")
     raise typer.Exit(0)
 
 

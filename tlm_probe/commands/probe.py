@@ -26,6 +26,7 @@ from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.errors import UserError
 from tlm_probe.probe.options import ProbeOptions
+from tlm_probe.progress import importing_libraries
 from tlm_probe.threads import torch_threads
 
 SUMMARY_STATS = (
@@ -95,21 +96,22 @@ def register(app: typer.Typer) -> None:
         if run.adapter is not None:
             register_adapter(load_adapter_file(run.adapter))
         check_folder(model)  # an unsupported architecture is refused before the heavy imports below
-        from tlm_probe.files.folder_lock import folder_lock
-        from tlm_probe.importance.options import parse_pairs
-        from tlm_probe.probe.engine import run_probe
-        from tlm_probe.results import write_probe
-
         check_not_weights(options.data)
+        out = run.out
+        check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))
+        with importing_libraries():  # seconds of imports: the first line within a second says so
+            from tlm_probe.files.folder_lock import folder_lock
+            from tlm_probe.importance.options import parse_pairs
+            from tlm_probe.probe.engine import run_probe
+            from tlm_probe.results import write_probe
+
+            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
         opts = replace(options, device=device_option(options.device),
                        importance=parse_pairs(list(run.importance_option)))
-        out = run.out
-        check_out(out, run.overwrite, opts.max_tokens, opts.exclude_bos, inputs=(model, opts.data))
         steps = _steps(model, run.checkpoints)
         main = int(os.environ.get("RANK", "0")) == 0
         lock = folder_lock(out) if main else contextlib.nullcontext()
         with lock, torch_threads(run.threads), _interrupt(out):
-            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
             kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
                       unsafe_pickle=run.unsafe_pickle)
             if steps:
@@ -175,7 +177,7 @@ def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, in
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
     from tlm_probe.files.fileio import check_apart, claim
-    from tlm_probe.results import OURS
+    from tlm_probe.result_files import OURS
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")

@@ -15,8 +15,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.plotting.arms import entries, entry_label, style_for, titled_entries
-from tlm_probe.plotting.checks import DRAWN_COLUMNS, models_in_order, per_layer, require_columns, select_statistic
+from tlm_probe.plotting.arms import entries, style_for, titled_entries
+from tlm_probe.plotting.checks import (
+    DRAWN_COLUMNS,
+    models_in_order,
+    per_layer,
+    require_columns,
+    select_statistic,
+)
 from tlm_probe.plotting.depth import X_AXES, draw_entry
 from tlm_probe.plotting.panel_fit import PanelFit
 from tlm_probe.plotting.style import (
