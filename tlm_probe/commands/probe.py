@@ -228,11 +228,23 @@ def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
 
 def _print_agreement(rows) -> None:
     """The agreement rows (agreement.csv: one value per model and proxy) with their CI."""
-    cells = [(str(r["statistic"]), f"{r['value']:+.4f}",
-              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-")
+    from tlm_probe.importance.agreement import MIN_CI_LAYERS
+
+    cells = [(str(r["statistic"]), f"{r['value']:+.4f}", _agreement_ci(r, MIN_CI_LAYERS))
              for _, r in rows.iterrows()]
     title = f"Spearman agreement across layers with {rows['target'].iloc[0]} (agreement.csv)"
     print_fitted(console, title, ("statistic", "value", "95% CI"), cells, left=("statistic",))
+    if (rows["ci_low"].isna() & (rows["n_layers"] < MIN_CI_LAYERS)).any():
+        console.print(f"no CI over fewer than {MIN_CI_LAYERS} layers: over n layers even a perfect ranking "
+                      "happens by chance with probability 2/n!", markup=False, highlight=False, soft_wrap=True)
+
+
+def _agreement_ci(r, min_layers: int) -> str:
+    if r["ci_low"] == r["ci_low"]:
+        return f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+    if r["n_layers"] < min_layers:
+        return f"none: {int(r['n_layers'])} layers"
+    return "none: rho = ±1" if abs(r["value"]) == 1 else "-"
 
 
 def lens_cost_line(lens: dict) -> str:

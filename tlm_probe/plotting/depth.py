@@ -33,6 +33,7 @@ from tlm_probe.plotting.style import (
     stat_label,
     title_with_provenance,
 )
+from tlm_probe.statistic_names import value_range
 
 X_AXES = {"depth": "normalised depth l / (L − 1)", "layer": "layer index l"}
 MARKER_AREA = 36.0  # points² for a layer of mean width; a 1.5x layer gets 1.5x the area
@@ -81,7 +82,8 @@ def draw_entry(ax, rows: pd.DataFrame, entry: str, members: list[str], x: str,
     if len(members) > 1:
         _draw_seeds(ax, rows, members, x, style)
     label = legend_label(entry_label(entry, members))
-    return (label, *_draw_line(ax, seed_summary(rows, members, x), x, label, style))
+    statistic = str(rows["statistic"].iloc[0]) if len(rows) else ""
+    return (label, *_draw_line(ax, seed_summary(rows, members, x), x, label, style, statistic))
 
 
 def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> None:
@@ -92,7 +94,7 @@ def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> No
                 linestyle=style.linestyle, linewidth=0.7, alpha=0.45, label="_nolegend_", gid=f"seed:{m}")
 
 
-def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> tuple[object, bool]:
+def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style, statistic: str) -> tuple[object, bool]:
     """The entry's line (its legend handle shows colour, line style and marker) and its band; the markers
     on the line are drawn by a scatter whose areas can follow the layer widths. Returns the line and whether
     they do."""
@@ -106,6 +108,7 @@ def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> tuple[object
         lo, hi = ys - std, ys + std
     else:
         lo, hi = one["ci_low"].to_numpy(float), one["ci_high"].to_numpy(float)
+    lo, hi = np.clip(lo, *value_range(statistic)), np.clip(hi, *value_range(statistic))  # no band below 0
     if np.isfinite(lo).any() and np.isfinite(hi).any():
         ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0, label="_nolegend_")
     widths = one["d_ff"].to_numpy(float)
