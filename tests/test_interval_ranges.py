@@ -35,7 +35,8 @@ def test_a_spearman_interval_is_fisher_z_with_bonett_wright_variance(rho, n):
 
 def test_a_perfect_ranking_over_four_layers_prints_no_interval_and_says_why(monkeypatch):
     target = np.array([0.1, 0.4, 0.2, 0.9])
-    (row,) = spearman_rows({"ablation_dnll_mlp_zero": target, "taylor_mlp": target * 3}, "ablation_dnll_mlp_zero")
+    per_layer = {"ablation_dnll_mlp_zero": target, "taylor_mlp": target * 3}
+    (row,) = spearman_rows(per_layer, "ablation_dnll_mlp_zero")
     assert row["value"] == 1.0 and math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
     agreement = pd.DataFrame([dict(model="m", statistic=row["statistic"], proxy="taylor_mlp",
                                    target="ablation_dnll_mlp_zero", value=row["value"], ci_low=row["ci_low"],

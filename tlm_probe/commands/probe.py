@@ -236,7 +236,8 @@ def _print_agreement(rows) -> None:
     print_fitted(console, title, ("statistic", "value", "95% CI"), cells, left=("statistic",))
     if (rows["ci_low"].isna() & (rows["n_layers"] < MIN_CI_LAYERS)).any():
         console.print(f"no CI over fewer than {MIN_CI_LAYERS} layers: over n layers even a perfect ranking "
-                      "happens by chance with probability 2/n!", markup=False, highlight=False, soft_wrap=True)
+                      "happens by chance with probability 2/n!", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def _agreement_ci(r, min_layers: int) -> str:
