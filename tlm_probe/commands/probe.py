@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
             print_json({"out": str(out), "provenance": res.provenance,
                         "results": res.table.to_dict("records"), "agreement": agreement})
         else:
-            _print_summary(res.table, res.provenance, out, res.agreement)
+            _print_summary(res.table, res.provenance, out, res.agreement, res.matrices)
 
 
 def _steps(model: str, checkpoints: str | None):
@@ -195,7 +195,7 @@ def _interrupt(out: Path):
         raise typer.Exit(interrupt_code(e)) from None
 
 
-def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
+def _print_summary(table, prov: dict, out: Path, agreement=None, matrices=None) -> None:
     if "step" in table and table["step"].nunique() > 1:  # checkpoints: the summary of the last one
         steps = sorted(table["step"].unique())
         console.print(f"probed {len(steps)} checkpoints, steps {', '.join(map(str, steps))}; "
@@ -213,6 +213,7 @@ def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
     rows = [(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
             for _, row in wide.iterrows()]
     print_fitted(console, title, ("layer", "d_ff", *cols), rows, keys=2)  # split, never cut, at any width
+    _print_rest(table, cols, matrices, out)
     if agreement is not None and not agreement.empty:
         _print_agreement(agreement)
     if prov.get("no_mlp_layers"):
@@ -222,8 +223,23 @@ def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
     lens = prov.get("importance", {}).get("logit_lens")
     if lens:
         console.print(lens_cost_line(lens), markup=False, highlight=False, soft_wrap=True)
-    more = ", agreement.csv, agreement.parquet" if agreement is not None and not agreement.empty else ""
+    more = ", matrices.csv, matrices.parquet" if matrices is not None and len(matrices) else ""
+    more += ", agreement.csv, agreement.parquet" if agreement is not None and not agreement.empty else ""
     console.print(f"wrote {out}/results.csv, results.parquet{more}, provenance.json", soft_wrap=True)
+
+
+def _print_rest(table, shown, matrices, out: Path) -> None:
+    """What the files hold beyond the table just printed: the other statistics of results.csv, and the
+    layer×layer matrices, each with the command that draws it."""
+    rest = [s for s in dict.fromkeys(table["statistic"].astype(str)) if s not in shown]
+    if rest:
+        console.print(f"also in results.csv ({len(rest)} more statistics, not shown above): "
+                      f"{', '.join(rest)}; draw any with `tlm plot {out} -s NAME`", markup=False,
+                      highlight=False, soft_wrap=True)
+    if matrices is not None and len(matrices):
+        names = ", ".join(dict.fromkeys(matrices["statistic"].astype(str)))
+        console.print(f"in matrices.csv (layer × layer): {names}; draw with `tlm plot {out} --kind heatmap`",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_agreement(rows) -> None:

@@ -36,6 +36,8 @@ from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.plotting.trust import plot_trust
 from tlm_probe.stats.sweep import sweep_table
 
+HEATMAP_STATS = ("alignment", "angular_distance", "cka_linear")  # what the hint asks for: the default set and
+# the two matrices that need no second pass
 PROBE_IT = {"compare": "tlm probe {p}/runs/NAME --out DIR", "run": "tlm probe {p} --out DIR"}
 
 
@@ -85,8 +87,8 @@ def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
 def _heatmap(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     _, matrices, tokens = _probe_tables(paths)
     if matrices is None:
-        raise UserError("these probe results have no layer×layer matrices (matrices.csv); "
-                        "probe with matrix statistics (angular distance, CKA) first")
+        raise UserError("these probe results have no layer×layer matrices (matrices.csv); probe with "
+                        f"`tlm probe MODEL --stats {','.join(HEATMAP_STATS)} --out DIR` first")
     stat = _one(opts.statistic, str(matrices["statistic"].iloc[0]), "heatmap")
     notes += lacking_notes(matrices, tokens, stat, "matrices")
     return plot_heatmaps(matrices, stat, size=opts.pixels, dpi=opts.dpi, title=opts.title, tokens=tokens)
