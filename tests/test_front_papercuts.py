@@ -113,3 +113,19 @@ def _checkout_root(monkeypatch):
     from pathlib import Path
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
+
+
+def test_a_probe_that_replaces_an_earlier_probes_results_says_so_in_one_line(tmp_path):
+    from models_zoo import build_model
+
+    model, out = build_model("gpt2", tmp_path / "gpt2"), tmp_path / "p"
+    runner = CliRunner()
+    first = runner.invoke(app, ["probe", str(model), "--out", str(out), "--max-tokens", "300"])
+    assert first.exit_code == 0, first.output
+    assert "earlier probe" not in first.stderr
+    again = runner.invoke(app, ["probe", str(model), "--out", str(out), "--max-tokens", "200"])
+    assert again.exit_code == 0, again.output
+    notes = [l for l in again.stderr.splitlines() if "earlier probe" in l]
+    assert notes == [f"note: {out} holds the results of an earlier probe of gpt2 (300 tokens); this probe "
+                     "replaces them (provenance.json, results.csv, results.parquet)"]
+    assert pd.read_csv(out / "results.csv")["n_tokens"].max() == 200

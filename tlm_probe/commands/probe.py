@@ -19,6 +19,7 @@ from tlm_probe.commands.common import (
     err_console,
     interrupt_code,
     print_json,
+    say,
 )
 from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import with_options
@@ -176,13 +177,28 @@ def check_not_weights(data: str) -> None:
 def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
-    from tlm_probe.files.fileio import check_apart, claim
+    from tlm_probe.files.fileio import check_apart, claim, read_manifest
     from tlm_probe.result_files import OURS
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
     check_apart(out, inputs)
     claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
+    earlier = sorted(e for e in read_manifest(out) if e in OURS) if out.is_dir() else []
+    if earlier:  # a probe replaces its own earlier results without --overwrite: say so, once
+        say(f"note: {out} holds the results of an earlier probe{_earlier(out)}; this probe replaces them "
+            f"({', '.join(earlier)})")
+
+
+def _earlier(out: Path) -> str:
+    """' of MODEL (N tokens)' from an earlier probe's provenance.json, '' where it cannot be read."""
+    from tlm_probe.files.jsonfile import read_json_object
+    from tlm_probe.result_files import PROVENANCE
+
+    with contextlib.suppress(UserError, OSError, ValueError, TypeError, KeyError):
+        prov = read_json_object(out / PROVENANCE)
+        return f" of {prov['model']} ({int(prov['data']['n_tokens']):,} tokens)"
+    return ""
 
 
 @contextlib.contextmanager
