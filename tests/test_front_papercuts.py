@@ -26,8 +26,8 @@ def _summary(matrices) -> str:
     rows = [dict(model="m", layer=l, depth=l / 2, statistic=s, value=0.1, ci_low=0.0, ci_high=0.2,
                  n_tokens=64, d_ff=32) for l in range(3) for s in SHOWN + HIDDEN]
     table = pd.DataFrame(rows).astype({"d_ff": "Int64"})
-    prov = {"model": "m", "architecture": {"family": "gpt2", "block_kind": "pre_ln"}, "data": {"n_tokens": 64},
-            "backend": "native"}
+    prov = {"model": "m", "architecture": {"family": "gpt2", "block_kind": "pre_ln"},
+            "data": {"n_tokens": 64}, "backend": "native"}
     with probe_cmd.console.capture() as cap:
         probe_cmd._print_summary(table, prov, "OUT", None, matrices)
     return cap.get()
@@ -42,8 +42,8 @@ def test_probe_summary_says_what_else_is_in_its_files(monkeypatch):
     assert f"({len(HIDDEN)} more statistics, not shown above): {', '.join(HIDDEN)}" in also
     assert "tlm plot OUT -s NAME" in also
     assert "in matrices.csv (layer × layer): cka_linear, angular_distance" in text
-    assert text.splitlines()[-1] == ("wrote OUT/results.csv, results.parquet, matrices.csv, matrices.parquet, "
-                                     "provenance.json")
+    assert text.splitlines()[-1] == ("wrote OUT/results.csv, results.parquet, matrices.csv, "
+                                     "matrices.parquet, provenance.json")
 
 
 def test_probe_summary_without_matrices_lists_only_what_it_wrote(monkeypatch):

@@ -26,7 +26,8 @@ def test_the_clash_is_real():
 def test_distinct_colours_no_two_alike_known_arms_keep_theirs_order_free():
     colours = distinct_colours(NAMES)
     assert len(set(colours.values())) == len(NAMES)
-    assert colours["uniform"] == KNOWN["uniform"].colour and colours["cosine:1.5:0.5"] == KNOWN["cosine"].colour
+    assert colours["uniform"] == KNOWN["uniform"].colour
+    assert colours["cosine:1.5:0.5"] == KNOWN["cosine"].colour
     assert distinct_colours(reversed(NAMES)) == colours
     assert distinct_colours([f"{n}-s{k}" for n in NAMES for k in range(2)]) == colours  # seeds share it
 
