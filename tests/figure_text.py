@@ -42,3 +42,26 @@ def overlaps(fig, kinds: tuple[str, ...] = ("suptitle", "title", "ylabel", "xlab
     """Pairs of texts of `kinds` (prefixes of their names) whose boxes overlap."""
     boxes = [(w, b) for w, b in texts(fig) if w.startswith(kinds)]
     return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2) if ba.overlaps(bb)]
+
+
+def covered(fig) -> list[str]:
+    """For each axes legend: whether it reaches out of its axes, or covers a data point (a line's vertex,
+    a scatter mark, a bar's top)."""
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    problems = []
+    for k, ax in enumerate(fig.axes):
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box, frame = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+        if box.x0 < frame.x0 - 0.5 or box.x1 > frame.x1 + 0.5 or box.y1 > frame.y1 + 0.5:
+            problems.append(f"legend {k} reaches out of its axes")
+        points = [line.get_xydata() for line in ax.lines if line.get_transform() == ax.transData]
+        points += [c.get_offsets() for c in ax.collections if len(c.get_offsets())]
+        points += [[(p.get_x() + p.get_width() / 2, p.get_y() + p.get_height())] for p in ax.patches]
+        for xy in points:
+            for x, y in ax.transData.transform(xy):
+                if box.contains(x, y):
+                    problems.append(f"legend {k} covers a point at ({x:.0f}, {y:.0f}) px")
+    return problems
