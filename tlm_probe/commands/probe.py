@@ -100,7 +100,8 @@ def register(app: typer.Typer) -> None:
         check_not_weights(options.data)
         out = run.out
         check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))
-        with importing_libraries():  # seconds of imports: the first line within a second says so
+        main = int(os.environ.get("RANK", "0")) == 0  # torchrun: rank 0 speaks and writes
+        with importing_libraries(enabled=main):  # seconds of imports: the first line within a second says so
             from tlm_probe.files.folder_lock import folder_lock
             from tlm_probe.importance.options import parse_pairs
             from tlm_probe.probe.engine import run_probe
@@ -110,7 +111,6 @@ def register(app: typer.Typer) -> None:
         opts = replace(options, device=device_option(options.device),
                        importance=parse_pairs(list(run.importance_option)))
         steps = _steps(model, run.checkpoints)
-        main = int(os.environ.get("RANK", "0")) == 0
         lock = folder_lock(out) if main else contextlib.nullcontext()
         with lock, torch_threads(run.threads), _interrupt(out):
             kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
@@ -185,7 +185,7 @@ def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, in
     check_apart(out, inputs)
     claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
     earlier = sorted(e for e in read_manifest(out) if e in OURS) if out.is_dir() else []
-    if earlier:  # a probe replaces its own earlier results without --overwrite: say so, once
+    if earlier and int(os.environ.get("RANK", "0")) == 0:  # replaced without --overwrite: say so, once
         say(f"note: {out} holds the results of an earlier probe{_earlier(out)}; this probe replaces them "
             f"({', '.join(earlier)})")
 

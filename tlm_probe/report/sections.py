@@ -71,11 +71,11 @@ def build_document(paths: Sequence[str | Path], options: ReportOptions | None = 
     for p in probe_paths:
         unique.setdefault(Path(p).resolve(), p)
     probes = [load_probe(p) for p in unique.values()]
-    # every figure draws an arm in its one look (plotting.colours), whichever other arms it holds
-    # one colour per model on the whole page, no two alike (plotting.colours.distinct_colours)
-    colours = distinct_colours([*(m for p in probes for m in p.table["model"].astype(str)),
-                                *(m for _, _, c in trained if not c.curves.empty
-                                  for m in c.curves["arm"].astype(str))])
+    # one colour per model on the whole page, no two alike (plotting.colours.distinct_colours); the names
+    # as the figures show them (merge_probes names a model that two probes hold after their folders)
+    probed = merge_probes(probes)[0]["model"].astype(str) if probes else []
+    colours = distinct_colours([*probed, *(m for _, _, c in trained if not c.curves.empty
+                                           for m in c.curves["arm"].astype(str))])
     sections: list[Section] = probe_sections(probes, size, dpi, colours) if probes else []
     sections += [training_section(comp, k, n, size, dpi, colours) for n, k, comp in trained]
     sections += [diff_section(p, n, size, dpi) for n, (p, k) in enumerate(kinds) if k == "diff"]
