@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,8 +25,16 @@ PROBE = ROOT / "analyses" / "results" / "mechanism" / "SmolLM2-135M-Q4_1"
 TARGET = 1.3
 
 
+PYCACHE = Path(tempfile.mkdtemp(prefix="tlm-bench-pycache-"))
+
+
 def _run(args: list[str], cwd: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(cwd), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """`python ARGS` in `cwd` as a user runs it: bytecode cached (under PYCACHE, nothing written in the
+    checkout; the warm-up round fills it), as an installed package has it. With PYTHONDONTWRITEBYTECODE
+    set, as on the machines these benchmarks were written on, every start compiled ~100 modules again."""
+    env = {**os.environ, "PYTHONPATH": str(cwd), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPYCACHEPREFIX": str(PYCACHE / cwd.name)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, *args], cwd=cwd, env=env, check=True, capture_output=True)
 
 
@@ -51,7 +60,10 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         fns = arms(args.probe.resolve(), Path(tmp), args.tree.resolve() if args.tree else None)
-        times = interleaved(fns, args.rounds)
+        try:
+            times = interleaved(fns, args.rounds)  # the warm-up round also fills the bytecode cache
+        finally:
+            shutil.rmtree(PYCACHE, ignore_errors=True)
     report = {name: ratio(times, name, "floor") for name in fns if name != "floor"}
     report["seconds"] = {n: {"wall": sorted(times[n])[len(times[n]) // 2],
                              "cpu": sorted(times.cpu[n])[len(times.cpu[n]) // 2]} for n in fns}

@@ -89,3 +89,11 @@ def test_a_heavy_command_says_its_first_line_within_a_second_of_its_start(tmp_pa
     assert first == "importing torch and transformers ..."
     assert first_at <= start_up + 1.0, (first_at, start_up)
     assert lines[1][1].startswith("importing torch and transformers: done in ")
+
+
+def test_the_plot_floor_of_the_start_up_benchmark_draws_its_figure(tmp_path):
+    """benchmarks/bench_start.py compares `tlm plot` with this script; it must draw what tlm plot draws."""
+    out = tmp_path / "floor.png"
+    subprocess.run([sys.executable, "benchmarks/plot_floor.py", str(PROBE), str(out)], cwd=ROOT, check=True,
+                   timeout=300)
+    assert out.stat().st_size > 10_000
