@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -61,8 +62,9 @@ def test_html_is_escaped_and_self_contained(report_dir, real_probe_dirs):
 
 
 def _expected_figures(dirs) -> int:
-    """Counted from the result files with pandas: one depth figure per statistic that has per-layer rows
-    (at most 16), one importance figure, one heatmap per matrix statistic with all n x n cells."""
+    """Counted from the result files with pandas: of the statistics that have per-layer rows (at most 16),
+    the first at full size and the others in small multiples of up to six panels (issue 47), one importance
+    figure, one heatmap per matrix statistic with all n x n cells."""
     results = pd.concat(pd.read_csv(d / "results.csv") for d in dirs.values())
     per_layer = results.loc[results.layer >= 0, "statistic"].nunique()
     mats = pd.concat(pd.read_csv(d / "matrices.csv") for d in dirs.values())
@@ -71,7 +73,7 @@ def _expected_figures(dirs) -> int:
                    for s, m in zip(counts.statistic, counts.model, strict=True)]
     full = (counts.cells == counts.n**2).groupby(counts.statistic).all().sum()
     assert full == 3  # angular_distance, angular_distance_last, cka_linear; drop_block_best is sparse
-    return min(per_layer, 16) + 1 + full
+    return 1 + math.ceil((min(per_layer, 16) - 1) / 6) + 1 + full
 
 
 def test_report_of_a_real_demo(real_demo_dir, tmp_path):

@@ -46,13 +46,21 @@ for _command in COMMANDS:
 def _print_version(value: bool) -> None:
     if not value:
         return
-    import torch  # only here: `tlm --help` stays fast
-    import transformers
-
     from tlm_probe import __version__
 
-    typer.echo(f"tlm_probe {__version__}, torch {torch.__version__}, transformers {transformers.__version__}")
+    torch, transformers = _installed("torch"), _installed("transformers")
+    typer.echo(f"tlm_probe {__version__}, torch {torch}, transformers {transformers}")
     raise typer.Exit(0)
+
+
+def _installed(package: str) -> str:
+    """A package's installed version from its metadata: importing torch to read torch.__version__ took 2 s."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
 
 
 @app.callback()

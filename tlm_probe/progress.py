@@ -34,6 +34,20 @@ ANNOUNCE_AFTER_S = 2.0
 TLM_ANNOUNCE_AFTER_S replaces it (0: every phase says so as it starts)."""
 
 
+FIRST_LINE_S = 1.0
+"""A heavy command says what it is doing within this many seconds of its start (issue 47): importing torch
+and transformers alone takes seconds."""
+
+
+def importing_libraries(enabled: bool = True) -> Phase:
+    """The Phase of a heavy command's library imports (torch, transformers): announced FIRST_LINE_S after
+    the command started (sooner if that has passed), or after TLM_ANNOUNCE_AFTER_S where that is set; says
+    nothing where both are imported already (a second command in one process)."""
+    after = announce_after_s() if "TLM_ANNOUNCE_AFTER_S" in os.environ else FIRST_LINE_S - since_start()
+    loaded = all(m in sys.modules for m in ("torch", "transformers"))
+    return Phase("importing torch and transformers", enabled=enabled and not loaded, after_s=max(after, 0.0))
+
+
 def since_start() -> float:
     """Seconds since tlm_probe was first imported: a command's whole time, its imports included."""
     import tlm_probe

@@ -21,8 +21,8 @@ from tlm_probe.files.content_hash import content_hash
 from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.jsonfile import loads_bounded, read_json_object
 from tlm_probe.files.tablefile import SUFFIXES, numeric_columns, read_table_file
+from tlm_probe.result_files import AGREEMENT, MATRICES, PROVENANCE, RESULTS
 
-RESULTS, MATRICES, AGREEMENT, PROVENANCE = "results", "matrices", "agreement", "provenance.json"
 # the columns of every result table, in order; statistics may add columns after these
 RESULT_COLUMNS = [
     "model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "std"
@@ -34,8 +34,6 @@ AGREEMENT_COLUMNS = ["model", "statistic", "proxy", "target", "value", "ci_low",
 METRICS = "metrics.jsonl"
 METRICS_MAX_BYTES = 256 * 2**20
 """The largest metrics.jsonl read (a line per logged step: a long run's is a few megabytes)."""
-OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES, AGREEMENT) for ext in ("csv", "parquet")}
-OURS |= {PROVENANCE}
 TRUST_FILES = ("trust.json", "trust.csv", "values.csv")
 """What every `tlm trust` folder holds (trust/engine.py writes them; halves.csv and task_target.csv when
 asked): the summary, one row per statistic, and every corpus x layer x statistic value."""

@@ -83,6 +83,25 @@ SETS = {
 }
 
 
+INF = float("inf")
+KIND_RANGES = {"cos": (-1.0, 1.0), "|cos|": (0.0, 1.0), "1-cos": (0.0, 2.0), "ratio": (0.0, INF)}
+NON_NEGATIVE = ("attn_entropy", "logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", *GRADIENT_STATS,
+                "effective_rank", "participation_ratio", "stable_rank_mlp_out")
+FRACTIONS = ("logit_lens_top1", "dead_neuron_frac", "probe_acc")
+VALUE_RANGES: dict[str, tuple[float, float]] = {
+    **{name: KIND_RANGES[kind] for name, (kind, _, _) in FORMULAS.items()},
+    **dict.fromkeys(NON_NEGATIVE, (0.0, INF)),
+    **dict.fromkeys(FRACTIONS, (0.0, 1.0)),
+    **{f"ablation_shift_{a}": KIND_RANGES["1-cos"] for a in DEFAULT_ABLATIONS},
+}
+"""The values a statistic can take: a confidence interval is cut to them (a mean of non-negative values has
+no interval below 0). Statistics not listed (an NLL difference) may take any value."""
+
+
+def value_range(statistic: str) -> tuple[float, float]:
+    return VALUE_RANGES.get(statistic, (-INF, INF))
+
+
 def spearman_parts(stat: str) -> tuple[str, ...]:
     """spearman_<proxy> needs the proxy and the ablation target (both metrics: the model picks one)."""
     return (stat.removeprefix("spearman_"), *TARGETS)

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.commands.tables import print_fitted
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
 from tlm_probe.train.config import TrainConfig
@@ -184,25 +184,17 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -
 def print_summary(result: dict) -> None:
     base = result["baseline"]
     title = base if isinstance(base, str) else ", ".join(base.values())
-    table = Table(title=f"validation after training (baseline {title})")
-    for col in ("arm", "seeds", "params", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "95% CI",
-                "p (paired t)"):
-        table.add_column(col, justify="right")
+    columns = ("arm", "seeds", "params", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "95% CI",
+               "p (paired t)")
     paired = {p["arm"]: p for p in result["paired"]}
+    rows = []
     for s in result["summary"]:
         p = paired.get(s["arm"], {})
-        table.add_row(
-            s["arm"],
-            str(s["n_seeds"]),
-            f"{s['params']:,}",
-            _pm(s, "val_loss"),
-            _pm(s, "val_ppl"),
-            _pm(s, "val_bpb"),
-            _num(p.get("val_loss_diff_mean"), "+.4f"),
-            _ci(p),
-            _num(p.get("val_loss_p"), ".3g"),
-        )
-    console.print(table)
+        rows.append((s["arm"], str(s["n_seeds"]), f"{s['params']:,}", _pm(s, "val_loss"), _pm(s, "val_ppl"),
+                     _pm(s, "val_bpb"), _num(p.get("val_loss_diff_mean"), "+.4f"), _ci(p),
+                     _num(p.get("val_loss_p"), ".3g")))
+    # never cut to the console's width (80 columns in a log): split into tables that fit (commands/tables.py)
+    print_fitted(console, f"validation after training (baseline {title})", columns, rows)
     if any((p.get("n_pairs") or 0) < 2 for p in result["paired"]):
         from tlm_probe.report.summary import NOT_EVIDENCE
 
@@ -241,16 +233,15 @@ def _print_eval(result: dict) -> None:
     names = [k[: -len("_mean")] for k in (result["summary"] or [{}])[0] if ":" in k and k.endswith("_mean")]
     if not names:
         return
-    table = Table(title="evaluation per arm (mean over seeds; p: paired t-test against the baseline)")
-    for col in ("arm", *names):
-        table.add_column(col, justify="right")
     paired = {p["arm"]: p for p in result["paired"]}
+    rows = []
     for s in result["summary"]:
         p = paired.get(s["arm"], {})
         cells = [_num(s.get(f"{n}_mean"), ".4g") + (f" (p {_num(p.get(f'{n}_p'), '.2g')})" if p else "")
                  for n in names]
-        table.add_row(s["arm"], *cells)
-    console.print(table)
+        rows.append((s["arm"], *cells))
+    print_fitted(console, "evaluation per arm (mean over seeds; p: paired t-test against the baseline)",
+                 ("arm", *names), rows)
 
 
 def _ci(p: dict) -> str:

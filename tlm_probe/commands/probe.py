@@ -19,6 +19,7 @@ from tlm_probe.commands.common import (
     err_console,
     interrupt_code,
     print_json,
+    say,
 )
 from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import with_options
@@ -26,6 +27,7 @@ from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.errors import UserError
 from tlm_probe.probe.options import ProbeOptions
+from tlm_probe.progress import importing_libraries
 from tlm_probe.threads import torch_threads
 
 SUMMARY_STATS = (
@@ -95,21 +97,22 @@ def register(app: typer.Typer) -> None:
         if run.adapter is not None:
             register_adapter(load_adapter_file(run.adapter))
         check_folder(model)  # an unsupported architecture is refused before the heavy imports below
-        from tlm_probe.files.folder_lock import folder_lock
-        from tlm_probe.importance.options import parse_pairs
-        from tlm_probe.probe.engine import run_probe
-        from tlm_probe.results import write_probe
-
         check_not_weights(options.data)
+        out = run.out
+        check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))
+        main = int(os.environ.get("RANK", "0")) == 0  # torchrun: rank 0 speaks and writes
+        with importing_libraries(enabled=main):  # seconds of imports: the first line within a second says so
+            from tlm_probe.files.folder_lock import folder_lock
+            from tlm_probe.importance.options import parse_pairs
+            from tlm_probe.probe.engine import run_probe
+            from tlm_probe.results import write_probe
+
+            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
         opts = replace(options, device=device_option(options.device),
                        importance=parse_pairs(list(run.importance_option)))
-        out = run.out
-        check_out(out, run.overwrite, opts.max_tokens, opts.exclude_bos, inputs=(model, opts.data))
         steps = _steps(model, run.checkpoints)
-        main = int(os.environ.get("RANK", "0")) == 0
         lock = folder_lock(out) if main else contextlib.nullcontext()
         with lock, torch_threads(run.threads), _interrupt(out):
-            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
             kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
                       unsafe_pickle=run.unsafe_pickle)
             if steps:
@@ -129,7 +132,7 @@ def register(app: typer.Typer) -> None:
             print_json({"out": str(out), "provenance": res.provenance,
                         "results": res.table.to_dict("records"), "agreement": agreement})
         else:
-            _print_summary(res.table, res.provenance, out, res.agreement)
+            _print_summary(res.table, res.provenance, out, res.agreement, res.matrices)
 
 
 def _steps(model: str, checkpoints: str | None):
@@ -174,13 +177,28 @@ def check_not_weights(data: str) -> None:
 def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
-    from tlm_probe.files.fileio import check_apart, claim
-    from tlm_probe.results import OURS
+    from tlm_probe.files.fileio import check_apart, claim, read_manifest
+    from tlm_probe.result_files import OURS
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
     check_apart(out, inputs)
     claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
+    earlier = sorted(e for e in read_manifest(out) if e in OURS) if out.is_dir() else []
+    if earlier and int(os.environ.get("RANK", "0")) == 0:  # replaced without --overwrite: say so, once
+        say(f"note: {out} holds the results of an earlier probe{_earlier(out)}; this probe replaces them "
+            f"({', '.join(earlier)})")
+
+
+def _earlier(out: Path) -> str:
+    """' of MODEL (N tokens)' from an earlier probe's provenance.json, '' where it cannot be read."""
+    from tlm_probe.files.jsonfile import read_json_object
+    from tlm_probe.result_files import PROVENANCE
+
+    with contextlib.suppress(UserError, OSError, ValueError, TypeError, KeyError):
+        prov = read_json_object(out / PROVENANCE)
+        return f" of {prov['model']} ({int(prov['data']['n_tokens']):,} tokens)"
+    return ""
 
 
 @contextlib.contextmanager
@@ -193,7 +211,7 @@ def _interrupt(out: Path):
         raise typer.Exit(interrupt_code(e)) from None
 
 
-def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
+def _print_summary(table, prov: dict, out: Path, agreement=None, matrices=None) -> None:
     if "step" in table and table["step"].nunique() > 1:  # checkpoints: the summary of the last one
         steps = sorted(table["step"].unique())
         console.print(f"probed {len(steps)} checkpoints, steps {', '.join(map(str, steps))}; "
@@ -211,6 +229,7 @@ def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
     rows = [(str(int(row["layer"])), str(int(row["d_ff"])), *(_cell(row, c) for c in cols))
             for _, row in wide.iterrows()]
     print_fitted(console, title, ("layer", "d_ff", *cols), rows, keys=2)  # split, never cut, at any width
+    _print_rest(table, cols, matrices, out)
     if agreement is not None and not agreement.empty:
         _print_agreement(agreement)
     if prov.get("no_mlp_layers"):
@@ -220,17 +239,45 @@ def _print_summary(table, prov: dict, out: Path, agreement=None) -> None:
     lens = prov.get("importance", {}).get("logit_lens")
     if lens:
         console.print(lens_cost_line(lens), markup=False, highlight=False, soft_wrap=True)
-    more = ", agreement.csv, agreement.parquet" if agreement is not None and not agreement.empty else ""
+    more = ", matrices.csv, matrices.parquet" if matrices is not None and len(matrices) else ""
+    more += ", agreement.csv, agreement.parquet" if agreement is not None and not agreement.empty else ""
     console.print(f"wrote {out}/results.csv, results.parquet{more}, provenance.json", soft_wrap=True)
+
+
+def _print_rest(table, shown, matrices, out: Path) -> None:
+    """What the files hold beyond the table just printed: the other statistics of results.csv, and the
+    layer×layer matrices, each with the command that draws it."""
+    rest = [s for s in dict.fromkeys(table["statistic"].astype(str)) if s not in shown]
+    if rest:
+        console.print(f"also in results.csv ({len(rest)} more statistics, not shown above): "
+                      f"{', '.join(rest)}; draw any with `tlm plot {out} -s NAME`", markup=False,
+                      highlight=False, soft_wrap=True)
+    if matrices is not None and len(matrices):
+        names = ", ".join(dict.fromkeys(matrices["statistic"].astype(str)))
+        console.print(f"in matrices.csv (layer × layer): {names}; draw with `tlm plot {out} --kind heatmap`",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_agreement(rows) -> None:
     """The agreement rows (agreement.csv: one value per model and proxy) with their CI."""
-    cells = [(str(r["statistic"]), f"{r['value']:+.4f}",
-              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]" if r["ci_low"] == r["ci_low"] else "-")
+    from tlm_probe.importance.agreement import MIN_CI_LAYERS
+
+    cells = [(str(r["statistic"]), f"{r['value']:+.4f}", _agreement_ci(r, MIN_CI_LAYERS))
              for _, r in rows.iterrows()]
     title = f"Spearman agreement across layers with {rows['target'].iloc[0]} (agreement.csv)"
     print_fitted(console, title, ("statistic", "value", "95% CI"), cells, left=("statistic",))
+    if (rows["ci_low"].isna() & (rows["n_layers"] < MIN_CI_LAYERS)).any():
+        console.print(f"no CI over fewer than {MIN_CI_LAYERS} layers: over n layers even a perfect ranking "
+                      "happens by chance with probability 2/n!", markup=False, highlight=False,
+                      soft_wrap=True)
+
+
+def _agreement_ci(r, min_layers: int) -> str:
+    if r["ci_low"] == r["ci_low"]:
+        return f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+    if r["n_layers"] < min_layers:
+        return f"none: {int(r['n_layers'])} layers"
+    return "none: rho = ±1" if abs(r["value"]) == 1 else "-"
 
 
 def lens_cost_line(lens: dict) -> str:

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from tlm_probe.commands.common import command, console, print_json
 from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.commands.tables import print_fitted
 from tlm_probe.trust.options import TrustOptions
 
 OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
@@ -53,25 +53,30 @@ def register(app: typer.Typer) -> None:
         if run.json_out:
             print_json({"out": str(run.out), **res.summary})
             return
-        console.print(_table(model, options, res))
-        task = res.summary["task_target"]
-        if task:
-            items = ", ".join(f"{t['task']} {t['n']} items (acc {t['acc_clean']:.3f})" for t in task["tasks"])
-            console.print(f"task target {task['statistic']}: accuracy lost per layer on {items}",
-                          highlight=False)
+        print_summary(model, options, res)
         written = ", ".join(n for n in OURS if (run.out / n).is_file())
         console.print(f"wrote {run.out}: {written}", highlight=False)
+
+
+def print_summary(model: str, options: TrustOptions, res) -> None:
+    """The rankings table, never cut to the console's width (80 columns in a log: split instead), and the
+    task target's line."""
+    print_fitted(console, *_table(model, options, res), left=("statistic", "verdict"))
+    task = res.summary["task_target"]
+    if task:
+        items = ", ".join(f"{t['task']} {t['n']} items (acc {t['acc_clean']:.3f})" for t in task["tasks"])
+        console.print(f"task target {task['statistic']}: accuracy lost per layer on {items}", highlight=False)
 
 
 def _rho(x) -> str:
     return "-" if x is None or x != x else f"{x:+.2f}"
 
 
-def _table(model: str, options: TrustOptions, res) -> Table:
-    t = Table(title=f"{model}: rankings over {len(options.data)} corpora (target {options.target})")
-    for c in ("statistic", "Kendall W", "min pairwise ρ", "ρ with target", "ρ with task", "verdict"):
-        t.add_column(c, justify="left" if c in ("statistic", "verdict") else "right")
-    for r in res.table.itertuples():
-        t.add_row(r.statistic, f"{r.kendall_w:.2f}", f"{r.min_pairwise_spearman:+.2f}",
-                  _rho(r.spearman_with_target), _rho(r.spearman_with_task), r.flags)
-    return t
+def _table(model: str, options: TrustOptions, res) -> tuple[str, tuple[str, ...], list[tuple[str, ...]]]:
+    """The title, columns and rows of the rankings table."""
+    title = f"{model}: rankings over {len(options.data)} corpora (target {options.target})"
+    columns = ("statistic", "Kendall W", "min pairwise ρ", "ρ with target", "ρ with task", "verdict")
+    rows = [(r.statistic, f"{r.kendall_w:.2f}", f"{r.min_pairwise_spearman:+.2f}",
+             _rho(r.spearman_with_target), _rho(r.spearman_with_task), r.flags)
+            for r in res.table.itertuples()]
+    return title, columns, rows

@@ -18,6 +18,7 @@ _WHERE = {
     "parse_size": "options",
     "plot_curves": "curves",
     "plot_depth": "depth",
+    "plot_depth_panels": "depth_panels",
     "plot_heatmaps": "heatmaps",
     "plot_importance": "importance",
     "plot_schedules": "schedules",

@@ -137,6 +137,21 @@ def _style(arm: str) -> ArmStyle:
     return ArmStyle(colour, linestyle, HASHED_MARKERS[digest[2] % len(HASHED_MARKERS)], known=False)
 
 
+def distinct_colours(names) -> dict[str, str]:
+    """arm -> colour for the arms of `names`, no two alike: a known arm keeps its colour; a hashed one keeps
+    its own where no other arm here has it, else takes the first of HASHED_COLOURS (then of the known
+    colours) that none has. Decided by the set of names alone (in sorted order), not the order they came
+    in: `tlm report` draws every figure of a page with it, so each model has one colour there."""
+    arms = sorted(dict.fromkeys(arm_of(str(n)) for n in names))
+    out = {a: _style(a).colour for a in arms if _style(a).known}
+    spare = [c for c in (*HASHED_COLOURS, *(k.colour for k in KNOWN.values())) if c not in out.values()]
+    for arm in (a for a in arms if a not in out):
+        own = _style(arm).colour
+        colour = own if own not in out.values() else next((c for c in spare if c not in out.values()), own)
+        out[arm] = colour
+    return out
+
+
 def luminance(colour) -> float:
     """Grey level (0 black - 1 white) of a colour printed in greyscale: Rec. 601 luma, what PIL's
     convert("L") computes."""

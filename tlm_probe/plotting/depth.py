@@ -33,6 +33,7 @@ from tlm_probe.plotting.style import (
     stat_label,
     title_with_provenance,
 )
+from tlm_probe.statistic_names import value_range
 
 X_AXES = {"depth": "normalised depth l / (L − 1)", "layer": "layer index l"}
 MARKER_AREA = 36.0  # points² for a layer of mean width; a 1.5x layer gets 1.5x the area
@@ -68,14 +69,21 @@ def plot_depth(
         ax = fig.add_subplot()
         tapered = False
         for entry, members in groups.items():
-            style = style_for(members[0], colours)
-            if len(members) > 1:
-                _draw_seeds(ax, rows, members, x, style)
-            summary = seed_summary(rows, members, x)
-            tapered |= _draw_line(ax, summary, x, entry_label(entry, members), style)
+            tapered |= draw_entry(ax, rows, entry, members, x, style_for(members[0], colours))[2]
         seeded = any(len(m) > 1 for m in groups.values())
         _decorate(ax, rows, groups, statistic, x, (tapered, seeded), title)
     return fig
+
+
+def draw_entry(ax, rows: pd.DataFrame, entry: str, members: list[str], x: str,
+               style) -> tuple[str, object, bool]:
+    """One entry (a model, or the seeds of an arm) on `ax`: its legend label, its line, and whether its
+    marker areas follow changing layer widths."""
+    if len(members) > 1:
+        _draw_seeds(ax, rows, members, x, style)
+    label = legend_label(entry_label(entry, members))
+    statistic = str(rows["statistic"].iloc[0]) if len(rows) else ""
+    return (label, *_draw_line(ax, seed_summary(rows, members, x), x, label, style, statistic))
 
 
 def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> None:
@@ -86,19 +94,21 @@ def _draw_seeds(ax, rows: pd.DataFrame, members: list[str], x: str, style) -> No
                 linestyle=style.linestyle, linewidth=0.7, alpha=0.45, label="_nolegend_", gid=f"seed:{m}")
 
 
-def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> bool:
+def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style, statistic: str) -> tuple[object, bool]:
     """The entry's line (its legend handle shows colour, line style and marker) and its band; the markers
-    on the line are drawn by a scatter whose areas can follow the layer widths."""
+    on the line are drawn by a scatter whose areas can follow the layer widths. Returns the line and whether
+    they do."""
     xs, ys = one[x].to_numpy(float), one["value"].to_numpy(float)
     grouped = bool((one["n"] > 1).any())
     colour = style.colour
-    ax.plot(xs, ys, label=legend_label(label), linewidth=2.2 if grouped else 1.8,
-            **style.line(markersize=6, markevery=[]))
+    (line,) = ax.plot(xs, ys, label=label, linewidth=2.2 if grouped else 1.8,
+                      **style.line(markersize=6, markevery=[]))
     if grouped:
         std = one["std"].to_numpy(float)
         lo, hi = ys - std, ys + std
     else:
         lo, hi = one["ci_low"].to_numpy(float), one["ci_high"].to_numpy(float)
+    lo, hi = np.clip(lo, *value_range(statistic)), np.clip(hi, *value_range(statistic))  # no band below 0
     if np.isfinite(lo).any() and np.isfinite(hi).any():
         ax.fill_between(xs, lo, hi, color=colour, alpha=0.2, linewidth=0, label="_nolegend_")
     widths = one["d_ff"].to_numpy(float)
@@ -106,7 +116,7 @@ def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style) -> bool:
     areas = MARKER_AREA * widths / widths.mean() if tapered else np.full(len(xs), MARKER_AREA / 2)
     ax.scatter(xs, ys, s=areas, color=colour, marker=style.marker, zorder=3, label="_nolegend_",
                edgecolors="white", linewidths=0.6)
-    return tapered
+    return line, tapered
 
 
 def _decorate(ax, rows, groups, statistic, x, flags, title) -> None:

@@ -4,6 +4,7 @@ and KL / ΔNLL by the target token's frequency. Draws the tidy tables only (no f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,6 +14,8 @@ from matplotlib.figure import Figure
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
 
 CMAP = "viridis"
+MAX_TICKS = (9, 16)  # layer ticks of the CKA panel, across and down
+LEGEND_ROOM = 0.25  # of a panel's height, kept free of data at the top for its legend
 
 
 def cka_grid(cka: pd.DataFrame, statistic: str = "cka_resid") -> np.ndarray:
@@ -30,41 +33,60 @@ def _cka_panel(ax, grid: np.ndarray, names: tuple[str, str]) -> None:
     ax.scatter(best, np.arange(len(best)), marker="o", s=18, facecolors="none", edgecolors="white",
                label="best match in B")
     ax.grid(False)
-    ax.set_xticks(range(grid.shape[1]))
-    ax.set_yticks(range(grid.shape[0]))
-    ax.set_xlabel("layer of B")
+    # a tick per layer ran together past ~10 layers on this narrow panel
+    ax.set_xticks(range(0, grid.shape[1], math.ceil(grid.shape[1] / MAX_TICKS[0])))
+    ax.set_yticks(range(0, grid.shape[0], math.ceil(grid.shape[0] / MAX_TICKS[1])))
+    ax.set_xlabel("layer of B (circles: best match)")  # a legend here covered cells and marks
     ax.set_ylabel("layer of A")
     ax.set_title("linear CKA (residual stream)")
-    ax.legend(loc="upper right", fontsize="x-small", framealpha=0.6)
     ax.figure.colorbar(image, ax=ax, label="CKA")
+
+
+def _legend_room(ax, values: list[np.ndarray], share: float = LEGEND_ROOM) -> None:
+    """Raise the y axis' top so that the top `share` of the panel holds no data: the legend goes there and
+    covers no point or bar."""
+    finite = np.concatenate([np.asarray(v, float)[np.isfinite(np.asarray(v, float))] for v in values] or [[]])
+    if not finite.size:
+        return
+    low, high = min(float(finite.min()), 0.0) if ax.patches else float(finite.min()), float(finite.max())
+    span = (high - low) or abs(high) or 1.0
+    bottom = low - 0.05 * span
+    ax.set_ylim(bottom, bottom + (high + 0.05 * span - bottom) / (1 - share))
 
 
 def _drift_panel(ax, layers: pd.DataFrame, pairing: str) -> None:
     drift = layers[layers["statistic"] == "drift_resid"].dropna(subset=["value"])
     best = layers[layers["statistic"] == "cka_best"].dropna(subset=["value"])
     if not drift.empty:
-        ax.plot(drift["depth"], drift["value"], marker="o", label=f"drift ‖h_A − h_B‖/‖h_B‖ (by {pairing})")
+        ax.plot(drift["depth"], drift["value"], marker="o", label=f"drift (paired by {pairing})")
     ax.plot(best["depth"], best["value"], marker="s", linestyle="--", label="best CKA in B")
     ax.set_xlabel("depth of A's layer")
-    ax.set_ylabel("drift, CKA")
+    ax.set_ylabel("drift ‖h_A − h_B‖ / ‖h_B‖, best CKA")
     ax.set_title("per layer of A" if not drift.empty else "per layer of A (no drift: widths differ)")
-    ax.legend(fontsize="x-small")
+    _legend_room(ax, [drift["value"], best["value"]])
+    ax.legend(loc="upper center", fontsize="x-small")
+
+
+def _count(n: int) -> str:
+    """'394', '2,447', '15.3k': four buckets' counts side by side under narrow bars ran together."""
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f}M"
+    return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
 
 
 def _tokens_panel(ax, tokens: pd.DataFrame) -> None:
     rows = tokens[tokens["bucket_kind"] == "target_count"]
     x = np.arange(len(rows))
     ax.bar(x - 0.2, rows["kl_mean"], width=0.4, label="KL(A ‖ B)")
-    ax.bar(x + 0.2, rows["dnll_mean"], width=0.4, label="ΔNLL = NLL_A − NLL_B")
+    ax.bar(x + 0.2, rows["dnll_mean"], width=0.4, label="ΔNLL (NLL_A − NLL_B)")
     ax.axhline(0.0, color="0.3", linewidth=0.8)
-    ax.set_xticks(x, [f"{b}\n{n:,}" for b, n in zip(rows["bucket"], rows["n"], strict=True)],
+    ax.set_xticks(x, [f"{b}\n{_count(n)}" for b, n in zip(rows["bucket"], rows["n"], strict=True)],
                   fontsize="x-small")
-    top = float(np.nanmax([rows["kl_mean"].max(), rows["dnll_mean"].max(), 0.0]))
-    ax.set_ylim(top=top * 1.4 if top > 0 else None)  # room for the legend above the bars
-    ax.set_xlabel("target's count (predictions)")
+    _legend_room(ax, [rows["kl_mean"], rows["dnll_mean"]])
+    ax.set_xlabel("target's count\n(predictions)")  # one line ran past the figure's right edge
     ax.set_ylabel("nats per prediction")
     ax.set_title("by target frequency")
-    ax.legend(fontsize="x-small")
+    ax.legend(loc="upper center", fontsize="x-small")
 
 
 def plot_diff(cka: pd.DataFrame, layers: pd.DataFrame, tokens: pd.DataFrame, *, names: tuple[str, str],

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.curves import plot_curves
 from tlm_probe.plotting.depth import plot_depth
+from tlm_probe.plotting.depth_panels import plot_depth_panels
 from tlm_probe.plotting.diff import plot_diff
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
@@ -35,6 +36,8 @@ from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.plotting.trust import plot_trust
 from tlm_probe.stats.sweep import sweep_table
 
+HEATMAP_STATS = ("alignment", "angular_distance", "cka_linear")  # what the hint asks for: the default set and
+# the two matrices that need no second pass
 PROBE_IT = {"compare": "tlm probe {p}/runs/NAME --out DIR", "run": "tlm probe {p} --out DIR"}
 
 
@@ -72,17 +75,20 @@ def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) == 1 and input_kind(paths[0]) in ("diff", "trust"):  # `tlm plot DIFF|TRUST`: its own
         return BUILDERS[input_kind(paths[0])](paths, opts, notes)
     results, _, _ = _probe_tables(paths)
-    stat = _one(opts.statistic, "align_mlp_mid", "depth")
-    notes += lacking_notes(results, results["model"], stat)
+    stats = list(dict.fromkeys(opts.statistic)) or ["align_mlp_mid"]
+    for stat in stats:
+        notes += lacking_notes(results, results["model"], stat)
     notes += split_note(results)
-    return plot_depth(results, stat, x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
+    if len(stats) > 1:  # small multiples: one panel per statistic
+        return plot_depth_panels(results, stats, x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
+    return plot_depth(results, stats[0], x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
 def _heatmap(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     _, matrices, tokens = _probe_tables(paths)
     if matrices is None:
-        raise UserError("these probe results have no layer×layer matrices (matrices.csv); "
-                        "probe with matrix statistics (angular distance, CKA) first")
+        raise UserError("these probe results have no layer×layer matrices (matrices.csv); probe with "
+                        f"`tlm probe MODEL --stats {','.join(HEATMAP_STATS)} --out DIR` first")
     stat = _one(opts.statistic, str(matrices["statistic"].iloc[0]), "heatmap")
     notes += lacking_notes(matrices, tokens, stat, "matrices")
     return plot_heatmaps(matrices, stat, size=opts.pixels, dpi=opts.dpi, title=opts.title, tokens=tokens)

@@ -60,7 +60,7 @@ class PlotOptions:
     kind: str = field(default="depth", metadata={"help": f"Figure kind: {' | '.join(FIGURE_KINDS)}."})
     """One of FIGURE_KINDS."""
     statistic: tuple[str, ...] = ()
-    """Statistic to draw (repeat for importance panels; curves: train_loss, val_loss)."""
+    """Statistic to draw (repeat for one panel each: depth, importance; curves: train_loss, val_loss)."""
     x: str = "depth"
     """x axis of a depth figure: depth (l/(L-1), overlays models of any depth) | layer."""
     size: str | tuple[int, int] = size_text(DEFAULT_SIZE)

@@ -9,6 +9,7 @@ import pandas as pd
 from tlm_probe import importance as imp
 from tlm_probe.capture import ProbeModel
 from tlm_probe.results import AGREEMENT_COLUMNS, MATRIX_COLUMNS, RESULT_COLUMNS
+from tlm_probe.statistic_names import value_range
 
 
 def why_no_agreement(stat: str, skipped: dict, refused: dict) -> str:
@@ -76,7 +77,17 @@ def result_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame:
     }
     extra = [c for c in keys if c not in RESULT_COLUMNS and c != "n_sequences"]
     columns = RESULT_COLUMNS + extra
-    return pd.DataFrame({c: derived[c] if c in derived else given.get(c, np.nan) for c in columns})
+    table = pd.DataFrame({c: derived[c] if c in derived else given.get(c, np.nan) for c in columns})
+    return within_range(table)
+
+
+def within_range(table: pd.DataFrame) -> pd.DataFrame:
+    """ci_low and ci_high cut to the values each row's statistic can take (statistic_names.value_range):
+    the normal interval of a mean near a bound reaches past it (a block_influence of 0.001 ± 0.003)."""
+    bounds = np.array([value_range(s) for s in table["statistic"]], dtype=float).reshape(-1, 2)
+    for column in ("ci_low", "ci_high"):
+        table[column] = np.clip(table[column].to_numpy(dtype=float), bounds[:, 0], bounds[:, 1])
+    return table
 
 
 def matrix_table(pm: ProbeModel, rows: list[dict]) -> pd.DataFrame | None:

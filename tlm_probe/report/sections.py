@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.plotting.colours import distinct_colours
 from tlm_probe.plotting.curves import band_note, plot_curves
 from tlm_probe.plotting.depth import plot_depth
+from tlm_probe.plotting.depth_panels import plot_depth_panels
 from tlm_probe.plotting.heatmaps import plot_heatmaps
 from tlm_probe.plotting.importance import default_proxies, plot_importance
 from tlm_probe.plotting.inputs import (
@@ -46,7 +48,8 @@ DEPTH_FIRST = (
     "mlp_influence",
     "attn_influence",
 )
-MAX_DEPTH_FIGURES = 16
+MAX_DEPTH_STATS = 16
+PANELS_PER_FIGURE = 6
 SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -63,10 +66,18 @@ def build_document(paths: Sequence[str | Path], options: ReportOptions | None = 
     trained = [(n, k, loaders[k](p)) for n, (p, k) in enumerate(kinds) if k in loaders]
     # probe folders inside a comparison (tlm demo) join the probes given directly
     probe_paths = [p for p, k in kinds if k == "probe"] + [q for _, _, c in trained for q in c.probes]
-    probes = [load_probe(p) for p in dict.fromkeys(probe_paths)]
-    # every figure draws an arm in its one look (plotting.colours), whichever other arms it holds
-    sections: list[Section] = probe_sections(probes, size, dpi) if probes else []
-    sections += [training_section(comp, k, n, size, dpi) for n, k, comp in trained]
+    # a folder given itself and again inside a comparison (or spelt two ways) is one probe: collapsed
+    unique: dict[Path, Path] = {}
+    for p in probe_paths:
+        unique.setdefault(Path(p).resolve(), p)
+    probes = [load_probe(p) for p in unique.values()]
+    # one colour per model on the whole page, no two alike (plotting.colours.distinct_colours); the names
+    # as the figures show them (merge_probes names a model that two probes hold after their folders)
+    probed = merge_probes(probes)[0]["model"].astype(str) if probes else []
+    colours = distinct_colours([*probed, *(m for _, _, c in trained if not c.curves.empty
+                                           for m in c.curves["arm"].astype(str))])
+    sections: list[Section] = probe_sections(probes, size, dpi, colours) if probes else []
+    sections += [training_section(comp, k, n, size, dpi, colours) for n, k, comp in trained]
     sections += [diff_section(p, n, size, dpi) for n, (p, k) in enumerate(kinds) if k == "diff"]
     sections += [trust_section(p, n, size, dpi) for n, (p, k) in enumerate(kinds) if k == "trust"]
     summary = comparison_summary([c for _, k, c in trained if k == "compare"])
@@ -106,25 +117,16 @@ def _name(prefix: str, k: int, stat: str) -> str:
     return f"{prefix}-{k:02d}-{SAFE.sub('_', stat)[:40]}"
 
 
-def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
+def probe_sections(probes: list[ProbeResult], size, dpi, colours: dict | None = None) -> list[Section]:
+    """The probe results' sections; `colours` (arm -> colour) the page's, else distinct among these models."""
     results, matrices = merge_probes(probes)
+    colours = colours or distinct_colours(results["model"])
     stats = _ordered_stats(results)
     overview = Section("Probe results", [Table("probed models (provenance: at the end)",
                                                probe_overview(results))])
-    depth = Section(
-        "Statistics vs depth",
-        [
-            FigureBlock(
-                _name("depth", k, s),
-                f"{s} against normalised depth, one line per model",
-                lambda s=s: plot_depth(results, s, size=size, dpi=dpi),
-                notes=lacking_notes(results, results["model"], s) + split_note(results),
-            )
-            for k, s in enumerate(stats[:MAX_DEPTH_FIGURES])
-        ],
-    )
-    if len(stats) > MAX_DEPTH_FIGURES:
-        depth.blocks.append(Text(f"{len(stats) - MAX_DEPTH_FIGURES} more statistics are in the tables below"))
+    depth = Section("Statistics vs depth", depth_blocks(results, stats[:MAX_DEPTH_STATS], size, dpi, colours))
+    if len(stats) > MAX_DEPTH_STATS:
+        depth.blocks.append(Text(f"{len(stats) - MAX_DEPTH_STATS} more statistics are in the tables below"))
     sections = [overview, depth]
     importance = default_proxies(results)
     if importance:
@@ -135,7 +137,7 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
                     FigureBlock(
                         "importance",
                         f"importance proxies per layer: {', '.join(importance)}",
-                        lambda: plot_importance(results, importance, size=size, dpi=dpi),
+                        lambda: plot_importance(results, importance, size=size, dpi=dpi, colours=colours),
                         notes=[n for p in importance for n in lacking_notes(results, results["model"], p)]
                         + split_note(results),
                     )
@@ -157,6 +159,26 @@ def probe_sections(probes: list[ProbeResult], size, dpi) -> list[Section]:
         caption = "Spearman agreement of each proxy with the ablation effect across layers (agreement.csv)"
         tables.blocks.insert(0, Table(caption, pd.concat(agreement)[columns]))
     return [*sections, tables]
+
+
+def depth_blocks(results: pd.DataFrame, stats: list[str], size, dpi, colours: dict) -> list[FigureBlock]:
+    """The first statistic at full size (the Summary's headline), the others as small multiples of up to
+    PANELS_PER_FIGURE panels each: 15 full-size figures of one line chart each read as a wall."""
+    def notes(chunk):
+        return [n for s in chunk for n in lacking_notes(results, results["model"], s)] + split_note(results)
+
+    head, rest = stats[:1], stats[1:]
+    blocks = [FigureBlock(_name("depth", 0, s), f"{s} against normalised depth, one line per model",
+                          lambda s=s: plot_depth(results, s, size=size, dpi=dpi, colours=colours),
+                          notes=notes([s])) for s in head]
+    for k in range(0, len(rest), PANELS_PER_FIGURE):
+        chunk = rest[k:k + PANELS_PER_FIGURE]
+        blocks.append(FigureBlock(
+            _name("depth", 1 + k // PANELS_PER_FIGURE, "panels"),
+            f"{', '.join(chunk)} against normalised depth, one panel each, one line per model",
+            lambda c=chunk: plot_depth_panels(results, c, size=size, dpi=dpi, colours=colours),
+            notes=notes(chunk)))
+    return blocks
 
 
 def is_full_matrix(rows: pd.DataFrame) -> bool:
@@ -237,7 +259,7 @@ def eval_section(table: pd.DataFrame) -> Section:
     )
 
 
-def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
+def training_section(comp: Comparison, kind: str, n: int, size, dpi, colours: dict | None = None) -> Section:
     label = {"compare": "Comparison", "run": "Training run"}[kind]
     section = Section(f"{label}: {comp.path.name}", [Text(f"folder: {comp.path}")])
     captions = {
@@ -252,7 +274,7 @@ def training_section(comp: Comparison, kind: str, n: int, size, dpi) -> Section:
             FigureBlock(
                 _name("curves", n, comp.path.name),
                 caption,
-                lambda: plot_curves(comp.curves, size=size, dpi=dpi),
+                lambda: plot_curves(comp.curves, size=size, dpi=dpi, colours=colours),
             )
         )
     return section

@@ -1,0 +1,7 @@
+"""The names of the files of a probe result folder: a module of its own, importable without pandas, so that
+`tlm probe` checks its --out folder before its seconds of imports (tlm_probe.results re-exports them)."""
+
+RESULTS, MATRICES, AGREEMENT, PROVENANCE = "results", "matrices", "agreement", "provenance.json"
+OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES, AGREEMENT) for ext in ("csv", "parquet")}
+OURS |= {PROVENANCE}
+"""Every file a probe writes into its folder: the ones it may replace there."""
