@@ -112,7 +112,8 @@ def _layer_line(l: int, row: list, best, drift) -> str:
 
     finite = [x for x in row if x is not None]
     return (f"  layer {l}: CKA with B's layer {l} {num(row[l] if l < len(row) else None)}, best match "
-            f"B{best if best is not None else '?'} ({num(max(finite) if finite else None)}); drift {num(drift)}")
+            f"B{best if best is not None else '?'} ({num(max(finite) if finite else None)}); "
+            f"drift {num(drift)}")
 
 
 def _print_seeds(s: dict) -> None:

@@ -60,7 +60,8 @@ def _drift_panel(ax, layers: pd.DataFrame, pairing: str) -> None:
 def _tokens_panel(ax, tokens: pd.DataFrame) -> None:
     rows = tokens[tokens["bucket_kind"] == "target_count"]
     if len(rows) > MAX_BUCKETS:
-        raise UserError(f"{len(rows):,} frequency buckets to draw, more than the {MAX_BUCKETS} tlm diff writes")
+        raise UserError(f"{len(rows):,} frequency buckets to draw, more than the {MAX_BUCKETS} tlm diff "
+                        "writes")
     x = np.arange(len(rows))
     ax.bar(x - 0.2, rows["kl_mean"], width=0.4, label="KL(A ‖ B)")
     ax.bar(x + 0.2, rows["dnll_mean"], width=0.4, label="ΔNLL = NLL_A − NLL_B")

@@ -137,7 +137,8 @@ def check_trust(s: dict, table: pd.DataFrame, folder: Path) -> None:
           f"a list of 1..{MAX_CORPORA} names", s["corpora"])
     for key in ("min_w", "min_spearman"):
         _need(_num(s[key], -1.0, 1.0, none=False), where, key, "a number in -1..1", s[key])
-    _need(s.get("model") is None or isinstance(s.get("model"), str), where, "model", "a string", s.get("model"))
+    model = s.get("model")
+    _need(model is None or isinstance(model, str), where, "model", "a string", model)
     _need(s.get("n_tokens") is None or isinstance(s.get("n_tokens"), dict), where, "n_tokens",
           "an object", s.get("n_tokens"))
     for c, n in (s.get("n_tokens") or {}).items():

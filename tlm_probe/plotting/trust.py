@@ -45,7 +45,8 @@ def plot_trust(table: pd.DataFrame, *, thresholds: dict, model: str, corpora: Se
                title: str | None = None) -> Figure:
     """thresholds: {"min_w": ..., "min_spearman": ...} as trust.json records them."""
     if len(table) > MAX_STATISTICS:
-        raise UserError(f"{len(table):,} statistics to draw, more than the {MAX_STATISTICS} a trust figure holds")
+        raise UserError(f"{len(table):,} statistics to draw, more than the {MAX_STATISTICS} a trust figure "
+                        "holds")
     stats, labels, values = trust_grid(table)
     flags = flagged_cells(table, thresholds)
     with figure_style():
