@@ -224,3 +224,69 @@ def test_plotting_bounds_what_it_draws():
     table = pd.DataFrame({"statistic": [f"s{i}" for i in range(5000)], "kendall_w": 0.5, "flags": "ok"})
     with pytest.raises(UserError, match="5,000 statistics"):
         plot_trust(table, thresholds={"min_w": 0.5, "min_spearman": 0.5}, model="m", corpora=["a", "b"])
+
+
+# ---- 3. lm-eval's failures are one error line; eval checks its --out first ---------------------------------
+TASK_YAML = """task: mytask
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: t.jsonl
+output_type: multiple_choice
+test_split: test
+doc_to_text: "{{context}}"
+doc_to_choice: "{{choices}}"
+doc_to_target: label
+metric_list:
+  - metric: acc
+"""
+GOOD_LINE = '{"context": "a", "choices": ["b", "c"], "label": 0}\n'
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    ("", "is empty"),
+    ("\n\n", "holds no documents"),
+    (GOOD_LINE + '{"context": "a", "choic\n', "t.jsonl:2 is not valid JSON"),
+    (GOOD_LINE + "[1, 2]\n", "document 2 is a JSON list"),
+])
+@pytest.mark.parametrize("command", ["eval", "trust"])
+def test_a_bad_task_data_file_is_one_line_naming_the_task_and_file(models, tmp_path, data, says, command):
+    (tmp_path / "t.yaml").write_text(TASK_YAML)
+    (tmp_path / "t.jsonl").write_text(data)
+    task = str(tmp_path / "t.yaml")
+    args = {"eval": ["eval", str(models["a"]), "--tasks", task, "--out", str(tmp_path / "o")],
+            "trust": ["trust", str(models["a"]), "--data", str(models["ids"]), "--data", "builtin:pydoc",
+                      "--task", task, "--out", str(tmp_path / "o")]}[command]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 1, r.output
+    (line,) = error_lines(r.output)
+    assert "task 'mytask'" in line and str(tmp_path / "t.jsonl") in line and says in line, line
+    assert "loaded" not in r.output  # refused before the model loads
+    assert not (tmp_path / "o" / "results.csv").exists()
+
+
+def test_what_datasets_raises_in_the_harness_is_one_line():
+    from datasets.exceptions import DatasetGenerationError
+
+    from tlm_probe.eval.run import harness_data_errors
+
+    with pytest.raises(UserError, match="could not read the data of task\\(s\\) a, b: no documents"):
+        with harness_data_errors(["a", "b"]):
+            raise StopIteration
+    with pytest.raises(UserError, match="task\\(s\\) t: JSON parse error"):
+        with harness_data_errors(["t"]):
+            try:
+                raise ValueError("JSON parse error at line 2")
+            except ValueError as e:
+                raise DatasetGenerationError("An error occurred") from e
+
+
+def test_eval_refuses_to_replace_a_users_results_before_loading(models, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "results.csv").write_text("my,own\n")
+    r = runner.invoke(app, ["eval", str(models["a"]), "--tasks", "pydoc-mc", "--out", str(out)])
+    assert r.exit_code == 1, r.output
+    (line,) = error_lines(r.output)
+    assert "refusing to replace" in line and "results.csv" in line
+    assert "loaded" not in r.output and (out / "results.csv").read_text() == "my,own\n"

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
 def check_output(out: Path, inputs=()) -> None:
     """Before any work: DIR may be new, empty or an earlier eval result; nothing else is replaced, and
     nothing the command reads (model, data, task files) is inside, around or at DIR."""
-    from tlm_probe.files.fileio import check_apart, check_kind
+    from tlm_probe.files.fileio import check_apart, check_kind, foreign
 
     check_apart(out, inputs)
     check_kind(out, "eval")  # a probe's results.csv is not an earlier eval result
@@ -103,6 +103,10 @@ def check_output(out: Path, inputs=()) -> None:
         raise UserError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in EVAL_MARKERS):
         raise UserError(f"--out {out} holds other files and is not a tlm eval result; choose another folder")
+    clash = sorted(set(foreign(out)) & set(EVAL_MARKERS)) if out.is_dir() else []
+    if clash:  # checked here, not when the results are published after the work (issue 49)
+        raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first, or "
+                        "choose another --out)")
     parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
     if not os.access(parent, os.W_OK):
         raise UserError(f"--out {out} cannot be written ({parent} is not writable)")
