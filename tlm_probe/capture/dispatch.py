@@ -67,6 +67,39 @@ def parse_device_map(spec: str):
     raise UserError(f"--device-map must be one of {', '.join(DEVICE_MAPS)} or a .json file, got {spec!r}")
 
 
+def check_dispatch_options(device_map: str, max_memory: str) -> None:
+    """Both options read as they will be at load time, when the options are made (before the data or the
+    model: a typo was once refused after 13-21 s of loading; issue 49)."""
+    if max_memory and not device_map:
+        raise UserError("--max-memory caps a dispatch: give --device-map too (e.g. --device-map auto)")
+    if device_map:
+        parse_device_map(device_map)
+    parse_max_memory(max_memory)
+
+
+def check_map_covers(model, device_map) -> None:
+    """An explicit map (a JSON file) must name modules of `model` (built on the meta device: no weights)
+    and place every one of its parameters; else one line listing the model's top-level modules (accelerate
+    would otherwise leave them on one device, or ignore the map)."""
+    if not isinstance(device_map, dict):
+        return
+    names = [n for n, _ in model.named_parameters()]
+    modules = {n for n, _ in model.named_modules()}
+    tops = ", ".join(n for n, _ in model.named_children())
+
+    def covered(param: str) -> bool:
+        return any(k == "" or param == k or param.startswith(f"{k}.") for k in device_map)
+
+    unknown = [k for k in device_map if k and k not in modules and k not in names]
+    if unknown:
+        raise UserError(f"--device-map names {unknown[0]!r}, which is no module of the model; its "
+                        f"top-level modules: {tops}")
+    missing = [n for n in names if not covered(n)]
+    if missing:
+        raise UserError(f"--device-map places {len(names) - len(missing)} of the model's {len(names)} "
+                        f"parameters (not {missing[0]}, ...); map every one of its top-level modules: {tops}")
+
+
 def from_pretrained_kwargs(device_map: str, max_memory: str) -> dict:
     """The keywords of `from_pretrained` that dispatch the model (with an offload folder removed at exit)."""
     folder = tempfile.mkdtemp(prefix="tlm-offload-")

@@ -214,6 +214,8 @@ def _load_tlm_dispatched(folder: Path, name: str, dtype: str, unsafe_pickle: boo
     dispatch = dict(dispatch)
     if isinstance(dispatch["device_map"], str):
         dispatch["device_map"] = _tlm_device_map(TLMForCausalLM, folder, dtype, dispatch)
+    else:
+        _check_map(TLMForCausalLM, TLMForCausalLM.config_class.from_pretrained(str(folder)), dispatch, False)
     dispatch.pop("max_memory")
     try:
         model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **dispatch)
@@ -312,6 +314,7 @@ def _load_hf(
     adapter = stack_adapter(model_type, stack) if stack else known_adapter(model_type)  # None: discovery
     auto = AutoModelForCausalLM if adapter is None or adapter.is_causal else AutoModel
     auto = adapter.model_class() if adapter is not None and adapter.model_class else auto
+    _check_map(auto, config, dispatch, trust_remote_code)
     try:
         model = auto.from_pretrained(
             source,
@@ -326,6 +329,20 @@ def _load_hf(
     placed = bool((dispatch or {}).get("device_map"))
     model = model if placed else model.to(device)  # a dispatched model stays where accelerate put it
     return wrap_model(model, load_tokenizer(source), name, folder, adapter=adapter)
+
+
+def _check_map(auto, config, dispatch: dict | None, trust_remote_code: bool) -> None:
+    """An explicit --device-map places every parameter (checked on an empty copy: no weights read)."""
+    if not dispatch or not isinstance(dispatch.get("device_map"), dict):
+        return
+    from accelerate import init_empty_weights
+
+    from tlm_probe.capture.dispatch import check_map_covers
+
+    with init_empty_weights():
+        empty = auto.from_config(config, trust_remote_code=trust_remote_code) if hasattr(auto, "from_config") \
+            else auto(config)
+    check_map_covers(empty, dispatch["device_map"])
 
 
 def load_tokenizer(source: str | Path) -> Any | None:

@@ -92,6 +92,13 @@ def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
     if ta is not None and tb is not None and _ids(ta, CHECK_TEXT) != _ids(tb, CHECK_TEXT):
         raise UserError("the models' tokenizers give different ids for the same text; diff needs one "
                         "tokenizer")
+    lacking = [pm.name for pm in (pa, pb) if pm.tokenizer is None]
+    if lacking and rank() == 0:  # a skipped check is said, in one line (issue 49)
+        import sys
+
+        print(f"note: {' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no tokenizer: the check "
+              "that both models give the same ids to the same text was skipped (only the vocabulary sizes "
+              f"were compared: {pa.vocab_size} ids)", file=sys.stderr)
 
 
 def _ids(tok, text: str) -> list[int]:

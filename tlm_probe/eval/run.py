@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tlm_probe.api_names import renamed_keywords
-from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP, check_dispatch_options
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP, resolve_split
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
@@ -119,6 +119,7 @@ def check_values(opts: EvalOptions) -> None:
     if opts.split not in SPLIT_CHOICES:
         raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
     check_seed(opts.seed, "--seed")
+    check_dispatch_options(opts.device_map, opts.max_memory)
 
 
 @dataclass
