@@ -290,3 +290,100 @@ def test_eval_refuses_to_replace_a_users_results_before_loading(models, tmp_path
     (line,) = error_lines(r.output)
     assert "refusing to replace" in line and "results.csv" in line
     assert "loaded" not in r.output and (out / "results.csv").read_text() == "my,own\n"
+
+
+# ---- 4. no silent acceptance ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    from models_zoo import build_model
+
+    root = tmp_path_factory.mktemp("gpt2")
+    return {"tok": build_model("gpt2", root / "g"), "bare": build_model("gpt2", root / "n", tokenizer=False)}
+
+
+@pytest.mark.parametrize(("mapping", "says"), [
+    ({"transformer.h.0": "cpu"}, "places 12 of the model's 41 parameters"),
+    ({"nothing": "cpu"}, "names 'nothing', which is no module of the model"),
+    ({}, "places 0 of the model's 41 parameters"),
+])
+def test_a_device_map_must_place_every_parameter(gpt2, models, tmp_path, mapping, says):
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(mapping))
+    r = runner.invoke(app, ["probe", str(gpt2["tok"]), "--data", str(models["ids"]), "--out",
+                            str(tmp_path / "o"), "--device-map", str(path)])
+    assert r.exit_code == 1, r.output
+    (line,) = error_lines(r.output)
+    assert says in line and "top-level modules: transformer, lm_head" in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_whole_device_map_still_loads(gpt2, models, tmp_path):
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"transformer": "cpu", "lm_head": "cpu"}))
+    r = runner.invoke(app, ["probe", str(gpt2["tok"]), "--data", str(models["ids"]), "--out",
+                            str(tmp_path / "o"), "--device-map", str(path), "--stats", "align_mlp_mid"])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.fixture(scope="module")
+def half_a(models, tmp_path_factory):
+    from tlm_probe.probe.engine import probe
+    from tlm_probe.results import write_results
+
+    out = tmp_path_factory.mktemp("halves") / "a"
+    res = probe(str(models["a"]), str(models["ids"]), stats="norm_ratio_mlp", half="a", full=True)
+    write_results(out, res.table, res.matrices, res.provenance)
+    return out
+
+
+def _edited_probe(src: Path, dst: Path, **prov) -> Path:
+    dst.mkdir()
+    (dst / "results.csv").write_text((src / "results.csv").read_text())
+    doc = json.loads((src / "provenance.json").read_text())
+    for key, value in prov.items():
+        parent, _, leaf = key.rpartition(".")
+        (doc[parent] if parent else doc)[leaf] = value
+    (dst / "provenance.json").write_text(json.dumps(doc))
+    return dst
+
+
+def test_check_with_refuses_what_makes_it_vacuous(half_a, tmp_path):
+    base = ["schedule", "--statistic", "norm_ratio_mlp", "--multiple-of", "32", "--out", str(tmp_path / "s.json")]
+    other = _edited_probe(half_a, tmp_path / "other", content_hash="f" * 64, **{"options.half": "b"})
+    same_half = _edited_probe(half_a, tmp_path / "same")
+    half_b = _edited_probe(half_a, tmp_path / "b", **{"options.half": "b"})
+    cases = {
+        (): "--check-with is read only with --from-probe",
+        ("--from-probe", str(half_a)): "is the --from-probe folder itself",
+        ("--from-probe", str(other)): "probed another model",
+        ("--from-probe", str(same_half)): "both probed half 'a' of",
+    }
+    for extra, says in cases.items():
+        r = runner.invoke(app, [*(base if extra else base[:1]), *extra, "--check-with", str(half_a)])
+        assert r.exit_code == 1, (extra, r.output)
+        (line,) = error_lines(r.output)
+        assert says in line, line
+        assert not (tmp_path / "s.json").exists()
+    ok = runner.invoke(app, [*base, "--from-probe", str(half_b), "--check-with", str(half_a)])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_diff_says_when_it_skips_the_tokenizer_check(gpt2, tmp_path):
+    r = runner.invoke(app, ["diff", str(gpt2["tok"]), str(gpt2["bare"]), "--data", "builtin:pydoc",
+                            "--max-tokens", "128", "--out", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if "no tokenizer" in ln]
+    assert notes == ["note: n has no tokenizer: the check that both models give the same ids to the same "
+                     "text was skipped (only the vocabulary sizes were compared: 320 ids)"], r.output
+
+
+def test_a_yaml_key_given_twice_is_refused(tmp_path):
+    from tlm_probe.files.yamlfile import load_file
+
+    (tmp_path / "c.yaml").write_text("model:\n  d_model: 64\n  n_layers: 2\n  d_model: 128\n")
+    with pytest.raises(UserError, match="holds the key 'd_model' twice \\(lines 2 and 4\\)"):
+        load_file(tmp_path / "c.yaml")
+    (tmp_path / "m.yaml").write_text("base: &b {x: 1}\nother:\n  <<: *b\n  y: 2\n")
+    assert load_file(tmp_path / "m.yaml")["other"] == {"x": 1, "y": 2}
+    r = runner.invoke(app, ["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "twice" in r.output, r.output

@@ -93,9 +93,6 @@ def register(app: typer.Typer) -> None:
         With --from-probe PROBE_DIR --statistic NAME --out FILE.json: derive the widths from a probe and
         write a schedule file that `tlm train/compare/sweep --schedule FILE.json` accept."""
         component, derived = options.component, None
-        if probe.from_probe is None and probe.check_with is not None:
-            raise UserError("--check-with checks the widths derived with --from-probe: give --from-probe "
-                            "PROBE_DIR too")
         if probe.from_probe is not None:
             derived = _from_probe(probe, arch, options)
             spec = derived.spec

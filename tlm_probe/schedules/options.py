@@ -117,7 +117,8 @@ class FromProbeOptions:
         check_ranges(self)
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
         if self.from_probe is None:
-            given = [f"--{k}" for k in ("statistic", "model", "out", "trust") if getattr(self, k) is not None]
+            given = [f"--{k.replace('_', '-')}" for k in ("statistic", "model", "out", "trust", "check_with")
+                     if getattr(self, k) is not None]
             if given:  # they would be ignored: say so
                 raise ScheduleError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} read only with "
                                     "--from-probe; drop it or add --from-probe PROBE_DIR")
