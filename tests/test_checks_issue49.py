@@ -348,7 +348,8 @@ def _edited_probe(src: Path, dst: Path, **prov) -> Path:
 
 
 def test_check_with_refuses_what_makes_it_vacuous(half_a, tmp_path):
-    base = ["schedule", "--statistic", "norm_ratio_mlp", "--multiple-of", "32", "--out", str(tmp_path / "s.json")]
+    base = ["schedule", "--statistic", "norm_ratio_mlp", "--multiple-of", "32", "--out",
+            str(tmp_path / "s.json")]
     other = _edited_probe(half_a, tmp_path / "other", content_hash="f" * 64, **{"options.half": "b"})
     same_half = _edited_probe(half_a, tmp_path / "same")
     half_b = _edited_probe(half_a, tmp_path / "b", **{"options.half": "b"})

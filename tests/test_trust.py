@@ -3,8 +3,6 @@ on two copies of one corpus, and the flags on planted disagreements."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from scipy import stats

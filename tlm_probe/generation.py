@@ -71,10 +71,10 @@ class GenerateOptions:
             raise UserError(f"--top-p must be in (0, 1], got {self.top_p}")
         check_seed(self.seed, "--seed")
         check_dispatch_options(self.device_map, self.max_memory)
-        from tlm_probe.capture.loading import DTYPES
+        from tlm_probe.capture.model_source import DTYPE_NAMES  # no torch: a refusal stays quick
 
-        if self.dtype not in DTYPES:
-            raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.dtype not in DTYPE_NAMES:
+            raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPE_NAMES)}")
 
 
 NEEDS_TOKENIZER = ("tlm generate", "to turn the prompt into ids and the ids back into text")

@@ -51,14 +51,18 @@ def register(app: typer.Typer) -> None:
     ):
         """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
-        from tlm_probe.diff.engine import run_diff, write_diff
-        from tlm_probe.diff.pairs import aggregate
+        from tlm_probe.diff.options import check_models
         from tlm_probe.files.fileio import check_apart, claim
+
+        pairs = _pairs(model_a, model_b, run)
+        for _, a, b in pairs:  # before anything is read or loaded: paths, vocabularies (config.json)
+            check_models(str(a), str(b))
+        from tlm_probe.diff.engine import run_diff, write_diff  # torch: after the checks
+        from tlm_probe.diff.pairs import aggregate
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.ranks import process_group, rank
         from tlm_probe.threads import torch_threads
 
-        pairs = _pairs(model_a, model_b, run)
         check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
         main = rank() == 0
         if main:

@@ -62,16 +62,18 @@ def register(app: typer.Typer) -> None:
     ):
         """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
+        from tlm_probe.capture.model_source import check_model_source
         from tlm_probe.commands.probe import import_loaders
         from tlm_probe.eval.run import check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.progress import where
         from tlm_probe.threads import torch_threads
 
-        opts = run.options(options)
         out = run.out
-        check_options(opts)
-        check_output(out, [model, *opts.ppl_data, *opts.tasks])
+        check_model_source(model)
+        check_options(options)  # before the device is resolved (that imports torch): check first
+        check_output(out, [model, *options.ppl_data, *options.tasks])
+        opts = run.options(options)
         # a spinner on a terminal; in a log or a notebook (where rich draws nothing or wants ipywidgets)
         # plain lines per phase instead
         lines = not run.json_out and where() != "terminal"

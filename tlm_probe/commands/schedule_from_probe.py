@@ -201,8 +201,8 @@ def check_stability(derived: Derived, opts: FromProbeOptions, budget: int | None
     import dataclasses
 
     if Path(opts.check_with).resolve() == Path(opts.from_probe).resolve():
-        raise UserError(f"--check-with {opts.check_with} is the --from-probe folder itself: a stability check "
-                        "needs a second probe on disjoint tokens (tlm probe --half b)")
+        raise UserError(f"--check-with {opts.check_with} is the --from-probe folder itself: a stability "
+                        "check needs a second probe on disjoint tokens (tlm probe --half b)")
     other = derive_from_probe(dataclasses.replace(opts, from_probe=opts.check_with, check_with=None),
                               budget, unit)
     _check_not_vacuous(derived.data["source"], other.data["source"], opts)

@@ -96,9 +96,9 @@ def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
     if lacking and rank() == 0:  # a skipped check is said, in one line (issue 49)
         import sys
 
-        print(f"note: {' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no tokenizer: the check "
-              "that both models give the same ids to the same text was skipped (only the vocabulary sizes "
-              f"were compared: {pa.vocab_size} ids)", file=sys.stderr)
+        print(f"note: {' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no tokenizer: the "
+              "check that both models give the same ids to the same text was skipped (only the vocabulary "
+              f"sizes were compared: {pa.vocab_size} ids)", file=sys.stderr)
 
 
 def _ids(tok, text: str) -> list[int]:

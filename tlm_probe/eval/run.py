@@ -9,7 +9,6 @@ reachable: in the cache, or online).
 from __future__ import annotations
 
 import contextlib
-
 import platform
 import tempfile
 import time
