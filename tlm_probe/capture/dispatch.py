@@ -8,6 +8,7 @@ the loaders (capture/loading.py) pass the result to `from_pretrained`.
 from __future__ import annotations
 
 import atexit
+import logging
 import re
 import shutil
 import tempfile
@@ -100,8 +101,35 @@ def check_map_covers(model, device_map) -> None:
                         f"parameters (not {missing[0]}, ...); map every one of its top-level modules: {tops}")
 
 
+NOISE = {
+    "accelerate.big_modeling": "Some parameters are on the meta device because",
+    "accelerate.utils.modeling": "The model weights are not tied.",
+}
+"""accelerate's lines on every dispatch that say nothing a user can act on (issue 49): offloaded weights
+live on the meta device by design (provenance's dispatch.placed says what went where), and our tied
+embedding is tied after the map is planned (capture/loading.py _tlm_device_map keeps both on one device)."""
+
+
+class _DropNoise(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+def silence_dispatch_noise() -> None:
+    """Drop NOISE's lines (only those) from accelerate's loggers, once per process."""
+    for name, prefix in NOISE.items():
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropNoise) for f in log.filters):
+            log.addFilter(_DropNoise(prefix))
+
+
 def from_pretrained_kwargs(device_map: str, max_memory: str) -> dict:
     """The keywords of `from_pretrained` that dispatch the model (with an offload folder removed at exit)."""
+    silence_dispatch_noise()
     folder = tempfile.mkdtemp(prefix="tlm-offload-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return {"device_map": parse_device_map(device_map), "max_memory": parse_max_memory(max_memory),

@@ -123,6 +123,12 @@ class FromProbeOptions:
                 raise ScheduleError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} read only with "
                                     "--from-probe; drop it or add --from-probe PROBE_DIR")
             return
+        for flag in ("from_probe", "check_with", "trust"):  # named here, not as "no results.csv in ."
+            folder = getattr(self, flag)
+            if folder is not None and not Path(folder).is_dir():
+                what = "is not a folder" if Path(folder).exists() else "does not exist"
+                raise ScheduleError(f"--{flag.replace('_', '-')} {folder} {what} (give a `tlm probe --out` "
+                                    f"{'or `tlm trust --out` ' if flag != 'check_with' else ''}folder)")
         if self.statistic is None:
             raise ScheduleError("--from-probe needs --statistic NAME")
         if self.out is None:

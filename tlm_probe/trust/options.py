@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_ranges
+from tlm_probe.statistic_names import asked_statistics
 
 DEFAULT_STATS = ("block_influence,mlp_influence,norm_ratio_mlp,align_mlp_mid,align_abs_mlp_mid,"
                  "logit_lens_kl,ablation_dnll_mlp_zero")
@@ -55,6 +56,7 @@ class TrustOptions:
         if len(self.data) < 2:
             raise UserError("tlm trust compares rankings across corpora: give --data at least twice")
         check_distinct_corpora(self.data)
+        asked_statistics(self.stats)  # `--stats bogus` names bogus, before the target is looked for in it
         names = [s.strip() for s in self.stats.split(",") if s.strip()]
         if self.target not in names:
             raise UserError(f"--target {self.target} must be one of --stats ({', '.join(names)})")
