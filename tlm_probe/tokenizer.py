@@ -131,8 +131,8 @@ def check_vocab_size(name_or_path: str) -> None:
     added = doc.get("added_tokens") if isinstance(doc, dict) else None
     n = (len(vocab) if isinstance(vocab, dict | list) else 0) + (len(added) if isinstance(added, list) else 0)
     if n > MAX_VOCAB:
-        raise UserError(f"{path} holds {n:,} vocabulary entries, more than the {MAX_VOCAB:,} tlm reads: not a "
-                        "tokenizer to train or probe with")
+        raise UserError(f"{path} holds {n:,} vocabulary entries, more than the {MAX_VOCAB:,} tlm reads: not "
+                        "a tokenizer to train or probe with")
 
 
 def load_hf_tokenizer(name_or_path: str) -> HFTokenizer:

@@ -41,8 +41,11 @@ def register(app: typer.Typer) -> None:
         ablated; flagged where the ranking changes with the corpus or disagrees."""
         from tlm_probe.capture.model_source import check_model_source
         from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.trust.options import eval_options, wanted
 
         check_model_source(model)  # before any corpus is read or the model loaded
+        if wanted(options.task):
+            eval_options(options)  # task names, files and data: before torch is imported
         check_apart(run.out, [model, *options.data])
         claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="trust")
         from tlm_probe.files.folder_lock import folder_lock  # torch below: after the checks

@@ -53,16 +53,19 @@ def absent_from_harness(names: list[str]) -> frozenset[str] | None:
     spec = importlib.util.find_spec("lm_eval")
     if spec is None or not spec.origin:
         return None
-    needle, declared = names[0].encode(), set()
-    for folder, _, files in os.walk(os.path.join(os.path.dirname(spec.origin), "tasks")):
-        for f in files:
-            if f.endswith((".yaml", ".yml")):
-                with open(os.path.join(folder, f), "rb") as fh:
-                    text = fh.read()
-                if needle in text:
-                    return None
-                declared.update(m.decode(errors="replace") for m in _DECLARED.findall(text))
+    root = os.path.join(os.path.dirname(spec.origin), "tasks")
+    paths = [os.path.join(d, f) for d, _, files in os.walk(root) for f in files
+             if f.endswith((".yaml", ".yml"))]
+    text = b"\n".join(_read(p) for p in paths)  # one search of ~7 MB: faster than 14k
+    if names[0].encode() in text:
+        return None
+    declared = {m.decode(errors="replace") for m in _DECLARED.findall(text)}
     return frozenset(declared)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _unknown(name: str, pool: list[str]) -> str:

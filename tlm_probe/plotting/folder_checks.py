@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
+
+if TYPE_CHECKING:  # pandas is not imported here: `tlm plot`/`report` check the JSON before importing it
+    import pandas as pd
 
 MAX_LAYERS = 4096
 """The most layers a model diffed or probed may have (the deepest released models have ~100)."""
@@ -129,8 +132,38 @@ def check_diff_tables(tables: dict[str, pd.DataFrame], n_a: int, n_b: int, folde
     _column_in(tokens, "n", 0, 2**62, folder / "tokens.csv", integer=True, nan=False)
 
 
-def check_trust(s: dict, table: pd.DataFrame, folder: Path) -> None:
-    """trust.json's fields and trust.csv's rows the figure and the report read."""
+def read_diff_summary(folder: Path) -> dict:
+    """diff.json of a `tlm diff` folder (bounded read), its fields checked."""
+    where = folder / "diff.json"
+    summary = read_json(where)
+    if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
+        raise UserError(f"{where} is not a tlm diff summary (no model_a, model_b, n_tokens)")
+    check_diff_summary(summary, where)
+    return summary
+
+
+def read_trust_summary(folder: Path) -> dict:
+    """trust.json of a `tlm trust` folder (bounded read), its fields checked."""
+    where = folder / "trust.json"
+    summary = read_json(where)
+    if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
+        raise UserError(f"{where} is not a tlm trust summary (no corpora, min_w, min_spearman)")
+    check_trust_summary(summary, folder)
+    return summary
+
+
+def check_summaries(paths) -> None:
+    """Before `tlm plot`/`tlm report` import pandas and matplotlib: the diff.json or trust.json of each
+    diff or trust folder given (its tables are checked when they are read)."""
+    for p in map(Path, paths):
+        if (p / "diff.json").is_file():
+            read_diff_summary(p)
+        elif (p / "trust.json").is_file():
+            read_trust_summary(p)
+
+
+def check_trust_summary(s: dict, folder: Path) -> None:
+    """trust.json's fields the figure and the report read."""
     where = folder / "trust.json"
     _need(isinstance(s["corpora"], list) and 0 < len(s["corpora"]) <= MAX_CORPORA
           and all(isinstance(c, str) for c in s["corpora"]), where, "corpora",
@@ -144,6 +177,10 @@ def check_trust(s: dict, table: pd.DataFrame, folder: Path) -> None:
     for c, n in (s.get("n_tokens") or {}).items():
         _need(n is None or _int(n, 0, 2**62), where, f"n_tokens[{c!r}]", "an integer >= 0 or null", n)
     _check_task(s.get("task_target"), where)
+
+
+def check_trust_table(table: pd.DataFrame, folder: Path) -> None:
+    """trust.csv's rows: one per statistic, at most MAX_STATISTICS, agreements in range."""
     csv = folder / "trust.csv"
     _rows(table, MAX_STATISTICS, csv)
     _need(not table["statistic"].duplicated().any(), csv, "column 'statistic'", "one row per statistic",

@@ -20,7 +20,12 @@ from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
 from tlm_probe.files.tablefile import MAX_BYTES, WHAT, numeric_columns, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
-from tlm_probe.plotting.folder_checks import check_diff_summary, check_diff_tables, check_trust
+from tlm_probe.plotting.folder_checks import (
+    check_diff_tables,
+    check_trust_table,
+    read_diff_summary,
+    read_trust_summary,
+)
 from tlm_probe.results import ProbeResult, is_trust_folder, read_agreement, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
@@ -218,10 +223,8 @@ DIFF_TABLES = {"cka.csv": (("model", "statistic"), ("layer_i", "layer_j", "value
 def load_diff(path: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
     """diff.json (bounded read) and the tidy tables of a `tlm diff` folder, checked (folder_checks.py)."""
     p = Path(path)
-    summary = read_json(p / "diff.json")
-    if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
-        raise UserError(f"{p / 'diff.json'} is not a tlm diff summary (no model_a, model_b, n_tokens)")
-    n_a, n_b = check_diff_summary(summary, p / "diff.json")
+    summary = read_diff_summary(p)
+    n_a, n_b = summary["n_layers"]
     tables = {name: read_table(p / name, text, required=(*text, *numbers))
               for name, (text, numbers) in DIFF_TABLES.items()}
     check_diff_tables(tables, n_a, n_b, p)
@@ -235,11 +238,9 @@ TRUST_REQUIRED = ("statistic", "kendall_w", "min_pairwise_spearman", "spearman_w
 def load_trust(path: str | Path) -> tuple[dict, pd.DataFrame]:
     """trust.json (bounded read) and trust.csv of a `tlm trust` folder."""
     p = Path(path)
-    summary = read_json(p / "trust.json")
-    if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
-        raise UserError(f"{p / 'trust.json'} is not a tlm trust summary (no corpora, min_w, min_spearman)")
+    summary = read_trust_summary(p)
     table = read_table(p / "trust.csv", ("statistic", "flags"), required=TRUST_REQUIRED)
-    check_trust(summary, table, p)
+    check_trust_table(table, p)
     summary["model"] = summary.get("model") or p.name  # a folder written before trust.json named its model
     return summary, table
 

@@ -9,6 +9,8 @@ from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_ranges
 from tlm_probe.statistic_names import asked_statistics
 
+NO_TASK = "none"
+"""--task none: no task target."""
 DEFAULT_STATS = ("block_influence,mlp_influence,norm_ratio_mlp,align_mlp_mid,align_abs_mlp_mid,"
                  "logit_lens_kl,ablation_dnll_mlp_zero")
 
@@ -94,3 +96,19 @@ def check_distinct_corpora(data: tuple[str, ...]) -> None:
         if a is not None:
             raise UserError(f"--data {b} is the same corpus as --data {a}: a corpus agrees with itself by "
                             "construction; give two different corpora")
+
+
+def wanted(tasks: tuple[str, ...]) -> bool:
+    """Whether --task asks for a task target (`none`: no)."""
+    return tuple(tasks) != (NO_TASK,)
+
+
+def eval_options(opts: TrustOptions):
+    """tlm eval's options for the trust run's tasks (checked there: names, files, task code); light, so
+    that `tlm trust` checks its tasks before torch is imported."""
+    from tlm_probe.eval.run import EvalOptions, check_options
+
+    eval_opts = EvalOptions(tasks=opts.task, limit=opts.task_limit, batch_size=opts.batch_size,
+                            device=opts.device, seed=0)
+    check_options(eval_opts)
+    return eval_opts
