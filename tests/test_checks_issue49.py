@@ -20,7 +20,6 @@ import torch
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.capture.finite import NonFiniteError
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
@@ -78,7 +77,7 @@ def test_probe_refuses_the_same_model_with_the_same_guard(models, tmp_path):
 
 
 def test_the_guard_names_the_first_piece_at_fault():
-    from tlm_probe.capture.finite import refuse_non_finite
+    from tlm_probe.capture.finite import NonFiniteError, refuse_non_finite
 
     ok, bad = torch.ones(3), torch.tensor([1.0, math.inf])
     refuse_non_finite([(0, "x", ok), (1, "y", None)])

@@ -87,16 +87,16 @@ def _hand_correct(folder, items, layer=None, part="mlp"):
             handle.remove()
 
 
-def _ids(tmp_path):
-    ids = tmp_path / "ids.npy"
-    np.save(ids, np.random.default_rng(0).integers(5, 100, (8, 32)).astype(np.uint32))
+def _ids(tmp_path, seed: int = 0):
+    ids = tmp_path / f"ids{seed}.npy"
+    np.save(ids, np.random.default_rng(seed).integers(5, 100, (8, 32)).astype(np.uint32))
     return ids
 
 
 def _trust(tmp_path, model, *extra):
-    ids = _ids(tmp_path)
+    ids, other = _ids(tmp_path), _ids(tmp_path, 1)  # two corpora (one given twice is refused: issue 49)
     out = tmp_path / "t"
-    res = CliRunner().invoke(app, ["trust", str(model), "--data", str(ids), "--data", str(ids),
+    res = CliRunner().invoke(app, ["trust", str(model), "--data", str(ids), "--data", str(other),
                                    "--stats", STATS, "--no-halves", "--device", "cpu", "--task-limit",
                                    str(N_ITEMS), *extra, "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output

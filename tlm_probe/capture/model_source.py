@@ -27,24 +27,30 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in TRUE
 
 
-def hub_cache() -> Path:
-    """Where huggingface_hub keeps downloaded repos (its own rule, without importing it)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "huggingface" / "hub"
+def hub_caches() -> list[Path]:
+    """Where huggingface_hub (and older transformers) keep downloaded repos, by their own rules, without
+    importing them: the first is where a download would go."""
+    env = [os.environ.get(k) for k in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE")]
+    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                                             / "huggingface")
+    return [Path(p).expanduser() for p in (*env, str(Path(home) / "hub")) if p]
 
 
-def check_model_source(model: str, flag: str = "MODEL") -> None:
-    """One UserError line for a model that cannot be there; the loader says the rest."""
+def in_hub_cache(repo: str) -> bool:
+    return any((c / f"models--{repo.replace('/', '--')}").is_dir() for c in hub_caches())
+
+
+def check_model_source(model: str, flag: str = "") -> None:
+    """One UserError line for a model that cannot be there (`flag`: which argument, where there are two);
+    the loader says the rest, in the same words."""
+    which = f" ({flag})" if flag else ""
     source, stack = split_stack(str(model))
     if Path(model).exists() or (stack and Path(source).exists()):
         check_folder(model)  # an unsupported architecture, from config.json alone
         return
     if looks_like_path(source):
-        raise UserError(f"{flag} {model}: no such file or folder (a path: not looked up on the hub)")
-    if hub_offline() and not (hub_cache() / f"models--{source.replace('/', '--')}").is_dir():
-        raise UserError(f"{flag} {model}: no such folder here, and the hub is offline (HF_HUB_OFFLINE) with "
-                        f"no copy of {source!r} in its cache ({hub_cache()})")
+        raise UserError(f"checkpoint folder not found: {model}{which} (a path: not looked up on the hub)")
+    if hub_offline() and not in_hub_cache(source):
+        raise UserError(f"cannot load model {model!r}{which}: no folder {model!r} here, and on the hub: the "
+                        f"hub is offline (HF_HUB_OFFLINE) and its cache ({hub_caches()[0]}) holds no copy of "
+                        f"{source!r}")
