@@ -104,9 +104,10 @@ def test_a_half_with_no_sequence_is_one_error_line(tmp_path):
     import numpy as np
 
     model = _model(tmp_path / "m", [1.0, 1.0])
-    ids = tmp_path / "one.npy"
+    ids, other = tmp_path / "one.npy", tmp_path / "other.npy"
     np.save(ids, np.random.default_rng(0).integers(5, 100, (1, 32)).astype(np.uint32))  # one sequence
-    r = runner.invoke(app, ["trust", str(model), "--data", str(ids), "--data", str(ids), "--stats",
+    np.save(other, np.random.default_rng(1).integers(5, 100, (1, 32)).astype(np.uint32))
+    r = runner.invoke(app, ["trust", str(model), "--data", str(ids), "--data", str(other), "--stats",
                             f"{STAT},ablation_dnll_mlp_zero", "--task", "none", "--device", "cpu",
                             "--out", str(tmp_path / "t")])
     errors = [line for line in r.output.splitlines() if line.startswith("error:")]

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import struct
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.capture.dispatch import parse_device_map, parse_max_memory
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.tokens import read_shard_header
 from tlm_probe.errors import UserError
@@ -28,6 +30,11 @@ from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.files.ownership import check_unchanged, manifest_kind
 from tlm_probe.files.yamlfile import compose_file, load_file
 from tlm_probe.models.safetensors_header import read_safetensors_header
+from tlm_probe.plotting.diff import cka_grid
+from tlm_probe.plotting.inputs import load_diff, load_trust
+from tlm_probe.plotting.trust import flagged_cells, trust_grid
+from tlm_probe.report.diff_section import headline, per_layer
+from tlm_probe.report.trust_section import verdict
 from tlm_probe.results import metrics_lines, read_results
 from tlm_probe.schedules.widths import ScheduleError, read_schedule_file
 
@@ -221,6 +228,7 @@ from pathlib import Path
 from tlm_probe.errors import UserError
 from tlm_probe.files.yamlfile import load_file
 from tlm_probe.results import metrics_lines
+from tlm_probe.capture.dispatch import parse_device_map, parse_max_memory
 from tlm_probe.data.sources import iter_documents
 documents = lambda path: list(iter_documents(str(path)))
 try:
@@ -282,3 +290,71 @@ def test_a_hostile_corpus_line_is_one_error_line(tmp_path, line, says):
     assert res.exit_code == 1 and says in res.output, res.output
     assert res.output.count("error:") == 1 and "Traceback" not in res.output
     assert not (tmp_path / "o").exists()
+
+
+# ---- issue 49: the diff and trust folder readers, and the device-map parser ------------------------------
+RESULTS = os.path.join(os.path.dirname(__file__), "..", "analyses", "results")
+DIFF_FOLDER = os.path.join(RESULTS, "confirm", "diff", "cosine_1.5_0.5-s0-vs-uniform-s0")
+TRUST_FOLDER = os.path.join(RESULTS, "trust", "SmolLM2-135M-Q4_1-task16")
+
+
+def _field_edits(path: str) -> st.SearchStrategy[bytes]:
+    """The valid JSON object in `path` with one top-level field replaced by any JSON value (NaN included),
+    or the whole file mutated."""
+    doc = json.loads(open(path, "rb").read())
+    return st.one_of(
+        st.tuples(st.sampled_from(sorted(doc)), json_values).map(
+            lambda kv: json.dumps({**doc, kv[0]: kv[1]}).encode()),
+        _mutations(json.dumps(doc).encode()),
+    )
+
+
+def _folder_with(tmp_path_factory, src: str, name: str, data: bytes):
+    folder = tmp_path_factory.mktemp("f") / "in"
+    shutil.copytree(src, folder)
+    (folder / name).write_bytes(data)
+    return folder
+
+
+def _drawn_diff(folder) -> None:
+    """What passes the reader goes through the report's tables and the CKA grid without an exception."""
+
+    s, t = load_diff(folder)
+    headline(s), per_layer(s), cka_grid(t["cka.csv"])
+
+
+@FUZZ
+@given(name_data=st.one_of(
+    _field_edits(os.path.join(DIFF_FOLDER, "diff.json")).map(lambda d: ("diff.json", d)),
+    *[_mutations(open(os.path.join(DIFF_FOLDER, n), "rb").read()).map(lambda d, n=n: (n, d))
+      for n in ("cka.csv", "layers.csv", "tokens.csv")]))
+def test_diff_folder_reader(tmp_path_factory, name_data):
+    folder = _folder_with(tmp_path_factory, DIFF_FOLDER, *name_data)
+    _only_user_errors(lambda: _drawn_diff(folder))
+
+
+def _drawn_trust(folder) -> None:
+
+    s, table = load_trust(folder)
+    trust_grid(table), flagged_cells(table, s), verdict(table)
+
+
+@FUZZ
+@given(name_data=st.one_of(
+    _field_edits(os.path.join(TRUST_FOLDER, "trust.json")).map(lambda d: ("trust.json", d)),
+    _mutations(open(os.path.join(TRUST_FOLDER, "trust.csv"), "rb").read()).map(lambda d: ("trust.csv", d))))
+def test_trust_folder_reader(tmp_path_factory, name_data):
+    folder = _folder_with(tmp_path_factory, TRUST_FOLDER, *name_data)
+    _only_user_errors(lambda: _drawn_trust(folder))
+
+
+@FUZZ
+@given(data=st.one_of(_mutations(json.dumps({"embed": 0, "blocks.0": "cpu", "unembed": "disk"}).encode()),
+                      json_values.map(lambda v: json.dumps({"blocks": v}).encode())),
+       memory=st.text(max_size=30))
+def test_device_map_and_max_memory_parsers(tmp_path_factory, data, memory):
+
+    path = tmp_path_factory.mktemp("dm") / "map.json"
+    path.write_bytes(data)
+    _only_user_errors(lambda: parse_device_map(str(path)))
+    _only_user_errors(lambda: parse_max_memory(memory))

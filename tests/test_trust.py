@@ -3,8 +3,6 @@ on two copies of one corpus, and the flags on planted disagreements."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from scipy import stats
@@ -51,21 +49,17 @@ def test_options_refuse_one_corpus_and_a_target_not_probed():
         TrustOptions(data=("a", "b"), stats="block_influence")
 
 
-def test_two_copies_of_one_corpus_agree_perfectly(tmp_path):
-    from models_zoo import build_model
-
-    model = build_model("llama", tmp_path / "m")
+def test_one_corpus_twice_is_refused_before_any_probe(tmp_path):
+    """Two copies of one corpus agree perfectly by construction (W = 1 whatever the statistic): a vacuous
+    check, refused in one line (issue 49) — by name, by another path, or as a byte copy."""
     ids = tmp_path / "ids.npy"
     np.save(ids, np.random.default_rng(0).integers(5, 100, (8, 32)).astype(np.uint32))
     copy = tmp_path / "copy.npy"
     copy.write_bytes(ids.read_bytes())
-    res = CliRunner().invoke(app, ["trust", str(model), "--data", str(ids), "--data", str(copy),
-                                   "--stats", "block_influence,norm_ratio_mlp,ablation_dnll_mlp_zero",
-                                   "--out", str(tmp_path / "t"), "--device", "cpu", "--json"])
-    assert res.exit_code == 0, res.output
-    doc = json.loads((tmp_path / "t" / "trust.json").read_text())
-    assert {r["statistic"] for r in doc["statistics"]} == {"block_influence", "norm_ratio_mlp",
-                                                           "ablation_dnll_mlp_zero"}
-    for r in doc["statistics"]:
-        assert r["kendall_w"] == pytest.approx(1.0) and r["min_pairwise_spearman"] == pytest.approx(1.0)
-    assert (tmp_path / "t" / "values.csv").is_file() and (tmp_path / "t" / "trust.csv").is_file()
+    (tmp_path / "sub").mkdir()
+    for a, b in ((ids, copy), (ids, tmp_path / "sub" / ".." / "ids.npy"), ("builtin:pydoc", "builtin:pydoc")):
+        res = CliRunner().invoke(app, ["trust", str(tmp_path / "no-model"), "--data", str(a), "--data",
+                                       str(b), "--out", str(tmp_path / "t")])
+        assert res.exit_code == 1, res.output
+        assert res.output.count("error:") == 1 and "is the same corpus as --data" in res.output
+        assert not (tmp_path / "t").exists()

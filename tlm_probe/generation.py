@@ -9,7 +9,7 @@ import warnings
 from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 
-from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP, check_dispatch_options
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import CONFIG, read_config_json
 from tlm_probe.ranges import check_ranges
@@ -70,10 +70,11 @@ class GenerateOptions:
         if not 0 < self.top_p <= 1:  # nan fails this too
             raise UserError(f"--top-p must be in (0, 1], got {self.top_p}")
         check_seed(self.seed, "--seed")
-        from tlm_probe.capture.loading import DTYPES
+        check_dispatch_options(self.device_map, self.max_memory)
+        from tlm_probe.capture.model_source import DTYPE_NAMES  # no torch: a refusal stays quick
 
-        if self.dtype not in DTYPES:
-            raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.dtype not in DTYPE_NAMES:
+            raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPE_NAMES)}")
 
 
 NEEDS_TOKENIZER = ("tlm generate", "to turn the prompt into ids and the ids back into text")

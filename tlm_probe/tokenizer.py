@@ -113,10 +113,34 @@ def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_BPE_VOCAB) -> HFTo
     return HFTokenizer(fast, "bpe", f"bpe:{vocab_size}")
 
 
+MAX_VOCAB = 2**20
+"""The most entries a tokenizer may have (the largest released vocabularies hold ~262k): a bigger one is
+refused before the tokenizers library builds it (and a model allocates an embedding row per entry)."""
+
+
+def check_vocab_size(name_or_path: str) -> None:
+    """A local tokenizer.json's entries (its model's vocabulary plus added tokens), counted through the
+    bounded JSON reader, at most MAX_VOCAB (issue 49: 2M entries once ended in an allocator traceback)."""
+    path = Path(name_or_path)
+    path = path / "tokenizer.json" if path.is_dir() else path
+    if path.name != "tokenizer.json" or not path.is_file():
+        return
+    doc = read_json(path)
+    model = doc.get("model") if isinstance(doc, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    added = doc.get("added_tokens") if isinstance(doc, dict) else None
+    n = (len(vocab) if isinstance(vocab, dict | list) else 0) + (len(added) if isinstance(added, list) else 0)
+    if n > MAX_VOCAB:
+        raise UserError(f"{path} holds {n:,} vocabulary entries, more than the {MAX_VOCAB:,} tlm reads: not "
+                        "a tokenizer to train or probe with")
+
+
 def load_hf_tokenizer(name_or_path: str) -> HFTokenizer:
     from transformers import AutoTokenizer
 
     from tlm_probe import register_with_transformers
+
+    check_vocab_size(name_or_path)
 
     register_with_transformers()  # a tlm run folder's byte tokenizer loads through AutoTokenizer
     try:

@@ -8,6 +8,7 @@ the loaders (capture/loading.py) pass the result to `from_pretrained`.
 from __future__ import annotations
 
 import atexit
+import logging
 import re
 import shutil
 import tempfile
@@ -67,8 +68,68 @@ def parse_device_map(spec: str):
     raise UserError(f"--device-map must be one of {', '.join(DEVICE_MAPS)} or a .json file, got {spec!r}")
 
 
+def check_dispatch_options(device_map: str, max_memory: str) -> None:
+    """Both options read as they will be at load time, when the options are made (before the data or the
+    model: a typo was once refused after 13-21 s of loading; issue 49)."""
+    if max_memory and not device_map:
+        raise UserError("--max-memory caps a dispatch: give --device-map too (e.g. --device-map auto)")
+    if device_map:
+        parse_device_map(device_map)
+    parse_max_memory(max_memory)
+
+
+def check_map_covers(model, device_map) -> None:
+    """An explicit map (a JSON file) must name modules of `model` (built on the meta device: no weights)
+    and place every one of its parameters; else one line listing the model's top-level modules (accelerate
+    would otherwise leave them on one device, or ignore the map)."""
+    if not isinstance(device_map, dict):
+        return
+    names = [n for n, _ in model.named_parameters()]
+    modules = {n for n, _ in model.named_modules()}
+    tops = ", ".join(n for n, _ in model.named_children())
+
+    def covered(param: str) -> bool:
+        return any(k == "" or param == k or param.startswith(f"{k}.") for k in device_map)
+
+    unknown = [k for k in device_map if k and k not in modules and k not in names]
+    if unknown:
+        raise UserError(f"--device-map names {unknown[0]!r}, which is no module of the model; its "
+                        f"top-level modules: {tops}")
+    missing = [n for n in names if not covered(n)]
+    if missing:
+        raise UserError(f"--device-map places {len(names) - len(missing)} of the model's {len(names)} "
+                        f"parameters (not {missing[0]}, ...); map every one of its top-level modules: {tops}")
+
+
+NOISE = {
+    "accelerate.big_modeling": "Some parameters are on the meta device because",
+    "accelerate.utils.modeling": "The model weights are not tied.",
+}
+"""accelerate's lines on every dispatch that say nothing a user can act on (issue 49): offloaded weights
+live on the meta device by design (provenance's dispatch.placed says what went where), and our tied
+embedding is tied after the map is planned (capture/loading.py _tlm_device_map keeps both on one device)."""
+
+
+class _DropNoise(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+def silence_dispatch_noise() -> None:
+    """Drop NOISE's lines (only those) from accelerate's loggers, once per process."""
+    for name, prefix in NOISE.items():
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropNoise) for f in log.filters):
+            log.addFilter(_DropNoise(prefix))
+
+
 def from_pretrained_kwargs(device_map: str, max_memory: str) -> dict:
     """The keywords of `from_pretrained` that dispatch the model (with an offload folder removed at exit)."""
+    silence_dispatch_noise()
     folder = tempfile.mkdtemp(prefix="tlm-offload-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return {"device_map": parse_device_map(device_map), "max_memory": parse_max_memory(max_memory),

@@ -13,16 +13,14 @@ import operator
 import torch
 
 from tlm_probe.capture.adapters import MIXER_ONLY, PARALLEL, POST_LN, SEQUENTIAL
+from tlm_probe.capture.finite import NonFiniteError as NonFiniteError  # re-exported: its old home
+from tlm_probe.capture.finite import non_finite, refuse_non_finite
 from tlm_probe.capture.rows import SEQUENTIAL_CROSS
 from tlm_probe.errors import UserError
 
 
 class GuardrailError(UserError):
     """The captured activations contradict the adapter (a hook never fired, pieces do not add up)."""
-
-
-class NonFiniteError(UserError):
-    """The model produced inf/NaN activations; the message names the first layer and piece."""
 
 
 # kind -> [(piece, terms that must sum to it)]
@@ -181,9 +179,7 @@ def _sum_rows(kind: str, names: tuple[str, ...], dtypes: tuple[torch.dtype, ...]
 
 
 def _check_finite_pieces(layer: int, picked: dict[str, torch.Tensor]) -> None:
-    for name, x in picked.items():
-        if not bool(torch.isfinite(x).all()):
-            raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
+    refuse_non_finite((layer, name, x) for name, x in picked.items())
 
 
 def picker(counted: torch.Tensor):
@@ -228,7 +224,7 @@ def check_finite(squares: list[tuple[int, str, torch.Tensor]], index) -> None:
     if bool(finite.all()):
         return
     layer, name, _ = squares[int((~finite).nonzero()[0, 0])]
-    raise NonFiniteError(f"non-finite activations (inf/NaN) at layer {layer} in {name}")
+    raise non_finite(layer, name)
 
 
 def _check_sum(layer: int, lhs: str, terms: tuple[str, ...], raw: dict, picked: dict, taps: dict):

@@ -25,6 +25,7 @@ from tlm_probe.capture.adapters import (
     stack_adapter,
 )
 from tlm_probe.capture.dispatch import from_pretrained_kwargs
+from tlm_probe.capture.model_source import DTYPE_NAMES, looks_like_path
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.capture.seq2seq import decoder_start
 from tlm_probe.capture.widths import check_declared, declared_widths, layer_mlp, neuron_refusal
@@ -35,12 +36,7 @@ from tlm_probe.models.verify import PICKLE_WEIGHTS
 from tlm_probe.progress import Phase
 from tlm_probe.tokenizer import META as TOKENIZER_META
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 GGUF_SUFFIX = ".gguf"
 GENERIC_NAMES = ("model", "models", "checkpoint", "final", "hf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
@@ -203,7 +199,7 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
             return wrap_model(model, load_tokenizer(folder), name, folder)
         check_supported(raw.get("model_type"))  # fail early and clearly on an unsupported family
         _check_weights(folder, unsafe_pickle)
-    elif _looks_like_path(str(path_or_name)):
+    elif looks_like_path(str(path_or_name)):
         raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
     else:
         name = str(path_or_name)
@@ -230,6 +226,8 @@ def _load_tlm_dispatched(folder: Path, name: str, dtype: str, unsafe_pickle: boo
     dispatch = dict(dispatch)
     if isinstance(dispatch["device_map"], str):
         dispatch["device_map"] = _tlm_device_map(TLMForCausalLM, folder, dtype, dispatch)
+    else:
+        _check_map(TLMForCausalLM, TLMForCausalLM.config_class.from_pretrained(str(folder)), dispatch, False)
     dispatch.pop("max_memory")
     try:
         model = TLMForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **dispatch)
@@ -263,7 +261,7 @@ def _load_stack(
         stack_adapter(read_config_json(folder).get("model_type"), stack)  # refuse before heavy imports
         _check_weights(folder, allow_pickle)
         name = folder.resolve().parent.name if folder.name in GENERIC_NAMES else folder.name
-    elif _looks_like_path(source):
+    elif looks_like_path(source):
         raise UserError(f"checkpoint folder not found: {source} (a path: not looked up on the hub)")
     else:
         name = source
@@ -279,12 +277,6 @@ def _load_stack(
     )
     decoder_start(pm.model.config)  # refused now, not at the first batch
     return pm
-
-
-def _looks_like_path(s: str) -> bool:
-    # "runs/cosinee" with runs/ on disk is a mistyped folder, not a hub repo: no 31 s of hub retries
-    in_local_dir = "/" in s and Path(s.split("/")[0]).is_dir()
-    return s.startswith((".", "/", "~")) or s.count("/") > 1 or Path(s).suffix != "" or in_local_dir
 
 
 def _check_weights(folder: Path, allow_pickle: bool) -> None:
@@ -328,6 +320,7 @@ def _load_hf(
     adapter = stack_adapter(model_type, stack) if stack else known_adapter(model_type)  # None: discovery
     auto = AutoModelForCausalLM if adapter is None or adapter.is_causal else AutoModel
     auto = adapter.model_class() if adapter is not None and adapter.model_class else auto
+    _check_map(auto, config, dispatch, trust_remote_code)
     try:
         model = auto.from_pretrained(
             source,
@@ -342,6 +335,20 @@ def _load_hf(
     placed = bool((dispatch or {}).get("device_map"))
     model = model if placed else model.to(device)  # a dispatched model stays where accelerate put it
     return wrap_model(model, load_tokenizer(source), name, folder, adapter=adapter)
+
+
+def _check_map(auto, config, dispatch: dict | None, trust_remote_code: bool) -> None:
+    """An explicit --device-map places every parameter (checked on an empty copy: no weights read)."""
+    if not dispatch or not isinstance(dispatch.get("device_map"), dict):
+        return
+    from accelerate import init_empty_weights
+
+    from tlm_probe.capture.dispatch import check_map_covers
+
+    with init_empty_weights():
+        empty = auto.from_config(config, trust_remote_code=trust_remote_code) \
+            if hasattr(auto, "from_config") else auto(config)
+    check_map_covers(empty, dispatch["device_map"])
 
 
 def load_tokenizer(source: str | Path) -> Any | None:

@@ -51,14 +51,18 @@ def register(app: typer.Typer) -> None:
     ):
         """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
-        from tlm_probe.diff.engine import run_diff, write_diff
-        from tlm_probe.diff.pairs import aggregate
+        from tlm_probe.diff.options import check_models
         from tlm_probe.files.fileio import check_apart, claim
+
+        pairs = _pairs(model_a, model_b, run)
+        for _, a, b in pairs:  # before anything is read or loaded: paths, vocabularies (config.json)
+            check_models(str(a), str(b))
+        from tlm_probe.diff.engine import run_diff, write_diff  # torch: after the checks
+        from tlm_probe.diff.pairs import aggregate
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.ranks import process_group, rank
         from tlm_probe.threads import torch_threads
 
-        pairs = _pairs(model_a, model_b, run)
         check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
         main = rank() == 0
         if main:
@@ -82,11 +86,7 @@ def register(app: typer.Typer) -> None:
                       f"{s['kl_mean']:.4g} nats/token, ΔNLL (A - B) {s['dnll_mean']:+.4f}",
                       highlight=False, markup=False)
         for l, (row, best) in enumerate(zip(s["cka"], s["best_match"], strict=True)):
-            diag = row[l] if l < len(row) and row[l] is not None else float("nan")
-            drift = s["drift"][l]
-            console.print(f"  layer {l}: CKA with B's layer {l} {diag:.3f}, best match B{best} "
-                          f"({max(x for x in row if x is not None):.3f}); drift "
-                          f"{'n/a' if drift is None else f'{drift:.3f}'}", highlight=False, markup=False)
+            console.print(_layer_line(l, row, best, s["drift"][l]), highlight=False, markup=False)
         _print_stats(s)
         extra = ", stats.csv" if s.get("stats") else ""
         console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv{extra}", highlight=False)
@@ -107,6 +107,17 @@ def _pairs(model_a: str, model_b: str, run: DiffRun) -> list[tuple]:
     from tlm_probe.diff.pairs import seed_pairs
 
     return seed_pairs(Path(model_a), run.arm, run.baseline)
+
+
+def _layer_line(l: int, row: list, best, drift) -> str:
+    """One layer of the summary; a value the diff could not compute (None in diff.json) reads n/a."""
+    def num(x) -> str:
+        return "n/a" if x is None else f"{x:.3f}"
+
+    finite = [x for x in row if x is not None]
+    return (f"  layer {l}: CKA with B's layer {l} {num(row[l] if l < len(row) else None)}, best match "
+            f"B{best if best is not None else '?'} ({num(max(finite) if finite else None)}); "
+            f"drift {num(drift)}")
 
 
 def _print_seeds(s: dict) -> None:

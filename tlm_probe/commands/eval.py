@@ -62,16 +62,18 @@ def register(app: typer.Typer) -> None:
     ):
         """Score a model on harness tasks (acc, acc_norm, perplexity) and held-out data (ppl, bits/byte)."""
         os.environ.setdefault("TQDM_DISABLE", "1")  # before lm_eval/datasets import tqdm: one status line
+        from tlm_probe.capture.model_source import check_model_source
         from tlm_probe.commands.probe import import_loaders
         from tlm_probe.eval.run import check_options, load_scorer, run_eval, stays_offline
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.progress import where
         from tlm_probe.threads import torch_threads
 
-        opts = run.options(options)
         out = run.out
-        check_options(opts)
-        check_output(out, [model, *opts.ppl_data, *opts.tasks])
+        check_model_source(model)
+        check_options(options)  # before the device is resolved (that imports torch): check first
+        check_output(out, [model, *options.ppl_data, *options.tasks])
+        opts = run.options(options)
         # a spinner on a terminal; in a log or a notebook (where rich draws nothing or wants ipywidgets)
         # plain lines per phase instead
         lines = not run.json_out and where() != "terminal"
@@ -95,7 +97,7 @@ def register(app: typer.Typer) -> None:
 def check_output(out: Path, inputs=()) -> None:
     """Before any work: DIR may be new, empty or an earlier eval result; nothing else is replaced, and
     nothing the command reads (model, data, task files) is inside, around or at DIR."""
-    from tlm_probe.files.fileio import check_apart, check_kind
+    from tlm_probe.files.fileio import check_apart, check_kind, foreign
 
     check_apart(out, inputs)
     check_kind(out, "eval")  # a probe's results.csv is not an earlier eval result
@@ -103,6 +105,10 @@ def check_output(out: Path, inputs=()) -> None:
         raise UserError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not any((out / m).exists() for m in EVAL_MARKERS):
         raise UserError(f"--out {out} holds other files and is not a tlm eval result; choose another folder")
+    clash = sorted(set(foreign(out)) & set(EVAL_MARKERS)) if out.is_dir() else []
+    if clash:  # checked here, not when the results are published after the work (issue 49)
+        raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first, or "
+                        "choose another --out)")
     parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
     if not os.access(parent, os.W_OK):
         raise UserError(f"--out {out} cannot be written ({parent} is not writable)")

@@ -35,7 +35,10 @@ def register(app: typer.Typer) -> None:
         run: GenerateRun,
     ):
         """Generate text from a model (greedy by default; --temperature/--top-p sample, seeded)."""
-        from tlm_probe import generation
+        from tlm_probe.capture.model_source import check_model_source
+
+        check_model_source(model)
+        from tlm_probe import generation  # torch: after the checks
         from tlm_probe.commands.probe import import_loaders
         from tlm_probe.threads import torch_threads
 

@@ -35,6 +35,9 @@ def register(app: typer.Typer) -> None:
         run: PlotRun,
     ):
         """Draw one figure from result tables and save it (written to a temporary file, then renamed)."""
+        from tlm_probe.plotting.folder_checks import check_summaries
+
+        check_summaries(inputs or [])  # a diff's or trust's JSON, before pandas and matplotlib are imported
         from tlm_probe.plotting.figures import build_figure
         from tlm_probe.plotting.style import figure_format, save_figure
 

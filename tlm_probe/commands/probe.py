@@ -86,17 +86,13 @@ def register(app: typer.Typer) -> None:
         run: ProbeRun,
     ):
         """Measure how each layer's MLP and attention outputs align with the residual stream."""
-        from tlm_probe.capture.adapters import (
-            check_folder,
-            enable_discovery,
-            load_adapter_file,
-            register_adapter,
-        )
+        from tlm_probe.capture.adapters import enable_discovery, load_adapter_file, register_adapter
+        from tlm_probe.capture.model_source import check_model_source
 
         enable_discovery(run.discover)
         if run.adapter is not None:
             register_adapter(load_adapter_file(run.adapter))
-        check_folder(model)  # an unsupported architecture is refused before the heavy imports below
+        check_model_source(model)  # a missing path, an offline hub name, an unsupported architecture: first
         check_not_weights(options.data)
         out = run.out
         check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))

@@ -189,6 +189,7 @@ def derive_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
         "statistic": opts.statistic, "rule": rule.to_dict(), "values": values, "probed_d_ff": probed,
         "ratios": ratios,
         "probed_model": {k: (prov.get("architecture") or {}).get(k) for k in ("d_model", "vocab_size")},
+        "tokens": _tokens_read(prov),
     }
     return Derived(out, schedule_file_dict(widths, d_ff, multiple_of, source))
 
@@ -199,8 +200,12 @@ def check_stability(derived: Derived, opts: FromProbeOptions, budget: int | None
     recorded in the schedule file and printed either way."""
     import dataclasses
 
+    if Path(opts.check_with).resolve() == Path(opts.from_probe).resolve():
+        raise UserError(f"--check-with {opts.check_with} is the --from-probe folder itself: a stability "
+                        "check needs a second probe on disjoint tokens (tlm probe --half b)")
     other = derive_from_probe(dataclasses.replace(opts, from_probe=opts.check_with, check_with=None),
                               budget, unit)
+    _check_not_vacuous(derived.data["source"], other.data["source"], opts)
     a, b = derived.data["widths"], other.data["widths"]
     if len(a) != len(b):
         raise UserError(f"--check-with {opts.check_with} has {len(b)} layers, --from-probe {len(a)}")
@@ -219,6 +224,28 @@ def check_stability(derived: Derived, opts: FromProbeOptions, budget: int | None
                                                       "max_diff_units": units, "layers_moved": moved,
                                                       "stable": stable, "limit_units": opts.max_unstable}}
     return dataclasses.replace(derived, data={**derived.data, "source": source})
+
+
+def _tokens_read(prov: dict) -> dict:
+    """Which tokens a probe read (its provenance): the source, the split and the half (a | b | "")."""
+    data, options = prov.get("data") or {}, prov.get("options") or {}
+    return {"source": data.get("source"), "split": data.get("split"), "half": options.get("half") or ""}
+
+
+def _check_not_vacuous(a: dict, b: dict, opts: FromProbeOptions) -> None:
+    """Two probes that make the stability check vacuous are refused (issue 49): another model (the content
+    hashes both provenances record differ), or the same tokens (the same half of the same source and split,
+    or both of all of it)."""
+    if a.get("model_hash") and b.get("model_hash") and a["model_hash"] != b["model_hash"]:
+        raise UserError(f"--check-with {opts.check_with} probed another model than --from-probe "
+                        f"{opts.from_probe} (weights hash {b['model_hash'][:12]} vs {a['model_hash'][:12]}): "
+                        "a stability check compares two probes of one model")
+    ta, tb = a.get("tokens") or {}, b.get("tokens") or {}
+    if ta and ta == tb and ta.get("source") is not None:
+        half = f"half {ta['half']!r} of " if ta["half"] else ""
+        raise UserError(f"--check-with {opts.check_with} and --from-probe {opts.from_probe} both probed "
+                        f"{half}{ta['source']} ({ta['split']} split): the same tokens agree by construction; "
+                        "probe the other half (tlm probe --half a / --half b) or another split")
 
 
 def write_from_probe(opts: FromProbeOptions, d_ff: int | None = None,

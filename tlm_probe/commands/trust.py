@@ -39,13 +39,18 @@ def register(app: typer.Typer) -> None:
         Kendall's W of its per-layer ranking across them, the lowest pairwise Spearman, and its Spearman
         with the ablation target and with the accuracy lost on --task when each layer's MLP (or block) is
         ablated; flagged where the ranking changes with the corpus or disagrees."""
+        from tlm_probe.capture.model_source import check_model_source
         from tlm_probe.files.fileio import check_apart, claim
-        from tlm_probe.files.folder_lock import folder_lock
-        from tlm_probe.threads import torch_threads
-        from tlm_probe.trust.engine import run_trust, write_trust
+        from tlm_probe.trust.options import eval_options, wanted
 
+        check_model_source(model)  # before any corpus is read or the model loaded
+        if wanted(options.task):
+            eval_options(options)  # task names, files and data: before torch is imported
         check_apart(run.out, [model, *options.data])
         claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="trust")
+        from tlm_probe.files.folder_lock import folder_lock  # torch below: after the checks
+        from tlm_probe.threads import torch_threads
+        from tlm_probe.trust.engine import run_trust, write_trust
         with folder_lock(run.out), torch_threads(run.threads, "--threads"):
             res = run_trust(model, options, progress=not run.json_out,
                             trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)

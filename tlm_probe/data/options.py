@@ -21,6 +21,7 @@ class PrepareOptions:
 
     def __post_init__(self):
         check_ranges(self)
-        from tlm_probe.tokenizer import parse_bpe
+        from tlm_probe.tokenizer import check_vocab_size, parse_bpe
 
         parse_bpe(self.tokenizer)  # a malformed bpe:VOCAB is refused before any file is read
+        check_vocab_size(self.tokenizer)  # so is a tokenizer.json too big to build

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture import sequences as sq
+from tlm_probe.capture.finite import refuse_non_finite
 from tlm_probe.capture.native import first_tensor, register_taps
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.data.sources import resolve_split
@@ -91,6 +92,13 @@ def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
     if ta is not None and tb is not None and _ids(ta, CHECK_TEXT) != _ids(tb, CHECK_TEXT):
         raise UserError("the models' tokenizers give different ids for the same text; diff needs one "
                         "tokenizer")
+    lacking = [pm.name for pm in (pa, pb) if pm.tokenizer is None]
+    if lacking and rank() == 0:  # a skipped check is said, in one line (issue 49)
+        import sys
+
+        print(f"note: {' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no tokenizer: the "
+              "check that both models give the same ids to the same text was skipped (only the vocabulary "
+              f"sizes were compared: {pa.vocab_size} ids)", file=sys.stderr)
 
 
 def _ids(tok, text: str) -> list[int]:
@@ -211,6 +219,8 @@ def _batch(pa, pb, taps, ids: torch.Tensor, mask: torch.Tensor, opts: DiffOption
     else:
         logits_a = first_tensor(pa.forward(ids, mask)).float()  # (B, T, V)
         logits_b = first_tensor(pb.forward(ids, mask)).float()
+    _refuse_non_finite(pa, taps[0], logits_a, mask.bool())
+    _refuse_non_finite(pb, taps[1], logits_b, mask.bool())
     keep = mask.bool().clone()
     if opts.exclude_bos:
         keep[:, 0] = False
@@ -231,6 +241,15 @@ def _batch(pa, pb, taps, ids: torch.Tensor, mask: torch.Tensor, opts: DiffOption
     dnll = (lb - la).gather(-1, ids[:, 1:, None]).squeeze(-1)[has_target]  # NLL_A - NLL_B
     pos = torch.arange(ids.shape[1] - 1).expand_as(has_target)[has_target]
     acc.tokens.add(kl.cpu(), dnll.cpu(), pos.cpu(), targets.cpu())
+
+
+def _refuse_non_finite(pm: ProbeModel, taps: _Taps, logits: torch.Tensor, real: torch.Tensor) -> None:
+    """The shared guard (capture/finite.py) on what one model wrote this batch at its real (not padding)
+    tokens, before any sum takes it."""
+    pieces = [(l, piece, x) for l in range(pm.n_layers)
+              for piece, x in (("mlp_out", taps.mlp[l]), ("resid_post", taps.out[l]))]
+    refuse_non_finite(((l, p, x[real] if x is not None else None) for l, p, x in
+                       [*pieces, (None, "logits", logits)]), model=pm.name)
 
 
 def _result(pa: ProbeModel, pb: ProbeModel, acc: _Acc, opts: DiffOptions, seconds: float) -> DiffResult:
@@ -256,6 +275,15 @@ def _result(pa: ProbeModel, pb: ProbeModel, acc: _Acc, opts: DiffOptions, second
                             for r in acc.stats.rows()]
         summary["stats_ci"] = CI_OVER_SEQUENCES
     return DiffResult(summary, cka, drift)
+
+
+def finite_json(x):
+    """`x` with every non-finite float made None (JSON has no NaN: a bare NaN is not valid JSON)."""
+    if isinstance(x, dict):
+        return {k: finite_json(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite_json(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _matrix(m: np.ndarray) -> list[list[float | None]]:
@@ -307,7 +335,8 @@ def write_diff(out: Path, res: DiffResult) -> None:
     from tlm_probe.files.fileio import publish, temp_folder
 
     with temp_folder(out) as tmp:
-        (tmp / "diff.json").write_text(json.dumps(res.summary, indent=1, default=str) + "\n")
+        (tmp / "diff.json").write_text(json.dumps(finite_json(res.summary), indent=1, default=str,
+                                                  allow_nan=False) + "\n")
         for name, rows in tables(res).items():
             pd.DataFrame(rows).to_csv(tmp / name, index=False)
         publish(tmp, out, "diff")

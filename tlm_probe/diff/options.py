@@ -37,6 +37,8 @@ class DiffOptions:
 
     def __post_init__(self):
         check_ranges(self)
+        if self.seq_len == 1:
+            raise UserError("--seq-len 1 leaves no next token to predict: give 0 (automatic) or at least 2")
         if self.split not in SPLIT_CHOICES:
             raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
         diff_statistics(self.stats)  # a typo is refused at start-up, before a model is loaded
@@ -55,3 +57,24 @@ def diff_statistics(spec: str) -> tuple[str, ...]:
                         f" {', '.join(other[:3])}{more} are importance statistics: probe each model with "
                         "`tlm probe --stats` for those")
     return asked
+
+
+def check_models(model_a: str, model_b: str) -> None:
+    """What can be known of the pair before loading either (issue 49): each is there (or a hub name the
+    loader may find), and where both are folders, their config.json declare the same vocabulary size."""
+    from pathlib import Path
+
+    from tlm_probe.capture.model_source import check_model_source
+    from tlm_probe.models.config_file import read_config_json
+
+    check_model_source(model_a, "MODEL_A")
+    check_model_source(model_b, "MODEL_B")
+    sizes = []
+    for m in (model_a, model_b):
+        folder = Path(m)
+        raw = read_config_json(folder) if (folder / "config.json").is_file() else {}
+        vocab = raw.get("vocab_size", (raw.get("text_config") or {}).get("vocab_size"))
+        sizes.append(vocab if isinstance(vocab, int) and not isinstance(vocab, bool) else None)
+    if None not in sizes and sizes[0] != sizes[1]:
+        raise UserError(f"the models read different vocabularies ({sizes[0]} vs {sizes[1]} ids, their "
+                        "config.json): tlm diff compares next-token predictions over one vocabulary")

@@ -8,6 +8,7 @@ reachable: in the cache, or online).
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import tempfile
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tlm_probe.api_names import renamed_keywords
-from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP, check_dispatch_options
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP, resolve_split
 from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
 from tlm_probe.errors import UserError
@@ -122,6 +123,7 @@ def check_values(opts: EvalOptions) -> None:
     if opts.split not in SPLIT_CHOICES:
         raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
     check_seed(opts.seed, "--seed")
+    check_dispatch_options(opts.device_map, opts.max_memory)
 
 
 @dataclass
@@ -218,21 +220,38 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
     paths = localise([Path(t) for t in opts.tasks if t not in BUILDERS and Path(t).exists()], folder,
                      _tolerant_loader())
     names = [n for t in opts.tasks for n in _task_names(t)]
-    out = run_tasks(
-        scorer,
-        names,
-        [folder, *{p if p.is_dir() else p.parent for p in paths}] if builtin or paths else [],
-        limit=opts.limit or None,
-        seed=opts.seed,
-        trust_code=opts.trust_task_code,
-        builtin_only=len(builtin) + len(paths) == len(opts.tasks),
-    )
+    with harness_data_errors(names):
+        out = run_tasks(
+            scorer,
+            names,
+            [folder, *{p if p.is_dir() else p.parent for p in paths}] if builtin or paths else [],
+            limit=opts.limit or None,
+            seed=opts.seed,
+            trust_code=opts.trust_task_code,
+            builtin_only=len(builtin) + len(paths) == len(opts.tasks),
+        )
     if out is None:
         raise UserError("lm-evaluation-harness returned no results")
     configs = out.get("configs", {})
     others = [t for t in out["results"] if t not in BUILDERS]
     prov = written + [{"task": t, "config_sha256": _config_hash(configs.get(t, {}))} for t in others]
     return tidy_rows(scorer.pm.name, out), prov, out.get("samples", {})
+
+
+@contextlib.contextmanager
+def harness_data_errors(names: list[str]):
+    """What datasets raises while the harness reads a task's data (a file the check before the run could
+    not judge: a malformed CSV, a JSON document of the wrong shape) is one error line naming the tasks and
+    the data file datasets names, not its traceback (issue 49)."""
+    from datasets.exceptions import DatasetGenerationError
+
+    try:
+        yield
+    except (StopIteration, DatasetGenerationError) as e:
+        cause = e.__cause__ or e.__context__
+        why = str(cause or e).strip().splitlines()[0][:200] if str(cause or e).strip() else "no documents"
+        raise UserError(f"lm-evaluation-harness could not read the data of task(s) {', '.join(names)}: "
+                        f"{why}") from None
 
 
 def _task_names(task: str) -> list[str]:

@@ -181,11 +181,43 @@ def _check_data_files(given: Path, configs: dict[Path, _Config]) -> None:
             continue  # a URL or a pattern: the harness's own business
         p = Path(name).expanduser()
         looked = [p] if p.is_absolute() else [Path.cwd() / p, *([key.parent / p] if beside_ok else [])]
-        if not any(q.exists() for q in looked):
+        found = [q for q in looked if q.exists()]
+        if not found:
             where = " or ".join(str(q) for q in looked)
             raise UserError(f"task config {given}: its data file {name!r} (dataset_kwargs.data_files"
                             f"{f' {split}' if split else ''}) does not exist (looked for {where}); fix the "
                             "path in the config")
+        task = _effective(key, configs, "task")
+        _check_documents(given, getattr(task, "value", "?"), found[0], builder.value)
+
+
+def _check_documents(given: Path, name: str, data: Path, builder: str) -> None:
+    """A local data file the harness would fail on with a traceback of its own (issue 49: StopIteration on
+    an empty file, DatasetGenerationError on a malformed line) is one line naming the task config and the
+    file. A json file is read as JSON Lines through the bounded reader (or, failing that, as one JSON
+    document, which datasets also reads); other formats are checked for holding something."""
+    if not data.is_file():
+        return
+    task = f"task {name!r} ({given}): its data file {data}"
+    if data.stat().st_size == 0:
+        raise UserError(f"{task} is empty (no documents to evaluate)")
+    if builder != "json":
+        return
+    from tlm_probe.files.jsonfile import jsonl_records, read_json
+
+    try:
+        records = [r for _, r in jsonl_records(data)]
+    except UserError as lines_error:
+        try:
+            read_json(data)
+            return
+        except UserError:
+            raise UserError(f"{task} is not JSON Lines: {lines_error}") from None
+    if not records:
+        raise UserError(f"{task} holds no documents (only blank lines)")
+    bad = next((i for i, r in enumerate(records, 1) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise UserError(f"{task}: document {bad} is a JSON {type(records[bad - 1]).__name__}, not an object")
 
 
 def _effective(path: Path, configs: dict[Path, _Config], key: str):

@@ -87,7 +87,26 @@ def _compose(loader, label: str):
     except RecursionError:  # MAX_DEPTH keeps PyYAML well inside the stack; this is the last guard
         raise UserError(f"{label} nests too deep to read (the limit is {MAX_DEPTH} levels)") from None
     check_expansion(root, label)
+    check_unique_keys(root, label)
     return root
+
+
+def check_unique_keys(root, label: str) -> None:
+    """Refuse a mapping that holds a key twice (YAML forbids it; PyYAML keeps the last silently, so a
+    config with `lr:` twice trained with the second; issue 49). Merge keys (`<<`) may repeat."""
+    import yaml
+
+    for node in distinct_nodes(root):
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        seen: dict = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key.value in seen:
+                raise UserError(f"{label} holds the key {key.value!r} twice (lines {seen[key.value]} and "
+                                f"{key.start_mark.line + 1}); YAML keys must be unique: keep one")
+            seen[key.value] = key.start_mark.line + 1
 
 
 @functools.cache

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from tlm_probe.errors import UserError
+from tlm_probe.plotting.folder_checks import MAX_BUCKETS, MAX_LAYERS
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
 
 CMAP = "viridis"
@@ -21,8 +23,12 @@ LEGEND_ROOM = 0.25  # of a panel's height, kept free of data at the top for its 
 def cka_grid(cka: pd.DataFrame, statistic: str = "cka_resid") -> np.ndarray:
     """The (L_A, L_B) matrix of one CKA statistic from cka.csv's tidy rows."""
     rows = cka[cka["statistic"] == statistic]
-    grid = np.full((int(rows["layer_i"].max()) + 1, int(rows["layer_j"].max()) + 1), np.nan)
-    grid[rows["layer_i"].to_numpy(int), rows["layer_j"].to_numpy(int)] = rows["value"].to_numpy(float)
+    i, j = rows["layer_i"].to_numpy(int), rows["layer_j"].to_numpy(int)
+    if not len(rows) or min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= MAX_LAYERS:
+        raise UserError(f"no {statistic} grid to draw: its layers must be 0..{MAX_LAYERS - 1} (found "
+                        f"{len(rows)} rows)")  # bounded before the grid is allocated
+    grid = np.full((int(i.max()) + 1, int(j.max()) + 1), np.nan)
+    grid[i, j] = rows["value"].to_numpy(float)
     return grid
 
 
@@ -76,6 +82,9 @@ def _count(n: int) -> str:
 
 def _tokens_panel(ax, tokens: pd.DataFrame) -> None:
     rows = tokens[tokens["bucket_kind"] == "target_count"]
+    if len(rows) > MAX_BUCKETS:
+        raise UserError(f"{len(rows):,} frequency buckets to draw, more than the {MAX_BUCKETS} tlm diff "
+                        "writes")
     x = np.arange(len(rows))
     ax.bar(x - 0.2, rows["kl_mean"], width=0.4, label="KL(A ‖ B)")
     ax.bar(x + 0.2, rows["dnll_mean"], width=0.4, label="ΔNLL (NLL_A − NLL_B)")

@@ -20,6 +20,12 @@ from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
 from tlm_probe.files.tablefile import MAX_BYTES, WHAT, numeric_columns, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
+from tlm_probe.plotting.folder_checks import (
+    check_diff_tables,
+    check_trust_table,
+    read_diff_summary,
+    read_trust_summary,
+)
 from tlm_probe.results import ProbeResult, is_trust_folder, read_agreement, read_metrics, read_results
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
@@ -208,18 +214,21 @@ def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) ->
     return df
 
 
-DIFF_TABLES = {"cka.csv": ("model", "statistic"), "layers.csv": ("model", "statistic"),
-               "tokens.csv": ("model", "bucket_kind", "bucket")}
-"""A `tlm diff` folder's tidy tables and their word columns."""
+DIFF_TABLES = {"cka.csv": (("model", "statistic"), ("layer_i", "layer_j", "value")),
+               "layers.csv": (("model", "statistic"), ("layer", "depth", "value")),
+               "tokens.csv": (("model", "bucket_kind", "bucket"), ("kl_mean", "dnll_mean", "n"))}
+"""A `tlm diff` folder's tidy tables: their word columns, and the number columns drawn."""
 
 
 def load_diff(path: str | Path) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """diff.json (bounded read) and the tidy tables of a `tlm diff` folder."""
+    """diff.json (bounded read) and the tidy tables of a `tlm diff` folder, checked (folder_checks.py)."""
     p = Path(path)
-    summary = read_json(p / "diff.json")
-    if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
-        raise UserError(f"{p / 'diff.json'} is not a tlm diff summary (no model_a, model_b, n_tokens)")
-    return summary, {name: read_table(p / name, text, required=text) for name, text in DIFF_TABLES.items()}
+    summary = read_diff_summary(p)
+    n_a, n_b = summary["n_layers"]
+    tables = {name: read_table(p / name, text, required=(*text, *numbers))
+              for name, (text, numbers) in DIFF_TABLES.items()}
+    check_diff_tables(tables, n_a, n_b, p)
+    return summary, tables
 
 
 TRUST_REQUIRED = ("statistic", "kendall_w", "min_pairwise_spearman", "spearman_with_target", "flags")
@@ -229,15 +238,11 @@ TRUST_REQUIRED = ("statistic", "kendall_w", "min_pairwise_spearman", "spearman_w
 def load_trust(path: str | Path) -> tuple[dict, pd.DataFrame]:
     """trust.json (bounded read) and trust.csv of a `tlm trust` folder."""
     p = Path(path)
-    summary = read_json(p / "trust.json")
-    if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
-        raise UserError(f"{p / 'trust.json'} is not a tlm trust summary (no corpora, min_w, min_spearman)")
-    numbers = all(isinstance(summary[k], int | float) and not isinstance(summary[k], bool)
-                  for k in ("min_w", "min_spearman"))
-    if not numbers or not isinstance(summary["corpora"], list):
-        raise UserError(f"{p / 'trust.json'}: min_w and min_spearman must be numbers and corpora a list")
+    summary = read_trust_summary(p)
+    table = read_table(p / "trust.csv", ("statistic", "flags"), required=TRUST_REQUIRED)
+    check_trust_table(table, p)
     summary["model"] = summary.get("model") or p.name  # a folder written before trust.json named its model
-    return summary, read_table(p / "trust.csv", ("statistic", "flags"), required=TRUST_REQUIRED)
+    return summary, table
 
 
 def load_run(path: str | Path) -> Comparison:

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from tlm_probe.errors import UserError
+from tlm_probe.plotting.folder_checks import MAX_STATISTICS
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
 
 CMAP = "RdBu"
@@ -42,6 +44,9 @@ def plot_trust(table: pd.DataFrame, *, thresholds: dict, model: str, corpora: Se
                size: Sequence[int] = DEFAULT_SIZE, dpi: int = DEFAULT_DPI,
                title: str | None = None) -> Figure:
     """thresholds: {"min_w": ..., "min_spearman": ...} as trust.json records them."""
+    if len(table) > MAX_STATISTICS:
+        raise UserError(f"{len(table):,} statistics to draw, more than the {MAX_STATISTICS} a trust figure "
+                        "holds")
     stats, labels, values = trust_grid(table)
     flags = flagged_cells(table, thresholds)
     with figure_style():

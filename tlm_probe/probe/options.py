@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
+from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP, check_dispatch_options
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_ranges
@@ -68,3 +68,4 @@ def check_options(opts: ProbeOptions) -> None:
     if opts.split not in SPLIT_CHOICES:
         raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
     asked_statistics(opts.stats)  # a typo in --stats is refused here, before torch is imported
+    check_dispatch_options(opts.device_map, opts.max_memory)

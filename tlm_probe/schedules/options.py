@@ -117,11 +117,18 @@ class FromProbeOptions:
         check_ranges(self)
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
         if self.from_probe is None:
-            given = [f"--{k}" for k in ("statistic", "model", "out", "trust") if getattr(self, k) is not None]
+            given = [f"--{k.replace('_', '-')}" for k in ("statistic", "model", "out", "trust", "check_with")
+                     if getattr(self, k) is not None]
             if given:  # they would be ignored: say so
                 raise ScheduleError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} read only with "
                                     "--from-probe; drop it or add --from-probe PROBE_DIR")
             return
+        for flag in ("from_probe", "check_with", "trust"):  # named here, not as "no results.csv in ."
+            folder = getattr(self, flag)
+            if folder is not None and not Path(folder).is_dir():
+                what = "is not a folder" if Path(folder).exists() else "does not exist"
+                raise ScheduleError(f"--{flag.replace('_', '-')} {folder} {what} (give a `tlm probe --out` "
+                                    f"{'or `tlm trust --out` ' if flag != 'check_with' else ''}folder)")
         if self.statistic is None:
             raise ScheduleError("--from-probe needs --statistic NAME")
         if self.out is None:

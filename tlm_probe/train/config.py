@@ -298,7 +298,10 @@ def read_config_file(path: str | Path) -> dict:
     """Options from a YAML (.yaml/.yml) or TOML (.toml) file; a [train] table/section is also accepted."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"config file not found: {path}")
+        kinds = ((path.is_dir(), "is a folder, not a config file"),
+                 (path.exists(), "is not a regular file (a device or a pipe)"), (True, "does not exist"))
+        why = next(why for hit, why in kinds if hit)
+        raise UserError(f"--config {path} {why} (give a .yaml, .yml, .toml or .json file)")
     readers = {".toml": _read_toml, ".yaml": _read_yaml, ".yml": _read_yaml, ".json": _read_json}
     if path.suffix not in readers:
         raise UserError(f"config file {path} must end in .yaml, .yml, .toml or .json")

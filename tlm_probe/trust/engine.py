@@ -16,8 +16,8 @@ from tlm_probe.errors import UserError
 from tlm_probe.probe.engine import run_probe
 from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.trust.agreement import judge
-from tlm_probe.trust.options import TrustOptions
-from tlm_probe.trust.task_target import eval_options, task_target, wanted
+from tlm_probe.trust.options import TrustOptions, eval_options, wanted
+from tlm_probe.trust.task_target import task_target
 
 HALF_COLUMNS = ["corpus", "half", "layer", "statistic", "value"]
 

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_ranges
+from tlm_probe.statistic_names import asked_statistics
 
+NO_TASK = "none"
+"""--task none: no task target."""
 DEFAULT_STATS = ("block_influence,mlp_influence,norm_ratio_mlp,align_mlp_mid,align_abs_mlp_mid,"
                  "logit_lens_kl,ablation_dnll_mlp_zero")
 
@@ -54,6 +57,8 @@ class TrustOptions:
             object.__setattr__(self, "task", tuple(t.strip() for t in self.task.split(",") if t.strip()))
         if len(self.data) < 2:
             raise UserError("tlm trust compares rankings across corpora: give --data at least twice")
+        check_distinct_corpora(self.data)
+        asked_statistics(self.stats)  # `--stats bogus` names bogus, before the target is looked for in it
         names = [s.strip() for s in self.stats.split(",") if s.strip()]
         if self.target not in names:
             raise UserError(f"--target {self.target} must be one of --stats ({', '.join(names)})")
@@ -65,3 +70,45 @@ class TrustOptions:
             raise UserError("--task none means no task target: give it alone")
         if not (0 <= self.min_w <= 1 and -1 <= self.min_spearman <= 1):
             raise UserError("--min-w must be in [0, 1] and --min-spearman in [-1, 1]")
+
+
+def check_distinct_corpora(data: tuple[str, ...]) -> None:
+    """One corpus given twice (the same name, the same file or folder by another path, or a byte copy of a
+    file: hashed only when two files have the same size) agrees with itself by construction: a vacuous
+    agreement, refused (issue 49)."""
+    from pathlib import Path
+
+    from tlm_probe.files.content_hash import file_sha256
+
+    def key(source: str):
+        p = Path(source).expanduser()
+        return ("path", str(p.resolve())) if p.exists() else ("name", source.strip())
+
+    def same(a: str, b: str) -> bool:
+        pa, pb = Path(a).expanduser(), Path(b).expanduser()
+        if key(a) == key(b):
+            return True
+        return pa.is_file() and pb.is_file() and pa.stat().st_size == pb.stat().st_size and \
+            file_sha256(pa) == file_sha256(pb)
+
+    for j, b in enumerate(data):
+        a = next((a for a in data[:j] if same(a, b)), None)
+        if a is not None:
+            raise UserError(f"--data {b} is the same corpus as --data {a}: a corpus agrees with itself by "
+                            "construction; give two different corpora")
+
+
+def wanted(tasks: tuple[str, ...]) -> bool:
+    """Whether --task asks for a task target (`none`: no)."""
+    return tuple(tasks) != (NO_TASK,)
+
+
+def eval_options(opts: TrustOptions):
+    """tlm eval's options for the trust run's tasks (checked there: names, files, task code); light, so
+    that `tlm trust` checks its tasks before torch is imported."""
+    from tlm_probe.eval.run import EvalOptions, check_options
+
+    eval_opts = EvalOptions(tasks=opts.task, limit=opts.task_limit, batch_size=opts.batch_size,
+                            device=opts.device, seed=0)
+    check_options(eval_opts)
+    return eval_opts

@@ -24,7 +24,6 @@ from tlm_probe.errors import UserError
 PARTS = {"mlp": "mlp_zero", "block": "block_skip"}
 """--target-ablation -> the ablation (importance/taps.ablation_plan names): zero the MLP output; the block
 returns its input (attention and MLP both removed)."""
-NO_TASK = "none"
 POOLED = "all"
 TASK_COLUMNS = ["layer", "ablation", "task", "n", "acc_clean", "acc_ablated", "acc_drop", "acc_drop_stderr"]
 
@@ -39,19 +38,6 @@ class TaskTarget:
     """task_target.csv: TASK_COLUMNS, a row per layer x task and a pooled row per layer (task "all")."""
     summary: dict
 
-
-def wanted(tasks: tuple[str, ...]) -> bool:
-    return tuple(tasks) != (NO_TASK,)
-
-
-def eval_options(opts):
-    """tlm eval's options for the trust run's tasks (checked there: names, files, task code)."""
-    from tlm_probe.eval.run import EvalOptions, check_options
-
-    eval_opts = EvalOptions(tasks=opts.task, limit=opts.task_limit, batch_size=opts.batch_size,
-                            device=opts.device, seed=0)
-    check_options(eval_opts)
-    return eval_opts
 
 
 def _correct(scorer, where: str, eval_opts) -> dict[str, np.ndarray]:

@@ -1,0 +1,203 @@
+"""What a `tlm diff` or `tlm trust` folder read back must hold before a figure or a report draws it
+(issue 49): types, ranges, finiteness and row counts, each failure one UserError naming the file and the
+field. The files were read by the bounded readers (files/); this checks what they hold, so that a NaN, a
+word where a number belongs, a layer at 10**6 or -1, or a million rows is refused instead of drawn, crashed
+on, or allocated (a cka.csv row at layer 10**6 once asked for a 7 TiB grid)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tlm_probe.errors import UserError
+from tlm_probe.files.jsonfile import read_json
+
+if TYPE_CHECKING:  # pandas is not imported here: `tlm plot`/`report` check the JSON before importing it
+    import pandas as pd
+
+MAX_LAYERS = 4096
+"""The most layers a model diffed or probed may have (the deepest released models have ~100)."""
+MAX_STATISTICS = 256
+"""The most rows trust.csv may hold (one per statistic: the catalogue holds a few dozen)."""
+MAX_BUCKETS = 64
+"""The most rows tokens.csv may hold (tlm diff writes 11 buckets, by position and by target count)."""
+MAX_CORPORA = 256
+"""The most corpora trust.json may name."""
+CKA_SLACK = 1e-3
+"""CKA is in [0, 1]; float64 sums land a few ulps outside."""
+CKA_STATISTICS = ("cka_resid", "cka_mlp")
+
+
+def _bad(where: Path | str, field: str, what: str, got) -> UserError:
+    return UserError(f"{where}: {field} must be {what} (found {str(got)[:60]!r}); not a file tlm wrote, "
+                     "or one edited since")
+
+
+def _int(v, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi
+
+
+def _num(v, lo: float = -math.inf, hi: float = math.inf, none: bool = True) -> bool:
+    if v is None:
+        return none
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
+
+
+def _need(ok: bool, where, field: str, what: str, got) -> None:
+    if not ok:
+        raise _bad(where, field, what, got)
+
+
+def _list(v, n: int, each, where, field: str, what: str) -> None:
+    _need(isinstance(v, list) and len(v) == n, where, field, f"a list of {n}", v)
+    for i, x in enumerate(v):
+        _need(each(x), where, f"{field}[{i}]", what, x)
+
+
+def check_diff_summary(s: dict, where: Path) -> tuple[int, int]:
+    """diff.json's fields the figure and the report read; returns (layers of A, layers of B)."""
+    for key in ("model_a", "model_b"):
+        _need(isinstance(s.get(key), str), where, key, "a string", s.get(key))
+    _need(_int(s.get("n_tokens"), 0, 2**62), where, "n_tokens", "an integer >= 0", s.get("n_tokens"))
+    _list(s.get("n_layers"), 2, lambda x: _int(x, 1, MAX_LAYERS + 1), where, "n_layers",
+          f"an integer in 1..{MAX_LAYERS}")
+    n_a, n_b = s["n_layers"]
+    for key in ("cka", "cka_mlp"):
+        if key == "cka" or s.get(key) is not None:
+            _list(s.get(key), n_a, lambda row: isinstance(row, list) and len(row) == n_b, where, key,
+                  f"a list of {n_b} values")
+            for i, row in enumerate(s[key]):
+                _list(row, n_b, lambda x: _num(x, -CKA_SLACK, 1 + CKA_SLACK), where, f"{key}[{i}]",
+                      "a CKA in [0, 1] or null")
+    _list(s.get("best_match"), n_a, lambda x: x is None or _int(x, 0, n_b), where, "best_match",
+          f"a layer of B (0..{n_b - 1}) or null")
+    _list(s.get("drift"), n_a, lambda x: _num(x, 0.0), where, "drift", "a finite number >= 0 or null")
+    if s.get("drift_layers_b") is not None:
+        _list(s["drift_layers_b"], n_a, lambda x: _int(x, 0, n_b), where, "drift_layers_b",
+              f"a layer of B (0..{n_b - 1})")
+    for key in ("kl_mean", "dnll_mean"):
+        _need(_num(s.get(key)), where, key, "a finite number or null", s.get(key))
+    _need(isinstance(s.get("drift_pairing", ""), str), where, "drift_pairing", "a string",
+          s.get("drift_pairing"))
+    _need(isinstance(s.get("options", {}), dict), where, "options", "an object", s.get("options"))
+    if s.get("stats") is not None:
+        _check_stats(s["stats"], n_a, where)
+    return n_a, n_b
+
+
+def _check_stats(rows, n_a: int, where) -> None:
+    _need(isinstance(rows, list) and len(rows) <= MAX_STATISTICS * n_a, where, "stats",
+          f"a list of at most {MAX_STATISTICS * n_a} rows", type(rows).__name__)
+    for i, r in enumerate(rows):
+        _need(isinstance(r, dict) and isinstance(r.get("statistic"), str) and _int(r.get("layer"), 0, n_a),
+              where, f"stats[{i}]", "an object with a statistic and a layer of A", r)
+        for key in ("value_a", "value_b", "diff", "ci_low", "ci_high"):
+            _need(_num(r.get(key)), where, f"stats[{i}].{key}", "a finite number or null", r.get(key))
+
+
+def _rows(df: pd.DataFrame, limit: int, where: Path) -> None:
+    if len(df) > limit:
+        raise UserError(f"{where} holds {len(df):,} rows, more than the {limit:,} tlm writes there: not a "
+                        "file tlm wrote")
+
+
+def _column_in(df: pd.DataFrame, col: str, lo: float, hi: float, where: Path, integer: bool = False,
+               nan: bool = True) -> None:
+    """Every value of `col` finite (or empty where `nan`), in [lo, hi], and whole where `integer`."""
+    x = df[col].astype(float)
+    bad = ~(x.between(lo, hi) & (x.round() == x if integer else True)) & ~(x.isna() if nan else False)
+    if bad.any():
+        what = f"{'an integer' if integer else 'a finite number'} in {lo:g}..{hi:g}"
+        raise _bad(where, f"column {col!r} (row {int(bad.to_numpy().argmax()) + 2})", what,
+                   df[col][bad].iloc[0])
+
+
+def check_diff_tables(tables: dict[str, pd.DataFrame], n_a: int, n_b: int, folder: Path) -> None:
+    """cka.csv, layers.csv and tokens.csv against diff.json's depths: layers in range, values finite."""
+    cka, layers, tokens = tables["cka.csv"], tables["layers.csv"], tables["tokens.csv"]
+    _rows(cka, len(CKA_STATISTICS) * n_a * n_b, folder / "cka.csv")
+    _need(cka["statistic"].isin(CKA_STATISTICS).all(), folder / "cka.csv", "column 'statistic'",
+          " or ".join(CKA_STATISTICS), next(iter(set(cka["statistic"]) - set(CKA_STATISTICS)), ""))
+    for col, n in (("layer_i", n_a), ("layer_j", n_b)):
+        _column_in(cka, col, 0, n - 1, folder / "cka.csv", integer=True, nan=False)
+    _column_in(cka, "value", -CKA_SLACK, 1 + CKA_SLACK, folder / "cka.csv")
+    _rows(layers, 3 * n_a, folder / "layers.csv")
+    _column_in(layers, "layer", 0, n_a - 1, folder / "layers.csv", integer=True, nan=False)
+    _column_in(layers, "depth", 0.0, 1.0, folder / "layers.csv", nan=False)
+    _column_in(layers, "value", -math.inf, math.inf, folder / "layers.csv")
+    _rows(tokens, MAX_BUCKETS, folder / "tokens.csv")
+    for col in ("kl_mean", "dnll_mean"):
+        _column_in(tokens, col, -math.inf, math.inf, folder / "tokens.csv")
+    _column_in(tokens, "n", 0, 2**62, folder / "tokens.csv", integer=True, nan=False)
+
+
+def read_diff_summary(folder: Path) -> dict:
+    """diff.json of a `tlm diff` folder (bounded read), its fields checked."""
+    where = folder / "diff.json"
+    summary = read_json(where)
+    if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
+        raise UserError(f"{where} is not a tlm diff summary (no model_a, model_b, n_tokens)")
+    check_diff_summary(summary, where)
+    return summary
+
+
+def read_trust_summary(folder: Path) -> dict:
+    """trust.json of a `tlm trust` folder (bounded read), its fields checked."""
+    where = folder / "trust.json"
+    summary = read_json(where)
+    if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
+        raise UserError(f"{where} is not a tlm trust summary (no corpora, min_w, min_spearman)")
+    check_trust_summary(summary, folder)
+    return summary
+
+
+def check_summaries(paths) -> None:
+    """Before `tlm plot`/`tlm report` import pandas and matplotlib: the diff.json or trust.json of each
+    diff or trust folder given (its tables are checked when they are read)."""
+    for p in map(Path, paths):
+        if (p / "diff.json").is_file():
+            read_diff_summary(p)
+        elif (p / "trust.json").is_file():
+            read_trust_summary(p)
+
+
+def check_trust_summary(s: dict, folder: Path) -> None:
+    """trust.json's fields the figure and the report read."""
+    where = folder / "trust.json"
+    _need(isinstance(s["corpora"], list) and 0 < len(s["corpora"]) <= MAX_CORPORA
+          and all(isinstance(c, str) for c in s["corpora"]), where, "corpora",
+          f"a list of 1..{MAX_CORPORA} names", s["corpora"])
+    for key in ("min_w", "min_spearman"):
+        _need(_num(s[key], -1.0, 1.0, none=False), where, key, "a number in -1..1", s[key])
+    model = s.get("model")
+    _need(model is None or isinstance(model, str), where, "model", "a string", model)
+    _need(s.get("n_tokens") is None or isinstance(s.get("n_tokens"), dict), where, "n_tokens",
+          "an object", s.get("n_tokens"))
+    for c, n in (s.get("n_tokens") or {}).items():
+        _need(n is None or _int(n, 0, 2**62), where, f"n_tokens[{c!r}]", "an integer >= 0 or null", n)
+    _check_task(s.get("task_target"), where)
+
+
+def check_trust_table(table: pd.DataFrame, folder: Path) -> None:
+    """trust.csv's rows: one per statistic, at most MAX_STATISTICS, agreements in range."""
+    csv = folder / "trust.csv"
+    _rows(table, MAX_STATISTICS, csv)
+    _need(not table["statistic"].duplicated().any(), csv, "column 'statistic'", "one row per statistic",
+          table["statistic"][table["statistic"].duplicated()].head(1).tolist())
+    _column_in(table, "kendall_w", 0.0, 1.0, csv)
+    for col in ("min_pairwise_spearman", "spearman_with_target", "spearman_with_task"):
+        if col in table.columns:
+            _column_in(table, col, -1.0, 1.0, csv)
+
+
+def _check_task(task, where: Path) -> None:
+    if task is None:
+        return
+    _need(isinstance(task, dict) and isinstance(task.get("statistic"), str)
+          and isinstance(task.get("tasks", []), list), where, "task_target",
+          "an object with a statistic and a list of tasks", task)
+    for i, t in enumerate(task.get("tasks", [])):
+        _need(isinstance(t, dict) and isinstance(t.get("task"), str) and _int(t.get("n"), 0, 2**62)
+              and _num(t.get("acc_clean"), 0.0, 1.0, none=False), where, f"task_target.tasks[{i}]",
+              "an object with task, n and acc_clean in 0..1", t)
