@@ -13,14 +13,13 @@ tokenized with the prepared tokenizer; the token stream is checked equal to the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analyses.confirm2 import CONTINUITY_TOKENS, PRIMARY_TOKENS
-from tlm_probe.data.env_corpus import _distributions, _files
+from tlm_probe.data.env_corpus import env_files
 from tlm_probe.data.sources import TEST_PERCENT, split_of
 from tlm_probe.data.tokens import load_token_ids
 from tlm_probe.data.windows import pick
@@ -31,18 +30,9 @@ OUT = Path(__file__).resolve().parent / "results" / "confirm2" / "outcome_covera
 SEQ = 128
 
 
-def test_documents() -> list[tuple[str, str]]:
-    """(distribution, file) of every test document, in corpus order (env_documents' walk and dedup)."""
-    seen, out = set(), []
-    for dist in _distributions():
-        for path in _files(dist):
-            text = path.read_text(encoding="utf-8", errors="replace")
-            digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-            if text.strip() and digest not in seen:
-                seen.add(digest)
-                if split_of(text, TEST_PERCENT["builtin:env"]) == "test":
-                    out.append((dist.metadata["Name"], str(path), text))
-    return out
+def test_documents() -> list[tuple[str, str, str]]:
+    """(distribution, file, text) of every test document, in corpus order."""
+    return [(d, str(p), t) for d, p, t in env_files() if split_of(t, TEST_PERCENT["builtin:env"]) == "test"]
 
 
 def doc_of_targets(docs, tok, ids: np.ndarray) -> np.ndarray:

@@ -72,6 +72,12 @@ def _files(dist: metadata.Distribution) -> Iterator[Path]:
 
 def env_documents(rest: str = "") -> Iterator[str]:
     """Every distinct document of the corpus, in a fixed order."""
+    for _, _, text in env_files():
+        yield text
+
+
+def env_files() -> Iterator[tuple[str, Path, str]]:
+    """(distribution name, file, text) of every distinct document, in the corpus' order."""
     seen: set[bytes] = set()
     for dist in _distributions():
         for path in _files(dist):
@@ -79,4 +85,4 @@ def env_documents(rest: str = "") -> Iterator[str]:
             digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
             if text.strip() and digest not in seen:
                 seen.add(digest)
-                yield text
+                yield dist.metadata["Name"], path, text
