@@ -82,11 +82,10 @@ def _nnterp(folder: Path):
     from tlm_probe.capture import load_probe_model
 
     pm = load_probe_model(folder)
-    tok = pm.tokenizer
-    if tok is None:
+    tok, gguf = pm.tokenizer, models.smollm2()
+    if tok is None and gguf is not None:
         from transformers import AutoTokenizer
 
-        gguf = models.smollm2()
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     return nnterp_peer.standardized(pm.model, tok)
 
