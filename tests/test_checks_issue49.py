@@ -387,3 +387,13 @@ def test_a_yaml_key_given_twice_is_refused(tmp_path):
     assert load_file(tmp_path / "m.yaml")["other"] == {"x": 1, "y": 2}
     r = runner.invoke(app, ["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "o")])
     assert r.exit_code == 1 and "twice" in r.output, r.output
+
+
+def test_eval_refuses_a_nan_model_with_the_same_guard(models, tmp_path):
+    out = tmp_path / "ev"
+    r = runner.invoke(app, ["eval", str(models["nan"]), "--ppl-data", str(models["ids"]),
+                            "--max-tokens", "64", "--out", str(out)])
+    assert r.exit_code == 1, r.output
+    (line,) = error_lines(r.output)
+    assert line.startswith("error: non-finite activations (inf/NaN) in nan in logits"), line
+    assert not (out / "results.csv").exists()

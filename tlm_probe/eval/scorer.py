@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from tlm_probe.capture.dispatch import input_device
+from tlm_probe.capture.finite import refuse_non_finite
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.errors import UserError
 
@@ -76,7 +77,9 @@ class Scorer:
     @torch.no_grad()
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         out = self.pm.forward(input_ids.to(self.device), attention_mask.to(self.device))
-        return getattr(out, "logits", out).float()  # (B, T, V)
+        logits = getattr(out, "logits", out).float()  # (B, T, V)
+        refuse_non_finite([(None, "logits", logits)], self.pm.name)  # the one guard (capture/finite.py)
+        return logits
 
     def loglikelihoods(self, requests: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """(sum of log p(continuation | context), every continuation id is the argmax) per request."""
