@@ -54,8 +54,9 @@ def test_probe_and_eval_share_the_token_limit_and_split_names():
 
 
 def test_an_old_and_a_new_name_that_disagree_are_one_error_line(tmp_path):
-    r = CliRunner().invoke(app, ["eval", str(tmp_path), "--ppl-data", "builtin:pydoc", "--max-tokens", "10",
-                                 "--ppl-tokens", "20", "--out", str(tmp_path / "ev")])
+    (tmp_path / "model").mkdir()
+    r = CliRunner().invoke(app, ["eval", str(tmp_path / "model"), "--ppl-data", "builtin:pydoc",
+                                 "--max-tokens", "10", "--ppl-tokens", "20", "--out", str(tmp_path / "ev")])
     assert r.exit_code == 1
     assert r.output.strip() == "error: --ppl-tokens is the old name of --max-tokens: give one of them"
     assert not (tmp_path / "ev").exists()

@@ -83,8 +83,8 @@ def _said_ready(proc) -> bool:
 
 def _one_line(err: str) -> str:
     assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("importing torch and transformers")]
+    assert len(lines) == 1, err  # besides the import phase a slow start announces (progress.py)
     return lines[0]
 
 
