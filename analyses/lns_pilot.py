@@ -8,8 +8,9 @@
 continues them. Arms of one seed see the same batches in both comparisons, so every effect is paired by seed:
 taper under none, taper under lns, LNS on the uniform stack, and the interaction (does LNS change the
 taper's effect: (cosine - uniform | lns) - (cosine - uniform | none)), each a mean over seeds with its 95% t
-interval. The outcome is the final validation loss on 65,536 tokens of the validation split (the test split
-stays the confirmatory study's).
+interval. The outcome is the final validation loss on 65,536 tokens in windows drawn over the whole
+validation split (the trainer's default --eval-sample spread since issue 44; the first run scored the split's
+first 65,536 tokens); the test split stays the confirmatory studies'.
 """
 
 from __future__ import annotations

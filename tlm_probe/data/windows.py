@@ -12,8 +12,10 @@ for than the split holds, k windows of the grid are scored:
 - prefix: the first k windows (the behaviour before issue 44): the split's first documents only, which in
   a corpus stored in order are a few files of a few packages. Kept as an explicit option.
 
-`documents_covered` says how many of the split's documents the scored windows touch (documents end with
-the tokenizer's end-of-text id; None without one), recorded beside every sampled number.
+`documents_covered` says how many of the split's documents the scored windows touch, recorded beside every
+sampled number. Documents are counted by the tokenizer's end-of-text id that ends each (None without one),
+so a document whose text holds that token itself counts twice (builtin:env's validation split: 1,238 by
+this count, 1,232 files).
 """
 
 from __future__ import annotations
