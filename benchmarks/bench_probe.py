@@ -112,7 +112,7 @@ def first_batch(folder: Path, batch: int, seq: int, rounds: int) -> dict:
     """A fresh sink's first batch (guardrail additivity check) against a steady batch of the same sink."""
     from tlm_probe.capture import load_probe_model
     from tlm_probe.capture.native import NativeBackend
-    from tlm_probe.stats import TokenIndex
+    from tlm_probe.stats.pieces import TokenIndex
 
     pm = load_probe_model(folder)
     ids, mask = _batch(pm, batch, seq)

@@ -16,7 +16,8 @@ import torch
 from tlm_probe.capture.adapters import split_tap
 from tlm_probe.capture.native import NativeBackend, first_tensor, tap_input
 from tlm_probe.capture.sink import StatSink
-from tlm_probe.stats import TokenIndex, build_accumulators
+from tlm_probe.stats.alignment import build_accumulators
+from tlm_probe.stats.pieces import TokenIndex
 
 
 def sink_for(pm) -> StatSink:

@@ -2,8 +2,9 @@
 
 import torch
 
-from tlm_probe.stats import STATISTICS, LayerPieces, TokenIndex
+from tlm_probe.stats.alignment import STATISTICS
 from tlm_probe.stats.alignment_fast import FORMULAS, layer_values, plan
+from tlm_probe.stats.pieces import LayerPieces, TokenIndex
 
 
 def _pieces(dtype=torch.float32, seed=0):

@@ -6,7 +6,7 @@ from models_zoo import CORPUS, build_model
 
 from tlm_probe.data.bucketing import bucket_by_length, padding_fraction
 from tlm_probe.probe.engine import ProbeOptions, _order_free, run_probe
-from tlm_probe.stats import build_accumulators
+from tlm_probe.stats.alignment import build_accumulators
 
 DOCS = [" ".join(CORPUS[i % len(CORPUS)] for i in range(n)) for n in range(1, 12, 2)] * 2
 

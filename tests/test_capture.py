@@ -17,7 +17,8 @@ from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.probe.engine import probe
-from tlm_probe.stats import STATISTICS, TokenIndex, build_accumulators
+from tlm_probe.stats.alignment import STATISTICS, build_accumulators
+from tlm_probe.stats.pieces import TokenIndex
 
 TEXTS = CORPUS * 2
 

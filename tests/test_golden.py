@@ -21,7 +21,7 @@ from compare import matrix_difference, merged  # noqa: E402
 from make_golden import golden_tables  # noqa: E402
 from models_zoo import VOCAB  # noqa: E402
 
-from tlm_probe.stats import STATISTICS  # noqa: E402
+from tlm_probe.stats.alignment import STATISTICS  # noqa: E402
 
 FAMILIES = ["gpt2", "gpt_neox", "bert", "opt", "tlm"]
 ADDED_LATER = {"align_abs_mlp_mid", "align_abs_mlp_pre", "align_mlp_post", "attn_entropy"}

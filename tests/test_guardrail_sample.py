@@ -12,7 +12,8 @@ from tlm_probe.capture.native import NativeBackend
 from tlm_probe.capture.sink import StatSink
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.stats import TokenIndex, build_accumulators
+from tlm_probe.stats.alignment import build_accumulators
+from tlm_probe.stats.pieces import TokenIndex
 
 
 def test_sample_is_counted_tokens_with_every_first_token():

@@ -15,7 +15,7 @@ from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.results import read_results
-from tlm_probe.stats import STATISTICS
+from tlm_probe.stats.alignment import STATISTICS
 
 runner = CliRunner()
 CONTRACT = ["model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "std"]

@@ -9,7 +9,9 @@ import torch.nn.functional as F
 from scipy import stats as sps
 
 from tlm_probe.errors import UserError
-from tlm_probe.stats import LayerPieces, SequenceMoments, TokenIndex, build_accumulators
+from tlm_probe.stats.alignment import build_accumulators
+from tlm_probe.stats.moments import SequenceMoments
+from tlm_probe.stats.pieces import LayerPieces, TokenIndex
 
 
 def _random_sequences(seed: int, n_seq: int = 9):
@@ -106,7 +108,7 @@ def _two_batches():
 
 
 def _one_by_one(batches) -> SequenceMoments:
-    from tlm_probe.stats import STATISTICS
+    from tlm_probe.stats.alignment import STATISTICS
 
     want = SequenceMoments(len(NAMES) * 3)
     for p in (p for layers in batches for p in layers):

@@ -50,7 +50,7 @@ def matrix_difference(new: pd.DataFrame, families=None) -> float:
 
 
 if __name__ == "__main__":
-    from tlm_probe.stats import STATISTICS
+    from tlm_probe.stats.alignment import STATISTICS
 
     with tempfile.TemporaryDirectory() as tmp:
         table, mats = golden_tables(Path(tmp))

@@ -25,8 +25,9 @@ from tlm_probe.capture.guardrails import (
     sample_counted,
 )
 from tlm_probe.capture.probe_model import ProbeModel
-from tlm_probe.stats import Accumulator, LayerPieces, TokenIndex
+from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.attention import ENTROPY, token_entropy
+from tlm_probe.stats.pieces import LayerPieces, TokenIndex
 from tlm_probe.stats.workspace import Workspace
 
 

@@ -39,8 +39,8 @@ from tlm_probe.diff.paired_stats import CI_OVER_SEQUENCES, PairedStats
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
 from tlm_probe.ranks import process_group, rank, rank_device, world
-from tlm_probe.stats import all_reduce_, all_reduce_int
 from tlm_probe.stats.cka import LayerCKA
+from tlm_probe.stats.reduce import all_reduce_, all_reduce_int
 
 POSITION_EDGES = (0, 1, 4, 16, 64, 256, 1024)
 """Position buckets [0,1), [1,4), ..., [1024, inf): the first token, the first few, and so on."""

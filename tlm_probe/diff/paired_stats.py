@@ -21,7 +21,9 @@ import torch
 from tlm_probe.capture.native import NativeBackend
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.capture.sink import StatSink
-from tlm_probe.stats import SequenceMoments, TokenIndex, build_accumulators
+from tlm_probe.stats.alignment import build_accumulators
+from tlm_probe.stats.moments import SequenceMoments
+from tlm_probe.stats.pieces import TokenIndex
 
 CI_OVER_SEQUENCES = ("95% t interval over sequences of the paired per-sequence differences A − B (the "
                      "probe's clustered interval, stats/moments.py)")

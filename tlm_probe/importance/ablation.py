@@ -79,7 +79,7 @@ class Calibration:
     def all_reduce_(self, modules: list[nn.Module], width: int) -> None:
         """Means are exact across ranks (sums and counts; a rank without tokens adds zeros of `width`); the
         resample pools are per rank (refused under torchrun by the engine)."""
-        from tlm_probe.stats import all_reduce_
+        from tlm_probe.stats.reduce import all_reduce_
 
         for m in modules:
             total = self.sums.get(id(m), torch.zeros(width, dtype=torch.float64))

@@ -10,7 +10,7 @@ from tlm_probe.importance.linear_probes import next_token_labels
 from tlm_probe.importance.logit_lens import LogitLens
 from tlm_probe.importance.sample import TokenSample
 from tlm_probe.importance.utilisation import NeuronActivity
-from tlm_probe.stats import all_reduce_
+from tlm_probe.stats.reduce import all_reduce_
 
 
 def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:

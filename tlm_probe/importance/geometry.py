@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from tlm_probe.stats import all_reduce_, all_reduce_int
+from tlm_probe.stats.reduce import all_reduce_, all_reduce_int
 
 _CHUNK = 2048  # tokens per einsum chunk: the (R, R, chunk) cosine tensor stays small
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tlm_probe.importance.streaming import TokenMean
-from tlm_probe.stats import all_reduce_, all_reduce_int
+from tlm_probe.stats.reduce import all_reduce_, all_reduce_int
 
 # loss_fn(batch) -> (sum of per-token losses, number of tokens)
 SequenceLoss = Callable[[dict], tuple[torch.Tensor, int]]

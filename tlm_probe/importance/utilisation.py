@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from tlm_probe.importance.geometry import squared_singular_values
-from tlm_probe.stats import all_reduce_, all_reduce_int
+from tlm_probe.stats.reduce import all_reduce_, all_reduce_int
 
 
 class NeuronActivity:

@@ -17,7 +17,8 @@ from tlm_probe.errors import UserError
 from tlm_probe.probe.engine import Stream, backend_class, read_sequences
 from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.probe.rows import result_table
-from tlm_probe.stats import Accumulator, all_reduce_int
+from tlm_probe.stats.accumulator import Accumulator
+from tlm_probe.stats.reduce import all_reduce_int
 
 
 def stream_accumulators(pm: ProbeModel, accumulators: list[Accumulator], opts: ProbeOptions,

@@ -55,9 +55,12 @@ from tlm_probe.progress import Ticker, say, tick
 from tlm_probe.results import ProbeResult
 from tlm_probe.statistic_names import ATTENTION, asked_statistics
 from tlm_probe.statistic_names import SETS as SETS
-from tlm_probe.stats import STATISTICS as ALIGNMENT
-from tlm_probe.stats import Batch, TokenIndex, all_reduce_int, build_accumulators
+from tlm_probe.stats.accumulator import Batch
+from tlm_probe.stats.alignment import STATISTICS as ALIGNMENT
+from tlm_probe.stats.alignment import build_accumulators
 from tlm_probe.stats.attention import AttentionEntropyAccumulator
+from tlm_probe.stats.pieces import TokenIndex
+from tlm_probe.stats.reduce import all_reduce_int
 from tlm_probe.threads import torch_threads
 
 DEFAULT_SEQ_LEN = 256
