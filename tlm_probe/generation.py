@@ -4,14 +4,12 @@ Our models decode with a KV cache (tlm_probe/models/hf.py): each step runs only 
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import InitVar, dataclass, replace
 from pathlib import Path
 
-from tlm_probe.capture import option_fields as shared
 from tlm_probe.capture.dispatch import check_dispatch_options
-from tlm_probe.capture.option_fields import Dtype
+from tlm_probe.capture.option_fields import Dtype, shared
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import CONFIG, read_config_json
 from tlm_probe.ranges import check_values
@@ -40,15 +38,14 @@ class GenerateOptions:
     """Seed of the sampler."""
     cache: bool = True
     """Decode with a KV cache (--no-cache: recompute every step)."""
-    device: str = shared.device()
-    dtype: Dtype = shared.dtype()
-    device_map: str = shared.device_map()
-    max_memory: str = shared.max_memory()
+    device: str = shared("device")
+    dtype: Dtype = shared("dtype")
+    device_map: str = shared("device_map")
+    max_memory: str = shared("max_memory")
     use_cache: InitVar[bool | None] = None
     """Old name of cache (deprecated)."""
 
     def __post_init__(self, use_cache):
-        check_values(self)
         if use_cache is not None:
             if not self.cache and use_cache:
                 raise TypeError("GenerateOptions() got use_cache= and cache=; use_cache is the old name of "
@@ -59,12 +56,7 @@ class GenerateOptions:
         self.check()
 
     def check(self) -> None:
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise UserError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS:,}, "
-                            f"got {self.max_new_tokens}")
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            # nan passes every comparison; inf divides logits to 0 or nan
-            raise UserError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        check_values(self)  # max_new_tokens, temperature (nan and inf too): their ranges
         if not 0 < self.top_p <= 1:  # nan fails this too
             raise UserError(f"--top-p must be in (0, 1], got {self.top_p}")
         check_seed(self.seed, "--seed")

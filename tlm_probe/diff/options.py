@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlm_probe.capture import option_fields as shared
-from tlm_probe.capture.option_fields import Dtype, Split
+from tlm_probe.capture.option_fields import Dtype, Split, shared
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_values
 from tlm_probe.statistic_names import ALIGNMENT, asked_statistics
@@ -15,19 +14,19 @@ from tlm_probe.statistic_names import ALIGNMENT, asked_statistics
 class DiffOptions:
     """Everything that shapes `tlm diff` besides the two models (recorded in diff.json)."""
 
-    data: str = shared.data()
-    split: Split = shared.split()
+    data: str = shared("data")
+    split: Split = shared("split")
     seq_len: int = 0
     """Tokens per sequence (0: 256, or the shorter context of the two models)."""
-    max_tokens: int = shared.max_tokens(16_384)
-    batch_size: int = shared.batch_size()
+    max_tokens: int = shared("max_tokens", 16_384)
+    batch_size: int = shared("batch_size")
     exclude_bos: bool = False
     """Leave position 0 out of every mean."""
     stats: str = ""
     """Probe statistics (names as in `tlm probe --stats`: alignment statistics or the alignment set), comma
     separated, whose per-layer difference A - B is written with a 95% CI (stats.csv); empty: none."""
-    device: str = shared.device()
-    dtype: Dtype = shared.dtype()
+    device: str = shared("device")
+    dtype: Dtype = shared("dtype")
 
     def __post_init__(self):
         check_values(self)

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tlm_probe.api_names import renamed_keywords
-from tlm_probe.capture import option_fields as shared
 from tlm_probe.capture.dispatch import check_dispatch_options
-from tlm_probe.capture.option_fields import Dtype, Sample, Split
+from tlm_probe.capture.option_fields import Dtype, Sample, Split, shared
 from tlm_probe.data.sources import resolve_split
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
@@ -52,23 +51,23 @@ class EvalOptions:
     comma-separated string (each entry may itself hold several names, comma separated)."""
     ppl_data: tuple[str, ...] = ()
     """Perplexity on this source (repeatable; any source `tlm train` reads)."""
-    split: Split = shared.split("Split of each --ppl-data source (auto: resolved per source). ")
+    split: Split = shared("split", before="Split of each --ppl-data source (auto: resolved per source). ")
     ppl_context: int = 0
     """Perplexity window length (0: the model's context)."""
     ppl_stride: int = 0
     """Stride between perplexity windows (0: = context, disjoint)."""
     max_tokens: int = 65_536
     """Scored tokens per --ppl-data source (0: all)."""
-    sample: Sample = shared.sample()
+    sample: Sample = shared("sample")
     limit: int = 0
     """Documents per task (0: all)."""
     task_source: str = "builtin:pydoc"
     """Corpus the built-in tasks are made from."""
-    batch_size: int = shared.batch_size()
-    device: str = shared.device()
-    dtype: Dtype = shared.dtype()
-    device_map: str = shared.device_map()
-    max_memory: str = shared.max_memory()
+    batch_size: int = shared("batch_size")
+    device: str = shared("device")
+    dtype: Dtype = shared("dtype")
+    device_map: str = shared("device_map")
+    max_memory: str = shared("max_memory")
     seed: int = 0
     """Seed of the built-in tasks' draws, of the harness and of the spread perplexity sample."""
     trust_task_code: bool = False

@@ -85,8 +85,7 @@ class PlotOptions:
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         object.__setattr__(self, "size", size_text(self.size))  # a library caller's (width, height)
-        parse_size(self.size)
-        check_dpi(self.dpi)
+        parse_size(self.size)  # dpi: its range (ranges.py)
 
     @property
     def pixels(self) -> tuple[int, int]:

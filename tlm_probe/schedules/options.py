@@ -62,8 +62,6 @@ class ScheduleOptions:
 
     def __post_init__(self):
         check_values(self)
-        if not 1 <= self.multiple_of <= MAX_WIDTH:
-            raise ScheduleError(f"--multiple-of must be in 1..{MAX_WIDTH:,}, got {self.multiple_of}")
 
     def given(self) -> dict[str, float]:
         """The shape parameters set by flag (not left to the shape's default)."""

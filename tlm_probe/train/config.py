@@ -52,9 +52,8 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
         check_values(self)
         _check_positive(self)
         _ = self.schedule_spec  # the one parse of the schedule spec: a bad spec is a UserError naming it
-        for key in ("heads_schedule", "kv_schedule", "mem_schedule"):  # a bad spec fails here, before data
-            if getattr(self, key):
-                check_params(parse_schedule(getattr(self, key)))
+        for spec in self._schedules().values():  # a bad spec fails here, before data
+            check_params(parse_schedule(spec))
         if self.mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if self.norm_scaling not in NORM_SCALINGS:
@@ -104,14 +103,8 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
 
     def _schedules(self) -> dict:
         """The heads / kv / memory-width schedules given, as config_with_schedule's arguments."""
-        out = {}
-        if self.heads_schedule:
-            out["heads"] = self.heads_schedule
-        if self.kv_schedule:
-            out["kv"] = self.kv_schedule
-        if self.mem_schedule:
-            out["mem"] = self.mem_schedule
-        return out
+        given = {k: getattr(self, f"{k}_schedule") for k in ("heads", "kv", "mem")}
+        return {k: spec for k, spec in given.items() if spec}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -179,20 +172,12 @@ def _typed(key: str, value, kind: str):
 
 
 def _check_positive(c: TrainConfig) -> None:
-    for key in (
-        "seq_len",
-        "batch_size",
-        "grad_accum",
-        "eval_interval",
-        "log_interval",
-        "eval_tokens",
-        "keep_last",
-    ):
+    """What ranges.py's table (checked first) leaves open for a training run."""
+    for key in ("seq_len", "eval_tokens", "keep_last"):  # 0 means "derive it" or "none" elsewhere, not here
         if getattr(c, key) < 1:
             raise UserError(f"{key} must be >= 1, got {getattr(c, key)}")
-    for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len", "threads"):
-        if getattr(c, key) < 0:
-            raise UserError(f"{key} must be >= 0, got {getattr(c, key)}")
+    if c.max_seq_len < 0:
+        raise UserError(f"max_seq_len must be >= 0, got {c.max_seq_len}")
     for key, low, high in FLOAT_RANGES:
         val = getattr(c, key)
         if not math.isfinite(val):
@@ -207,17 +192,9 @@ def _check_positive(c: TrainConfig) -> None:
         raise UserError(f"grad_clip must be > 0, got {c.grad_clip}")
 
 
-# float options and their allowed [low, high) ranges (None: no upper bound)
-FLOAT_RANGES = (
-    ("lr", 0.0, None),
-    ("min_lr_ratio", 0.0, None),
-    ("weight_decay", 0.0, None),
-    ("beta1", 0.0, 1.0),
-    ("beta2", 0.0, 1.0),
-    ("grad_clip", 0.0, None),
-    ("dropout", 0.0, 1.0),
-    ("peak_flops", 0.0, None),
-)
+# float options outside ranges.py's table and their allowed [low, high) ranges (None: no upper bound)
+FLOAT_RANGES = (("min_lr_ratio", 0.0, None), ("weight_decay", 0.0, None), ("beta1", 0.0, 1.0),
+                ("beta2", 0.0, 1.0), ("grad_clip", 0.0, None), ("dropout", 0.0, 1.0))
 
 
 def read_config_file(path: str | Path) -> dict:

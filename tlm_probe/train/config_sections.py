@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from tlm_probe.capture import option_fields as shared
-from tlm_probe.capture.option_fields import Sample
+from tlm_probe.capture.option_fields import Sample, shared
 from tlm_probe.errors import UserError
 from tlm_probe.models.presets import PRESETS
 from tlm_probe.train.model_options import ModelOptions
@@ -88,7 +87,7 @@ class DataSection:
     """Evaluate every N steps."""
     eval_tokens: int = 32768
     """Predicted validation tokens in the fixed eval set."""
-    eval_sample: Sample = shared.sample()
+    eval_sample: Sample = shared("sample")
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ class RunSection:
 
     seed: int = 0
     """Seed for initial weights and batch order."""
-    device: str = shared.device()
+    device: str = shared("device")
     compile: bool = False
     """torch.compile each block (train/compile.py: one graph per distinct block shape)."""
     threads: int = 0

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tlm_probe.capture import option_fields as shared
-from tlm_probe.capture.option_fields import Split
+from tlm_probe.capture.option_fields import Split, shared
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_values
 from tlm_probe.statistic_names import asked_statistics
@@ -32,12 +31,13 @@ class TrustOptions:
     min_spearman: float = 0.5
     """Flag a statistic whose rank correlation with the target (median over corpora), or between two
     corpora (the lowest pair), is below this."""
-    split: Split = shared.split()
-    max_tokens: int = shared.max_tokens(16_384, "Tokens probed per corpus (0: all).")
+    split: Split = shared("split")
+    max_tokens: int = 16_384
+    """Tokens probed per corpus (0: all)."""
     seq_len: int = 0
     """Tokens per sequence (0: as tlm probe)."""
-    batch_size: int = shared.batch_size()
-    device: str = shared.device()
+    batch_size: int = shared("batch_size")
+    device: str = shared("device")
     task: tuple[str, ...] = ("pydoc-mc",)
     """A task for the accuracy target (repeatable): pydoc-mc (built in), a task YAML or an
     lm-evaluation-harness task name, scored as tlm eval scores it; none: no task target."""
@@ -62,8 +62,6 @@ class TrustOptions:
             raise UserError(f"--target {self.target} must be one of --stats ({', '.join(names)})")
         if "none" in self.task and len(self.task) > 1:
             raise UserError("--task none means no task target: give it alone")
-        if not (0 <= self.min_w <= 1 and -1 <= self.min_spearman <= 1):
-            raise UserError("--min-w must be in [0, 1] and --min-spearman in [-1, 1]")
 
 
 def check_distinct_corpora(data: tuple[str, ...]) -> None:
