@@ -21,8 +21,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 # under pytest-xdist each worker has a core of its own: one thread each, so two workers do not fight for two
-# cores (PYTEST_XDIST_WORKER_COUNT is set in workers only)
-torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1" else 2)
+# cores (PYTEST_XDIST_WORKER_COUNT is set in workers only); so do .ci/run's side-by-side numeric runs
+_SHARED_CORES = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1"
+_SHARED_CORES = _SHARED_CORES or os.environ.get("OMP_NUM_THREADS") == "1"
+torch.set_num_threads(1 if _SHARED_CORES else 2)
 
 
 @pytest.fixture
