@@ -52,6 +52,22 @@ def _tlm_config(folder: Path, vocab: int) -> Path:
     return folder
 
 
+def _headed(folder: Path) -> Path:
+    """A GPT-2-shaped checkpoint whose safetensors header names its tensors (zeros; never loaded: the
+    --device-map case is refused from the header alone)."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 8,
+                                                    "n_head": 2, "vocab_size": 64, "n_positions": 16}))
+    blocks = {f"transformer.h.{i}.{p}": np.zeros(2, np.float32) for i in range(2)
+              for p in ("attn.c_attn.weight", "mlp.c_fc.weight", "ln_1.weight")}
+    blocks["transformer.wte.weight"] = np.zeros(2, np.float32)
+    save_file(blocks, str(folder / "model.safetensors"))
+    (partial := folder.parent / "partial-map.json").write_text(json.dumps({"transformer.h.0": "cpu"}))
+    return partial
+
+
 def _fixtures(root: Path) -> dict[str, Path]:
     ids = root / "ids.npy"
     np.save(ids, np.random.default_rng(0).integers(1, 64, (4, 16)).astype(np.uint32))
@@ -80,7 +96,7 @@ def _fixtures(root: Path) -> dict[str, Path]:
     (trust / "trust.json").write_text(json.dumps({**doc, "min_w": "high"}))
     return {"a": _tlm_config(root / "a", 64), "v128": _tlm_config(root / "v128", 128), "ids": ids,
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
-            "trust": trust, "out": root / "out"}
+            "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed"}
 
 
 def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
@@ -92,6 +108,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "probe: a model path that does not exist": ["probe", "./no-such-run", "--data", ids, "--out", out],
         "probe: a hub name not cached, hub offline": ["probe", "no-org/no-model", "--data", ids, "--out",
                                                       out],
+        "probe: --device-map leaves parameters unplaced": ["probe", str(f["headed"]), "--data", ids, "--out",
+                                                           out, "--device-map", str(f["map"])],
         "probe: --stats typo": [*probe, "--stats", "align_mlp_mdi"],
         "eval: unknown --tasks name": ["eval", a, "--tasks", "hellaswg", "--out", out],
         "eval: empty task data file": ["eval", a, "--tasks", str(f["task"]), "--out", out],
