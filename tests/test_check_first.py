@@ -68,6 +68,15 @@ def _headed(folder: Path) -> Path:
     return partial
 
 
+def _huge_tokenizer(folder: Path) -> Path:
+    """A tokenizer.json of 2M entries (40 MB), over tokenizer.MAX_VOCAB: refused before a full parse."""
+    folder.mkdir()
+    vocab = ",".join(f'"t{i}":{i}' for i in range(2_000_000))
+    model = f'{{"type":"WordLevel","vocab":{{{vocab}}},"unk_token":"t0"}}'
+    (folder / "tokenizer.json").write_text(f'{{"added_tokens":[],"model":{model}}}')
+    return folder
+
+
 def _fixtures(root: Path) -> dict[str, Path]:
     ids = root / "ids.npy"
     np.save(ids, np.random.default_rng(0).integers(1, 64, (4, 16)).astype(np.uint32))
@@ -96,7 +105,8 @@ def _fixtures(root: Path) -> dict[str, Path]:
     (trust / "trust.json").write_text(json.dumps({**doc, "min_w": "high"}))
     return {"a": _tlm_config(root / "a", 64), "v128": _tlm_config(root / "v128", 128), "ids": ids,
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
-            "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed"}
+            "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed",
+            "huge_tok": _huge_tokenizer(root / "huge-tok")}
 
 
 def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
@@ -140,6 +150,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "plot: diff.json with NaN": ["plot", str(f["diff"]), "--out", str(f["out"]) + ".png"],
         "report: trust.json min_w a word": ["report", str(f["trust"]), "--out", out],
         "info: a model path that does not exist": ["info", "./nope"],
+        "data: a tokenizer.json of 2M entries": ["data", "prepare", str(f["task"]), "--tokenizer",
+                                                 str(f["huge_tok"]), "--out", out],
     }
 
 
