@@ -80,6 +80,7 @@ def _huge_tokenizer(folder: Path) -> Path:
 def _fixtures(root: Path) -> dict[str, Path]:
     ids = root / "ids.npy"
     np.save(ids, np.random.default_rng(0).integers(1, 64, (4, 16)).astype(np.uint32))
+    np.save(root / "one-row.npy", np.ones((1, 16), np.uint32))  # one sequence: no half b
     copy = root / "ids-copy.npy"
     copy.write_bytes(ids.read_bytes())
     tasks = root / "tasks"
@@ -106,7 +107,7 @@ def _fixtures(root: Path) -> dict[str, Path]:
     return {"a": _tlm_config(root / "a", 64), "v128": _tlm_config(root / "v128", 128), "ids": ids,
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
             "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed",
-            "huge_tok": _huge_tokenizer(root / "huge-tok")}
+            "huge_tok": _huge_tokenizer(root / "huge-tok"), "one_row": root / "one-row.npy"}
 
 
 def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
@@ -136,6 +137,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "diff: model B does not exist": ["diff", a, "./nope", "--data", ids, "--out", out],
         "trust: one corpus twice (a byte copy)": ["trust", a, "--data", ids, "--data", str(f["copy"]),
                                                   "--out", out],
+        "trust: a corpus of one sequence (no half b)": ["trust", a, "--data", ids, "--data",
+                                                        str(f["one_row"]), "--out", out],
         "trust: --stats bogus": ["trust", a, "--data", ids, "--data", "builtin:pydoc", "--stats",
                                  "bogus,ablation_dnll_mlp_zero", "--out", out],
         "trust: unknown --task": ["trust", a, "--data", ids, "--data", "builtin:pydoc", "--task", "hellaswg",
