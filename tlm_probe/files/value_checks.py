@@ -16,6 +16,11 @@ from tlm_probe.errors import UserError
 if TYPE_CHECKING:  # pandas is not imported here: JSON fields are checked before `tlm plot` imports it
     import pandas as pd
 
+MAX_LAYERS = 4096
+"""The most layers a model diffed or probed may have (the deepest released models have ~100)."""
+MAX_STATISTICS = 256
+"""The most statistics one folder may hold rows of (the catalogue holds a few dozen)."""
+
 
 def bad(where: Path | str, field: str, what: str, got) -> UserError:
     return UserError(f"{where}: {field} must be {what} (found {str(got)[:60]!r}); not a file tlm wrote, "
@@ -56,11 +61,11 @@ def column_in(df: pd.DataFrame, col: str, lo: float, hi: float, where: Path, int
               nan: bool = True) -> None:
     """Every value of `col` finite (or empty where `nan`), in [lo, hi], and whole where `integer`."""
     x = df[col].astype(float)
-    ok = x.between(lo, hi) & (x.round() == x if integer else True)
+    ok = x.between(lo, hi) & (x.abs() < math.inf) & (x.round() == x if integer else True)
     wrong = ~ok & ~(x.isna() if nan else False)
     if wrong.any():
         what = f"{'an integer' if integer else 'a finite number'} in {lo:g}..{hi:g}"
-        row = int(wrong.to_numpy().argmax()) + 2  # the file's line: a header, then 1-based rows
+        row = int(wrong.idxmax()) + 2  # the file's line (a header, then rows; the index is the row's)
         raise bad(where, f"column {col!r} (row {row})", what, df[col][wrong].iloc[0])
 
 

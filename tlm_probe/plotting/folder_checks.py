@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json
+from tlm_probe.files.value_checks import MAX_LAYERS, MAX_STATISTICS
 from tlm_probe.files.value_checks import column_in as _column_in
 from tlm_probe.files.value_checks import is_int as _int
 from tlm_probe.files.value_checks import is_num as _num
@@ -23,10 +24,6 @@ from tlm_probe.files.value_checks import need_list as _list
 if TYPE_CHECKING:  # pandas is not imported here: `tlm plot`/`report` check the JSON before importing it
     import pandas as pd
 
-MAX_LAYERS = 4096
-"""The most layers a model diffed or probed may have (the deepest released models have ~100)."""
-MAX_STATISTICS = 256
-"""The most rows trust.csv may hold (one per statistic: the catalogue holds a few dozen)."""
 MAX_BUCKETS = 64
 """The most rows tokens.csv may hold (tlm diff writes 11 buckets, by position and by target count)."""
 MAX_CORPORA = 256
