@@ -52,9 +52,35 @@ def _tlm_config(folder: Path, vocab: int) -> Path:
     return folder
 
 
+def _headed(folder: Path) -> Path:
+    """A GPT-2-shaped checkpoint whose safetensors header names its tensors (zeros; never loaded: the
+    --device-map case is refused from the header alone)."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 8,
+                                                    "n_head": 2, "vocab_size": 64, "n_positions": 16}))
+    blocks = {f"transformer.h.{i}.{p}": np.zeros(2, np.float32) for i in range(2)
+              for p in ("attn.c_attn.weight", "mlp.c_fc.weight", "ln_1.weight")}
+    blocks["transformer.wte.weight"] = np.zeros(2, np.float32)
+    save_file(blocks, str(folder / "model.safetensors"))
+    (partial := folder.parent / "partial-map.json").write_text(json.dumps({"transformer.h.0": "cpu"}))
+    return partial
+
+
+def _huge_tokenizer(folder: Path) -> Path:
+    """A tokenizer.json of 2M entries (40 MB), over tokenizer.MAX_VOCAB: refused before a full parse."""
+    folder.mkdir()
+    vocab = ",".join(f'"t{i}":{i}' for i in range(2_000_000))
+    model = f'{{"type":"WordLevel","vocab":{{{vocab}}},"unk_token":"t0"}}'
+    (folder / "tokenizer.json").write_text(f'{{"added_tokens":[],"model":{model}}}')
+    return folder
+
+
 def _fixtures(root: Path) -> dict[str, Path]:
     ids = root / "ids.npy"
     np.save(ids, np.random.default_rng(0).integers(1, 64, (4, 16)).astype(np.uint32))
+    np.save(root / "one-row.npy", np.ones((1, 16), np.uint32))  # one sequence: no half b
     copy = root / "ids-copy.npy"
     copy.write_bytes(ids.read_bytes())
     tasks = root / "tasks"
@@ -80,7 +106,8 @@ def _fixtures(root: Path) -> dict[str, Path]:
     (trust / "trust.json").write_text(json.dumps({**doc, "min_w": "high"}))
     return {"a": _tlm_config(root / "a", 64), "v128": _tlm_config(root / "v128", 128), "ids": ids,
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
-            "trust": trust, "out": root / "out"}
+            "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed",
+            "huge_tok": _huge_tokenizer(root / "huge-tok"), "one_row": root / "one-row.npy"}
 
 
 def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
@@ -92,6 +119,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "probe: a model path that does not exist": ["probe", "./no-such-run", "--data", ids, "--out", out],
         "probe: a hub name not cached, hub offline": ["probe", "no-org/no-model", "--data", ids, "--out",
                                                       out],
+        "probe: --device-map leaves parameters unplaced": ["probe", str(f["headed"]), "--data", ids, "--out",
+                                                           out, "--device-map", str(f["map"])],
         "probe: --stats typo": [*probe, "--stats", "align_mlp_mdi"],
         "eval: unknown --tasks name": ["eval", a, "--tasks", "hellaswg", "--out", out],
         "eval: empty task data file": ["eval", a, "--tasks", str(f["task"]), "--out", out],
@@ -108,6 +137,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "diff: model B does not exist": ["diff", a, "./nope", "--data", ids, "--out", out],
         "trust: one corpus twice (a byte copy)": ["trust", a, "--data", ids, "--data", str(f["copy"]),
                                                   "--out", out],
+        "trust: a corpus of one sequence (no half b)": ["trust", a, "--data", ids, "--data",
+                                                        str(f["one_row"]), "--out", out],
         "trust: --stats bogus": ["trust", a, "--data", ids, "--data", "builtin:pydoc", "--stats",
                                  "bogus,ablation_dnll_mlp_zero", "--out", out],
         "trust: unknown --task": ["trust", a, "--data", ids, "--data", "builtin:pydoc", "--task", "hellaswg",
@@ -122,6 +153,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "plot: diff.json with NaN": ["plot", str(f["diff"]), "--out", str(f["out"]) + ".png"],
         "report: trust.json min_w a word": ["report", str(f["trust"]), "--out", out],
         "info: a model path that does not exist": ["info", "./nope"],
+        "data: a tokenizer.json of 2M entries": ["data", "prepare", str(f["task"]), "--tokenizer",
+                                                 str(f["huge_tok"]), "--out", out],
     }
 
 

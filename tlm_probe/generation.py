@@ -139,6 +139,20 @@ def _generate(model, ids: list[int], n: int, opts: GenerateOptions, eos_id: int)
     return out[0, len(ids) :].tolist()
 
 
+def refuse_non_finite_model(model, ids: list[int], source: str) -> None:
+    """The shared guard (capture/finite.py) before any text: inf/NaN weights, then inf/NaN logits of the
+    prompt (greedy decoding would turn them into token 0 without a word)."""
+    import torch
+
+    from tlm_probe.capture.dispatch import input_device
+    from tlm_probe.capture.finite import refuse_non_finite, refuse_non_finite_weights
+
+    refuse_non_finite_weights(model.named_parameters(), source)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids], device=input_device(model))).logits
+    refuse_non_finite([(None, "logits", logits)], source)
+
+
 def window_note(prompt_tokens: int, new_tokens: int, context: int) -> str | None:
     """What the model did not see, in numbers (None when everything fit in its context)."""
     if prompt_tokens + new_tokens - 1 <= context:  # the last new id is predicted, never fed back
@@ -163,6 +177,7 @@ def generate_text(source: str, prompt: str, opts: GenerateOptions) -> dict:
     if top >= vocab:  # a tokenizer that does not belong to the model: an IndexError in the embedding
         raise UserError(f"{source}: its tokenizer gives token id {top}, outside the model's vocabulary of "
                         f"{vocab}; the tokenizer does not match the model")
+    refuse_non_finite_model(model, (ids or [codec.eos_id])[-context:], source)
     new = generate_ids(model, ids, opts, codec.eos_id, context)
     note = window_note(max(len(ids), 1), len(new), context)
     return {"prompt": prompt, "completion": codec.decode(new), "new_tokens": len(new), "ids": new,

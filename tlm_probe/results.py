@@ -21,6 +21,7 @@ from tlm_probe.files.content_hash import content_hash
 from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.jsonfile import loads_bounded, read_json_object
 from tlm_probe.files.tablefile import SUFFIXES, numeric_columns, read_table_file
+from tlm_probe.result_checks import check_layers_of, check_probe_table
 from tlm_probe.result_files import AGREEMENT, MATRICES, PROVENANCE, RESULTS
 
 # the columns of every result table, in order; statistics may add columns after these
@@ -150,6 +151,7 @@ def _read_file(path: Path, stem: str) -> pd.DataFrame:
     if missing:
         raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
     numeric_columns(df, path, [c for c in NUMERIC if c in df.columns])
+    check_probe_table(stem, df, path)  # ranges, finiteness, rows (result_checks.py)
     return df
 
 
@@ -173,6 +175,7 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
     prov_path = folder / PROVENANCE
     prov = read_json_object(prov_path) if prov_path.is_file() else {}
     per_layer = table["layer"] >= 0  # a folder written before agreement.csv kept those rows as layer -1
+    check_layers_of(table[per_layer], prov, path)
     if not per_layer.all():
         table = table[per_layer].reset_index(drop=True)
     return table, _read_table(folder, MATRICES), prov

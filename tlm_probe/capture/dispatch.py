@@ -84,21 +84,29 @@ def check_map_covers(model, device_map) -> None:
     would otherwise leave them on one device, or ignore the map)."""
     if not isinstance(device_map, dict):
         return
-    names = [n for n, _ in model.named_parameters()]
-    modules = {n for n, _ in model.named_modules()}
-    tops = ", ".join(n for n, _ in model.named_children())
+    modules = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    unknown = [k for k in device_map if k and k not in modules]
+    tops = [n for n, _ in model.named_children()]
+    if unknown:
+        raise UserError(f"--device-map names {unknown[0]!r}, which is no module of the model; its "
+                        f"top-level modules: {', '.join(tops)}")
+    refuse_unplaced(device_map, [n for n, _ in model.named_parameters()], tops)
+
+
+def refuse_unplaced(device_map: dict, names: list[str], tops: list[str]) -> None:
+    """The one coverage rule and message: every parameter name must fall under a key of the map (a key is a
+    module path, a parameter's own name, or "" for the whole model). Shared by the check on an empty copy
+    above and by the one from the checkpoint's safetensors header before anything loads
+    (capture/map_check.py)."""
 
     def covered(param: str) -> bool:
         return any(k == "" or param == k or param.startswith(f"{k}.") for k in device_map)
 
-    unknown = [k for k in device_map if k and k not in modules and k not in names]
-    if unknown:
-        raise UserError(f"--device-map names {unknown[0]!r}, which is no module of the model; its "
-                        f"top-level modules: {tops}")
     missing = [n for n in names if not covered(n)]
     if missing:
         raise UserError(f"--device-map places {len(names) - len(missing)} of the model's {len(names)} "
-                        f"parameters (not {missing[0]}, ...); map every one of its top-level modules: {tops}")
+                        f"parameters (not {missing[0]}, ...); map every one of its top-level modules: "
+                        f"{', '.join(tops)}")
 
 
 NOISE = {

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from tlm_probe.capture.adapters import check_folder, split_stack
+from tlm_probe.capture.map_check import check_map_before_loading
 from tlm_probe.errors import UserError
 
 TRUE = ("1", "true", "yes", "on")
@@ -40,13 +41,15 @@ def in_hub_cache(repo: str) -> bool:
     return any((c / f"models--{repo.replace('/', '--')}").is_dir() for c in hub_caches())
 
 
-def check_model_source(model: str, flag: str = "") -> None:
-    """One UserError line for a model that cannot be there (`flag`: which argument, where there are two);
-    the loader says the rest, in the same words."""
+def check_model_source(model: str, flag: str = "", device_map: str = "") -> None:
+    """One UserError line for a model that cannot be there (`flag`: which argument, where there are two),
+    or a --device-map file that does not place all of it (capture/map_check.py); the loader says the rest,
+    in the same words."""
     which = f" ({flag})" if flag else ""
     source, stack = split_stack(str(model))
     if Path(model).exists() or (stack and Path(source).exists()):
         check_folder(model)  # an unsupported architecture, from config.json alone
+        check_map_before_loading(model, device_map)
         return
     if looks_like_path(source):
         raise UserError(f"checkpoint folder not found: {model}{which} (a path: not looked up on the hub)")

@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.threads import torch_threads
 
         out = run.out
-        check_model_source(model)
+        check_model_source(model, device_map=options.device_map)
         check_options(options)  # before the device is resolved (that imports torch): check first
         check_output(out, [model, *options.ppl_data, *options.tasks])
         opts = run.options(options)

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         """Generate text from a model (greedy by default; --temperature/--top-p sample, seeded)."""
         from tlm_probe.capture.model_source import check_model_source
 
-        check_model_source(model)
+        check_model_source(model, device_map=options.device_map)
         from tlm_probe import generation  # torch: after the checks
         from tlm_probe.commands.probe import import_loaders
         from tlm_probe.threads import torch_threads

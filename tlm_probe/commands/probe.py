@@ -92,7 +92,8 @@ def register(app: typer.Typer) -> None:
         enable_discovery(run.discover)
         if run.adapter is not None:
             register_adapter(load_adapter_file(run.adapter))
-        check_model_source(model)  # a missing path, an offline hub name, an unsupported architecture: first
+        # a missing path, an offline hub name, an unsupported architecture, a partial --device-map: first
+        check_model_source(model, device_map=options.device_map)
         check_not_weights(options.data)
         check_out(run.out, run.overwrite, options.max_tokens, options.exclude_bos,
                   inputs=(model, options.data))

@@ -41,9 +41,12 @@ def register(app: typer.Typer) -> None:
         ablated; flagged where the ranking changes with the corpus or disagrees."""
         from tlm_probe.capture.model_source import check_model_source
         from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.trust.halves import check_halves
         from tlm_probe.trust.options import eval_options, wanted
 
         check_model_source(model)  # before any corpus is read or the model loaded
+        if options.halves:  # a corpus of one sequence has no half b: from its shape, not after probing
+            check_halves(model, options.data, options.seq_len, options.max_tokens)
         if wanted(options.task):
             eval_options(options)  # task names, files and data: before torch is imported
         check_apart(run.out, [model, *options.data])

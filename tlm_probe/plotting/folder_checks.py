@@ -1,8 +1,9 @@
 """What a `tlm diff` or `tlm trust` folder read back must hold before a figure or a report draws it
-(issue 49): types, ranges, finiteness and row counts, each failure one UserError naming the file and the
-field. The files were read by the bounded readers (files/); this checks what they hold, so that a NaN, a
-word where a number belongs, a layer at 10**6 or -1, or a million rows is refused instead of drawn, crashed
-on, or allocated (a cka.csv row at layer 10**6 once asked for a 7 TiB grid)."""
+(issue 49): types, ranges, finiteness and row counts (the checks themselves: files/value_checks.py), each
+failure one UserError naming the file and the field. The files were read by the bounded readers (files/);
+this checks what they hold, so that a NaN, a word where a number belongs, a layer at 10**6 or -1, or a
+million rows is refused instead of drawn, crashed on, or allocated (a cka.csv row at layer 10**6 once asked
+for a 7 TiB grid)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from typing import TYPE_CHECKING
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json
+from tlm_probe.files.value_checks import MAX_LAYERS, MAX_STATISTICS
+from tlm_probe.files.value_checks import column_in as _column_in
+from tlm_probe.files.value_checks import is_int as _int
+from tlm_probe.files.value_checks import is_num as _num
+from tlm_probe.files.value_checks import max_rows as _rows
+from tlm_probe.files.value_checks import need as _need
+from tlm_probe.files.value_checks import need_list as _list
 
 if TYPE_CHECKING:  # pandas is not imported here: `tlm plot`/`report` check the JSON before importing it
     import pandas as pd
 
-MAX_LAYERS = 4096
-"""The most layers a model diffed or probed may have (the deepest released models have ~100)."""
-MAX_STATISTICS = 256
-"""The most rows trust.csv may hold (one per statistic: the catalogue holds a few dozen)."""
 MAX_BUCKETS = 64
 """The most rows tokens.csv may hold (tlm diff writes 11 buckets, by position and by target count)."""
 MAX_CORPORA = 256
@@ -27,32 +31,6 @@ MAX_CORPORA = 256
 CKA_SLACK = 1e-3
 """CKA is in [0, 1]; float64 sums land a few ulps outside."""
 CKA_STATISTICS = ("cka_resid", "cka_mlp")
-
-
-def _bad(where: Path | str, field: str, what: str, got) -> UserError:
-    return UserError(f"{where}: {field} must be {what} (found {str(got)[:60]!r}); not a file tlm wrote, "
-                     "or one edited since")
-
-
-def _int(v, lo: int, hi: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi
-
-
-def _num(v, lo: float = -math.inf, hi: float = math.inf, none: bool = True) -> bool:
-    if v is None:
-        return none
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
-
-
-def _need(ok: bool, where, field: str, what: str, got) -> None:
-    if not ok:
-        raise _bad(where, field, what, got)
-
-
-def _list(v, n: int, each, where, field: str, what: str) -> None:
-    _need(isinstance(v, list) and len(v) == n, where, field, f"a list of {n}", v)
-    for i, x in enumerate(v):
-        _need(each(x), where, f"{field}[{i}]", what, x)
 
 
 def check_diff_summary(s: dict, where: Path) -> tuple[int, int]:
@@ -94,23 +72,6 @@ def _check_stats(rows, n_a: int, where) -> None:
               where, f"stats[{i}]", "an object with a statistic and a layer of A", r)
         for key in ("value_a", "value_b", "diff", "ci_low", "ci_high"):
             _need(_num(r.get(key)), where, f"stats[{i}].{key}", "a finite number or null", r.get(key))
-
-
-def _rows(df: pd.DataFrame, limit: int, where: Path) -> None:
-    if len(df) > limit:
-        raise UserError(f"{where} holds {len(df):,} rows, more than the {limit:,} tlm writes there: not a "
-                        "file tlm wrote")
-
-
-def _column_in(df: pd.DataFrame, col: str, lo: float, hi: float, where: Path, integer: bool = False,
-               nan: bool = True) -> None:
-    """Every value of `col` finite (or empty where `nan`), in [lo, hi], and whole where `integer`."""
-    x = df[col].astype(float)
-    bad = ~(x.between(lo, hi) & (x.round() == x if integer else True)) & ~(x.isna() if nan else False)
-    if bad.any():
-        what = f"{'an integer' if integer else 'a finite number'} in {lo:g}..{hi:g}"
-        raise _bad(where, f"column {col!r} (row {int(bad.to_numpy().argmax()) + 2})", what,
-                   df[col][bad].iloc[0])
 
 
 def check_diff_tables(tables: dict[str, pd.DataFrame], n_a: int, n_b: int, folder: Path) -> None:

@@ -26,7 +26,15 @@ from tlm_probe.plotting.folder_checks import (
     read_diff_summary,
     read_trust_summary,
 )
-from tlm_probe.results import ProbeResult, is_trust_folder, read_agreement, read_metrics, read_results
+from tlm_probe.result_checks import check_compare_table, check_losses
+from tlm_probe.results import (
+    METRICS,
+    ProbeResult,
+    is_trust_folder,
+    read_agreement,
+    read_metrics,
+    read_results,
+)
 from tlm_probe.schedules.widths import make_schedule, parse_schedule
 
 LOSS_KEYS = ("train_loss", "val_loss")
@@ -153,11 +161,19 @@ def loss_table(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
         arm, seed = (match["arm"], int(match["seed"])) if match else (run.name, 0)
         for key in LOSS_KEYS:
             if key in metrics.columns and {"step", "tokens"} <= set(metrics.columns):
-                rows = metrics.loc[metrics[key].notna(), ["step", "tokens", key]]
-                frames.append(rows.rename(columns={key: "value"}).assign(arm=arm, seed=seed, metric=key))
+                frames.append(_losses(metrics, key, run / METRICS).assign(arm=arm, seed=seed, metric=key))
     if not frames:
         return pd.DataFrame(columns=["arm", "seed", "step", "tokens", "metric", "value"])
     return pd.concat(frames, ignore_index=True)[["arm", "seed", "step", "tokens", "metric", "value"]]
+
+
+def _losses(metrics: pd.DataFrame, key: str, where: Path) -> pd.DataFrame:
+    """`step, tokens, value` of one loss of a metrics.jsonl, checked (a word, an inf or a negative step
+    is one UserError naming the file)."""
+    rows = metrics.loc[metrics[key].notna(), ["step", "tokens", key]].rename(columns={key: "value"})
+    numeric_columns(rows, where, ["step", "tokens", "value"])
+    check_losses(rows, where)
+    return rows
 
 
 def curve_summary(losses: pd.DataFrame) -> pd.DataFrame:
@@ -187,6 +203,8 @@ def load_comparison(path: str | Path) -> Comparison:
     p = Path(path)
     tables = {n: read_table(p / f"{n}.csv", TEXT_COLUMNS) for n in COMPARE_TABLES
               if (p / f"{n}.csv").is_file()}
+    for name, table in tables.items():  # ranges, finiteness, rows (result_checks.py)
+        check_compare_table(name, table, p / f"{name}.csv")
     info = read_json_object(p / "compare.json") if (p / "compare.json").is_file() else {}
     runs = [r for r in (p / "runs").glob("*") if _is_run(r)] if (p / "runs").is_dir() else []
     runs = _run_order(runs, tables.get("results"))

@@ -41,7 +41,7 @@ from tlm_probe.data.bucketing import bucket_by_length
 from tlm_probe.data.sources import resolve_split
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
-from tlm_probe.probe.options import ProbeOptions
+from tlm_probe.probe.options import DEFAULT_SEQ_LEN, ProbeOptions
 from tlm_probe.probe.rows import (
     NO_MLP_NOTE,
     agreement_rows,
@@ -63,7 +63,6 @@ from tlm_probe.stats.pieces import TokenIndex
 from tlm_probe.stats.reduce import all_reduce_int
 from tlm_probe.threads import torch_threads
 
-DEFAULT_SEQ_LEN = 256
 NEURON_STATS = ("dead_neuron_frac", "stable_rank_mlp_out")
 """Importance statistics that read the MLP neurons (the mlp_post tap) or the down projection's weights."""
 

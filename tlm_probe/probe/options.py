@@ -11,6 +11,9 @@ from tlm_probe.capture.option_fields import Dtype, Split, shared
 from tlm_probe.ranges import check_values
 from tlm_probe.statistic_names import asked_statistics
 
+DEFAULT_SEQ_LEN = 256
+"""--seq-len 0 on a token stream or text: this many tokens per sequence, or the model's context if shorter."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeOptions:

@@ -7,8 +7,11 @@ import math
 
 import torch
 
+from tlm_probe.capture.finite import refuse_non_finite
 from tlm_probe.models.tlm import next_token_nll
 from tlm_probe.train import distributed as dist
+
+STOPPED = "the run stopped before this validation was recorded; its checkpoints are as they were"
 
 
 @torch.no_grad()
@@ -27,6 +30,7 @@ def summed_nll(model, windows: torch.Tensor, batch_size: int, device, autocast) 
         batch = (batch if len(batch) else windows[:1]).to(device)
         with autocast():
             logits = model(batch[:, :-1])
+        refuse_non_finite([(None, "validation logits", logits)], then=STOPPED)  # the one guard
         nll = next_token_nll(logits, batch, reduction="sum")
         total += weight * nll.double()
         count += int(weight) * batch[:, 1:].numel()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from tlm_probe.capture.finite import refuse_non_finite_weights
 from tlm_probe.data.stream import BatchOrder, eval_documents, eval_windows, target_bytes
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.files.fileio import atomic_write_text
@@ -102,6 +103,8 @@ class Trainer:
             set_state_dict(
                 self.raw, self.opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=LOAD
             )
+            # the one guard (capture/finite.py): a damaged checkpoint is not "diverged at step N+1"
+            refuse_non_finite_weights(self.raw.named_parameters(), str(self.plan.out))
             self.step, self.tokens = restored.step, restored.tokens
             if self.multifreq is not None:
                 self.multifreq.load_state_dict(restored.extra.get("multifreq", {}))

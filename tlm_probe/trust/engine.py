@@ -16,6 +16,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.probe.engine import run_probe
 from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.trust.agreement import judge
+from tlm_probe.trust.halves import check_halves, no_sequence
 from tlm_probe.trust.options import TrustOptions, eval_options, wanted
 from tlm_probe.trust.task_target import task_target
 
@@ -50,8 +51,7 @@ def _half(model, opts: TrustOptions, corpus: str, half: str, progress: bool, loa
     except UserError as e:
         if "no tokens to probe" not in str(e):
             raise
-        raise UserError(f"half {half} of {corpus} holds no sequence (each half takes every other sequence of "
-                        "the probed tokens): give more --max-tokens, or --no-halves") from None
+        raise no_sequence(half, corpus) from None
 
 
 def _values(res, corpus: str) -> pd.DataFrame:
@@ -83,6 +83,8 @@ def run_trust(model, opts: TrustOptions, progress: bool = False, **load) -> Trus
 
     eval_opts = eval_options(opts) if wanted(opts.task) else None  # a bad task: refused before any probe
     if not isinstance(model, ProbeModel):
+        if opts.halves:  # before the model loads (the CLI checked already: cheap, header reads)
+            check_halves(model, opts.data, opts.seq_len, opts.max_tokens)
         model = load_probe_model(model, resolve_device_name(opts.device), "float32", **load)
         load = {}
     frames, halves, provs = [], [], {}
