@@ -7,12 +7,11 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from tlm_probe.models.mixer_registry import MIXER_HELP, MIXER_KINDS, MIXERS, REFERENCE_MIXER, SETTINGS, owns
-from tlm_probe.models.mixer_spec import ConfigError
+from tlm_probe.models.mixer_registry import MIXER_HELP, MIXERS, REFERENCE_MIXER, SETTINGS, owns
+from tlm_probe.models.mixer_spec import MLPS, ConfigError
 from tlm_probe.schedules.heads import head_counts, kv_counts, mem_unit, mem_widths
 from tlm_probe.schedules.widths import ScheduleSpec, make_schedule, parse_schedule
 
-MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "learned")
 NORM_SCALINGS = {
@@ -159,8 +158,8 @@ class TLMConfig(*SETTINGS):
                                   f"{self.kv_heads_at(i)} key/value heads")
 
     def _validate_fields(self) -> None:
-        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS,
-                   "norm_scaling": tuple(NORM_SCALINGS)}
+        MIXERS.check(self.mixer), MLPS.check(self.mlp)
+        choices = {"norm": NORM_KINDS, "positions": POSITION_KINDS, "norm_scaling": tuple(NORM_SCALINGS)}
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tlm_probe.errors import UserError
+from tlm_probe.registry import Registry
 
 Shapes = dict[str, tuple[int, ...]]
 NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}
@@ -25,6 +26,11 @@ MLP_INPUTS = {"swiglu": ("W_gate", "W_in"), "gelu": ("W_in",)}
 
 class ConfigError(UserError, ValueError):
     """An invalid model configuration; the message names the bad field."""
+
+
+MLPS: Registry[type] = Registry("mlp", {"swiglu": "tlm_probe.models.mlp:SwiGLU",
+                                        "gelu": "tlm_probe.models.mlp:GeluMLP"}, lazy=True, error=ConfigError)
+"""cfg.mlp -> its nn.Module class (models/mlp.py, imported on first use), built as Class(d_model, d_l)."""
 
 
 def norm_shapes(cfg: Any, prefix: str) -> Shapes:
@@ -72,6 +78,28 @@ def _whole(cfg: Any, seq_len: int) -> int:
     return seq_len
 
 
+class TrainingHooks:
+    """What the trainer (train/loop.py) calls on a mixer's behalf; this default does nothing. A row names its
+    own subclass (`training`), built as Class(model, fsdp) on the unwrapped model before training starts."""
+
+    def __init__(self, model: Any, fsdp: bool):
+        self.model = model
+
+    def before_step(self, step: int) -> None:
+        """After gradient clipping, before opt.step() of training step `step` (1-based)."""
+
+    def log(self) -> dict[str, float]:
+        """Extra fields of the training record at a log step."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Training state beyond the optimizer's, merged into the checkpoint's `extra`."""
+        return {}
+
+    def load_state_dict(self, extra: dict[str, Any]) -> None:
+        """Restore from a checkpoint's `extra` (on resume)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class MixerSpec:
     """One token mixer: everything tlm knows about it apart from its torch module's code."""
@@ -112,3 +140,5 @@ class MixerSpec:
     """cfg -> MLP levels per block that update in context, each with one step-size parameter."""
     paper_scale: dict[str, Any] = field(default_factory=dict)
     """Its settings in the paper-scale presets (models/presets.py), where they differ from the defaults."""
+    training: str = "tlm_probe.models.mixer_spec:TrainingHooks"
+    """Its TrainingHooks class as "package.module:Class": what the trainer calls on its behalf."""

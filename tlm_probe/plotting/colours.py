@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from matplotlib.colors import to_rgb
 
-from tlm_probe.schedules.widths import DEFAULTS, PARAMS, ScheduleSpec
+from tlm_probe.schedules.widths import SCHEDULES, ScheduleSpec
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
 SPEC_IN_A_FOLDER_NAME = re.compile(r"^(?P<shape>[a-z-]+)(?P<numbers>(?:_[0-9.]+)+)$")  # cosine_1.5_0.5
@@ -114,7 +114,8 @@ def known_shape(arm: str) -> str | None:
 
 
 def _default_numbers(shape: str, numbers: list[str]) -> bool:
-    keys = PARAMS.get(shape, ())
+    row = SCHEDULES.get(shape)
+    keys = row.params
     if len(numbers) > len(keys):
         return False
     spec = ScheduleSpec()
@@ -122,7 +123,7 @@ def _default_numbers(shape: str, numbers: list[str]) -> bool:
         given = [float(n) for n in numbers]
     except ValueError:
         return False
-    defaults = [DEFAULTS.get(shape, {}).get(k, getattr(spec, k)) for k in keys]
+    defaults = [row.defaults.get(k, getattr(spec, k)) for k in keys]
     return all(abs(g - d) < 1e-9 for g, d in zip(given, defaults, strict=False))
 
 

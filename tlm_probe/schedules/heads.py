@@ -22,16 +22,13 @@ from functools import cache
 
 from tlm_probe.schedules.widths import (
     FILE,
-    GROUPED,
-    SHAPE_BUILDERS,
+    SCHEDULES,
     ScheduleError,
     ScheduleSpec,
     _check_inputs,
-    _explicit,
-    allocate,
-    grouped_widths,
     monotone_label,
     parse_schedule,
+    shape_widths,
 )
 
 COMPONENTS = ("mlp", "heads", "kv", "mem")
@@ -63,12 +60,7 @@ def _counts(spec: ScheduleSpec, n_layers: int, total: int, unit: int, what: str)
     """Per-layer counts (multiples of `unit`) summing to n_layers·total, each >= 1 unit."""
     spec = replace(spec, multiple_of=unit)
     _check_inputs(spec, n_layers, total)
-    if spec.name in ("explicit", FILE):
-        counts = _explicit(spec, n_layers, total)
-    elif spec.name in GROUPED:
-        counts = grouped_widths(spec, n_layers, total)
-    else:
-        counts = allocate(SHAPE_BUILDERS[spec.name](spec, n_layers), total, unit, allow_zero=True)
+    counts = shape_widths(spec, n_layers, total, allow_zero=True)
     if min(counts) < 1:
         layer = counts.index(min(counts))
         raise ScheduleError(f"{what} schedule {spec.name}: layer {layer} would get {counts[layer]} {what} "
@@ -108,7 +100,8 @@ def kv_counts(spec: ScheduleSpec | str, heads: list[int], kv_heads: int) -> list
         layer = next(i for i, (h, k) in enumerate(zip(heads, targets, strict=True)) if h % k)
         raise ScheduleError(f"key/value heads schedule: layer {layer} has {targets[layer]} key/value heads, "
                             f"which do not divide its {heads[layer]} query heads")
-    shape = SHAPE_BUILDERS[spec.name](spec, len(heads)) if spec.name in SHAPE_BUILDERS else targets
+    build = SCHEDULES.get(spec.name).build
+    shape = build(spec, len(heads)) if build is not None else targets
     ideal = tuple(x / (sum(shape) / len(shape)) * kv_heads for x in shape)  # the unrounded targets
     snapped = _snap(tuple(heads), ideal, len(heads) * kv_heads)
     if len(set(snapped)) == 1 and len(set(targets)) > 1:  # exact, but the taper is gone: say so

@@ -13,8 +13,8 @@ from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
 from tlm_probe.models.accounting import count_params
-from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, config_with_schedule
-from tlm_probe.models.mixer_registry import REFERENCE_MIXER
+from tlm_probe.models.config import NORM_SCALINGS, TLMConfig, config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS, REFERENCE_MIXER
 from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.ranges import check_ranges
 from tlm_probe.schedules.widths import check_params, parse_schedule
@@ -132,8 +132,7 @@ class TrainConfig(ModelOptions):
         for key in ("heads_schedule", "kv_schedule", "mem_schedule"):  # a bad spec fails here, before data
             if getattr(self, key):
                 check_params(parse_schedule(getattr(self, key)))
-        if self.mixer not in MIXER_KINDS:
-            raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        MIXERS.check(self.mixer)
         if self.norm_scaling not in NORM_SCALINGS:
             raise UserError(f"unknown norm_scaling {self.norm_scaling!r}; choose one of: "
                             f"{', '.join(NORM_SCALINGS)}")
