@@ -205,7 +205,8 @@ def _spec(options: ScheduleOptions) -> ScheduleSpec:
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
     if fixed:
         return spec
-    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**SCHEDULES.get(spec.name).defaults, **given})
+    defaults = SCHEDULES.get(spec.name).defaults
+    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**defaults, **given})
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:
