@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from models_zoo import build_model
 
 from tlm_probe.capture import load_probe_model, wrap_model
-from tlm_probe.importance import AGREEMENT, STATISTICS, reasons
+from tlm_probe.importance import AGREEMENT, reasons
+from tlm_probe.statistic_names import STATISTICS
 from tlm_probe.importance.suite import ImportanceOptions
 from tlm_probe.importance.suite import run_importance as run_stats
 from tlm_probe.models.config import config_with_schedule
