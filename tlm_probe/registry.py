@@ -81,6 +81,3 @@ class Registry(Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
-
-    def __repr__(self) -> str:
-        return f"Registry({self.kind!r}: {', '.join(self._entries)})"

@@ -15,7 +15,7 @@ from tlm_probe.registry import Registry
 # name -> (kind, a, b): cos = cos(a, b), |cos| = |cos(a, b)|, 1-cos = 1 - cos(a, b), ratio = |a| / |b|;
 # the one table of the alignment statistics (stats/alignment_fast.py computes them, stats/alignment.py is
 # the one-by-one reference made from it)
-FORMULAS: Registry[tuple[str, str, str]] = Registry("alignment statistic", {
+FORMULAS: Registry[tuple[str, str, str]] = Registry("statistic", {
     "align_mlp_mid": ("cos", "mlp_out", "resid_mid"),
     "align_mlp_pre": ("cos", "mlp_out", "resid_pre"),
     "align_abs_mlp_mid": ("|cos|", "mlp_out", "resid_mid"),
@@ -40,28 +40,13 @@ LENS_STATS = ("logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", "logit_len
 DEFAULT_ABLATIONS = ("mlp_zero", "mlp_mean", "mlp_resample", "attn_zero", "block_skip")
 GRADIENT_STATS = ("taylor_mlp", "fisher_mlp", "grad_norm_mlp")
 ABLATION_STATS = tuple(f"ablation_{m}_{a}" for m in ("dnll", "shift") for a in DEFAULT_ABLATIONS)
-MATRICES = (
-    "angular_distance",
-    "angular_distance_last",
-    "cka_linear",
-    "drop_block_best",
-    "drop_block_best_last",
-)
+MATRICES = ("angular_distance", "angular_distance_last", "cka_linear", "drop_block_best",
+            "drop_block_best_last")
 # the proxies whose Spearman agreement with the ablation effect across layers is measured (agreement.py),
 # against the MLP zero-ablation effect: the NLL increase of a causal LM, the output shift of an encoder
-PROXIES = (
-    "align_mlp_mid",
-    "align_mlp_pre",
-    "mlp_influence",
-    "block_influence",
-    "norm_ratio_mlp",
-    "logit_lens_kl",
-    "taylor_mlp",
-    "fisher_mlp",
-    "grad_norm_mlp",
-    "dead_neuron_frac",
-    "stable_rank_mlp_out",
-)
+PROXIES = ("align_mlp_mid", "align_mlp_pre", "mlp_influence", "block_influence", "norm_ratio_mlp",
+           "logit_lens_kl", "taylor_mlp", "fisher_mlp", "grad_norm_mlp", "dead_neuron_frac",
+           "stable_rank_mlp_out")
 TARGETS = ("ablation_dnll_mlp_zero", "ablation_shift_mlp_zero")
 AGREEMENT = tuple(f"spearman_{p}" for p in PROXIES)
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import torch
 
-from tlm_probe.errors import UserError
 from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.alignment_fast import FORMULAS, layer_values, plan
 from tlm_probe.stats.moments import SequenceMoments
@@ -117,9 +116,7 @@ def build_accumulators(
     """'alignment' | 'all' | alignment statistic names (comma list or tuple) -> accumulators ([] if none)."""
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     names: list[str] = []
-    for item in filter(None, items):
-        if item not in (*PER_TOKEN, "alignment", "all"):
-            raise UserError(f"unknown statistic {item!r} (alignment statistics: {', '.join(PER_TOKEN)})")
-        for name in PER_TOKEN if item in ("alignment", "all") else (item,):
+    for item in filter(None, items):  # an unknown name: FORMULAS's one "unknown statistic" line
+        for name in PER_TOKEN if item in ("alignment", "all") else (FORMULAS.check(item),):
             names += [name] if name not in names else []
     return [AlignmentAccumulator(n_layers, d_ff, tuple(names))] if names else []

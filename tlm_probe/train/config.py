@@ -138,8 +138,8 @@ class TrainConfig(ModelOptions):
                             f"{', '.join(NORM_SCALINGS)}")
         if self.eval_sample not in SAMPLES:
             raise UserError(f"unknown eval_sample {self.eval_sample!r}; choose one of: {', '.join(SAMPLES)}")
-        if self.preset and self.preset not in PRESETS:
-            raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+        if self.preset:
+            PRESETS.check(self.preset)
         if self.steps <= 0 and self.tokens <= 0:
             raise UserError("give a number of steps (--steps) or a token budget (--tokens)")
 
