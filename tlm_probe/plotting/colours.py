@@ -94,10 +94,6 @@ def arm_style(name: str) -> ArmStyle:
     return _style(arm_of(str(name)))
 
 
-def colour_of(name: str) -> str:
-    return arm_style(name).colour
-
-
 def known_shape(arm: str) -> str | None:
     """The KNOWN entry `arm` names ('cosine:1.5:0.5', 'cosine', 'cosine_1.5_0.5', 'x/probe-derived.json'),
     or None (another name, or a known shape with other numbers)."""

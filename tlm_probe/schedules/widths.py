@@ -57,10 +57,6 @@ def _sigmoid(t: float, rs: float, re: float, steepness: float) -> float:
     return rs + (re - rs) * (s(t) - lo) / (hi - lo)
 
 
-def _uniform(t: float, rs: float, re: float, _: float) -> float:
-    return 1.0
-
-
 FILE = "file"
 SCHEDULE_FORMAT = "tlm-schedule"
 
@@ -359,7 +355,7 @@ def _explicit(spec: ScheduleSpec, n_layers: int, d_ff: int) -> list[int]:
 
 _TWO = ("start", "end")
 SCHEDULES: Registry[Shape] = Registry("schedule", {
-    "uniform": Shape(build=_taper(_uniform)),
+    "uniform": Shape(build=lambda spec, n_layers: [1.0] * n_layers),
     "linear": Shape(_TWO, _taper(_linear), group="taper"),
     "cosine": Shape(_TWO, _taper(_cosine), group="taper"),
     "sigmoid": Shape((*_TWO, "steepness"), _taper(_sigmoid), group="taper"),
