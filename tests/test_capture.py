@@ -51,7 +51,7 @@ def _ids(n=300, vocab=256, seed=0):
 
 
 def test_every_adapter_row_taps_what_its_block_kinds_need():
-    for a in ADAPTERS:
+    for a in ADAPTERS.values():
         for kind, taps in a.taps.items():
             assert capture_set(kind, set().union(*(s[0] for s in PER_TOKEN.values()))) <= set(taps), a.family
 

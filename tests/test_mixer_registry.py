@@ -122,7 +122,7 @@ def test_a_mixer_builds_through_every_path(mixer):
     row = MIXERS[mixer]
     assert type(meta.blocks[0].attn) is load(row.module)
     mlp = load(row.mlp_module) if row.mlp_module else MLPS[cfg.mlp]
-    assert type(meta.blocks[0].mlp) is mlp and cfg.cms_levels == row.mlp_levels(cfg)
+    assert type(meta.blocks[0].mlp) is mlp and cfg.mlp_levels == row.mlp_levels(cfg)
     if type(meta.blocks[0].attn) is attention.Attention:  # the G1 gate: the row says so
         assert (meta.blocks[0].attn.W_G is not None) == row.output_gate
     assert sum(p.numel() for p in meta.parameters()) == accounting.count_params(cfg).total

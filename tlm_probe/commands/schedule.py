@@ -235,7 +235,7 @@ def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict
 def _print_table(r: dict, cfg: TLMConfig) -> None:
     what = f"{r['preset']} ({r['mixer']})" if r["preset"] else r["mixer"]
     table = Table(title=f"{what}: {r['schedule']['name']} schedule, L={r['layers']}, d_ff={r['d_ff']}"
-                  + (f" per level x {cfg.cms_levels} levels" if cfg.cms_levels > 1 else ""))
+                  + (f" per level x {cfg.mlp_levels} levels" if cfg.mlp_levels > 1 else ""))
     for col in ("layer", "depth", "width", "ratio", "block params", "uniform block params"):
         table.add_column(col, justify="right")
     L = r["layers"]

@@ -115,8 +115,8 @@ class TLMConfig(*SETTINGS):
         return NORM_SCALINGS[self.norm_scaling](i)
 
     @property
-    def cms_levels(self) -> int:
-        """MLP levels per block (the mixer's row: hope_attention's continuum-memory chain, else one MLP)."""
+    def mlp_levels(self) -> int:
+        """MLP levels per block (the mixer's row: a chain of MLPs, or one)."""
         return MIXERS[self.mixer].mlp_levels(self)
 
     @property
@@ -185,10 +185,8 @@ class TLMConfig(*SETTINGS):
     @classmethod
     def from_dict(cls, d: dict) -> TLMConfig:
         known = {f.name for f in fields(cls)}
-        if "cms_periods" in d:  # the pre-issue-19 Hope-attention: a chain without residuals (dead)
-            raise ConfigError("this config is of the old Hope-attention (cms_periods: a CMS chain without "
-                              "residuals, updated on optimizer steps); its weights do not fit the current "
-                              "continuum memory (cms_chunks); retrain it")
+        for key, why in ((k, w) for row in MIXERS.values() for k, w in row.retired.items() if k in d):
+            raise ConfigError(f"this config is of an older mixer ({key}: {why}); retrain it")
         unknown = sorted(k for k in d if k not in known and k not in _IGNORED_KEYS)
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")

@@ -183,7 +183,9 @@ ROWS = (
               mlp_module="tlm_probe.models.cms:ContinuumMemory", mlp_shapes=_cms_shapes,
               mlp_levels=lambda s: len(s.cms_chunks), splits_mlp="continuum-memory levels",
               adaptive_levels=_cms_adaptive, inner_flops=_cms_flops,
-              training="tlm_probe.models.cms_steps:SlowLevels"),
+              training="tlm_probe.models.cms_steps:SlowLevels",
+              retired={"cms_periods": "the old Hope-attention, a CMS chain without residuals updated on "
+                       "optimizer steps; its weights do not fit the current continuum memory (cms_chunks)"}),
 )
 REFERENCE_MIXER = ROWS[0].name
 """The first row, softmax attention: TLMConfig's default mixer and the one --match-params sizes others to."""

@@ -140,5 +140,7 @@ class MixerSpec:
     """cfg -> MLP levels per block that update in context, each with one step-size parameter."""
     paper_scale: dict[str, Any] = field(default_factory=dict)
     """Its settings in the paper-scale presets (models/presets.py), where they differ from the defaults."""
+    retired: dict[str, str] = field(default_factory=dict)
+    """config.json keys of an older version of this mixer whose weights no longer fit: key -> why."""
     training: str = "tlm_probe.models.mixer_spec:TrainingHooks"
     """Its TrainingHooks class as "package.module:Class": what the trainer calls on its behalf."""

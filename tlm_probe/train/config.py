@@ -207,8 +207,8 @@ def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMCon
     """build(d_ff) at the MLP budget d_ff <= cfg's (a multiple of multiple_of x the CMS levels, so the
     schedule can split it) whose parameter count is closest to `target` (the attention model's); on a tie
     the smaller model. The counts differ by less than one width step's parameters."""
-    step = multiple_of * cfg.cms_levels
-    budget = round(cfg.mean_d_ff * cfg.cms_levels)
+    step = multiple_of * cfg.mlp_levels
+    budget = round(cfg.mean_d_ff * cfg.mlp_levels)
     best = cfg
     for d_ff in range(budget - budget % step, step - 1, -step):
         try:
