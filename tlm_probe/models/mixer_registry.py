@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 
 from tlm_probe.models.mixer_spec import (
     NORM_PARAMS,
+    Component,
     ConfigError,
     MixerSpec,
     Shapes,
@@ -58,7 +59,7 @@ class TitansSettings:
 
     def mem_width_at(self, i: int) -> int:
         """titans: hidden width d_m of layer i's per-head memory MLP (on TLMConfig, which has d_head)."""
-        return self.layer_mem_width[i] if self.layer_mem_width else self.mem_expand * self.d_head
+        return MIXERS.get("titans").components["mem"].at(self, i)
 
 
 def _titans_shapes(cfg, prefix: str, l: int) -> Shapes:
@@ -176,7 +177,9 @@ ROWS = (
               attention_context=_titans_context, inner_flops=_titans_memory_flops,
               # a quarter of the paper-scale presets' 4K context (our choice; the Titans paper does not fix
               # one window for its MAL language models); the CPU presets keep the default window
-              paper_scale={"window": 1024}, training="tlm_probe.models.titans:MemoryClipLog"),
+              paper_scale={"window": 1024}, training="tlm_probe.models.titans:MemoryClipLog",
+              components={"mem": Component("layer_mem_width", lambda cfg: cfg.mem_expand * cfg.d_head, unit=8,
+                                           counts="memory width")}),
     MixerSpec(name="hope_attention", help="attention + continuum memory system in place of the MLP; "
               "models/cms.py", module=_ATTENTION, settings=HopeSettings,
               shapes=attention_shapes, params=attention_params,

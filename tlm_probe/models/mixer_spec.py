@@ -100,6 +100,24 @@ class TrainingHooks:
         """Restore from a checkpoint's `extra` (on resume)."""
 
 
+@dataclass(frozen=True)
+class Component:
+    """A per-layer count of a mixer's own that a schedule can taper (`--component NAME`) at the same total."""
+
+    field: str
+    """Its settings field holding the per-layer values (empty: uniform's value in every layer)."""
+    uniform: Callable[[Any], int]
+    """cfg -> uniform's value in every layer (the schedule keeps the mean exactly)."""
+    unit: int = 1
+    """The values are multiples of this (of 1 where uniform's value is not one)."""
+    counts: str = ""
+    """What the values count (tables and messages)."""
+
+    def at(self, cfg: Any, layer: int) -> int:
+        values = getattr(cfg, self.field)
+        return values[layer] if values else self.uniform(cfg)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MixerSpec:
     """One token mixer: everything tlm knows about it apart from its torch module's code."""
@@ -140,6 +158,8 @@ class MixerSpec:
     """cfg -> MLP levels per block that update in context, each with one step-size parameter."""
     paper_scale: dict[str, Any] = field(default_factory=dict)
     """Its settings in the paper-scale presets (models/presets.py), where they differ from the defaults."""
+    components: dict[str, Component] = field(default_factory=dict)
+    """Its own per-layer counts a schedule can taper: component name -> Component."""
     retired: dict[str, str] = field(default_factory=dict)
     """config.json keys of an older version of this mixer whose weights no longer fit: key -> why."""
     training: str = "tlm_probe.models.mixer_spec:TrainingHooks"

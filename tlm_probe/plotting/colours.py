@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from matplotlib.colors import to_rgb
 
-from tlm_probe.schedules.widths import SCHEDULES, ScheduleSpec
+from tlm_probe.schedules.widths import SCHEDULES, ScheduleSpec, Shape
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
 SPEC_IN_A_FOLDER_NAME = re.compile(r"^(?P<shape>[a-z-]+)(?P<numbers>(?:_[0-9.]+)+)$")  # cosine_1.5_0.5
@@ -110,7 +110,7 @@ def known_shape(arm: str) -> str | None:
 
 
 def _default_numbers(shape: str, numbers: list[str]) -> bool:
-    row = SCHEDULES.get(shape)
+    row = SCHEDULES.get(shape) if shape in SCHEDULES else Shape()  # probe-derived: a KNOWN arm, no shape
     keys = row.params
     if len(numbers) > len(keys):
         return False

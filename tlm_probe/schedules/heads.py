@@ -32,10 +32,8 @@ from tlm_probe.schedules.widths import (
 )
 
 COMPONENTS = ("mlp", "heads", "kv", "mem")
-"""What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l, and Titans' memory
-width d_m,l (the hidden width of each head's memory MLP)."""
-MEM_UNIT = 8
-"""Titans' memory widths are multiples of this (of 1 when the uniform width is not)."""
+"""What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l, and a mixer's own
+per-layer count (mem: its row's component in models/mixer_registry.py; layer_counts makes the values)."""
 
 
 def split_components(text: str) -> dict[str, str]:
@@ -56,7 +54,7 @@ def split_components(text: str) -> dict[str, str]:
     return out
 
 
-def _counts(spec: ScheduleSpec, n_layers: int, total: int, unit: int, what: str) -> list[int]:
+def layer_counts(spec: ScheduleSpec, n_layers: int, total: int, unit: int, what: str) -> list[int]:
     """Per-layer counts (multiples of `unit`) summing to n_layers·total, each >= 1 unit."""
     spec = replace(spec, multiple_of=unit)
     _check_inputs(spec, n_layers, total)
@@ -76,24 +74,14 @@ def head_counts(spec: ScheduleSpec | str, n_layers: int, n_heads: int, kv_heads:
     """(h_l, kv_l) of a query-heads schedule: h_l = g·u_l, kv_l = u_l, g = n_heads / kv_heads."""
     spec = parse_schedule(spec) if isinstance(spec, str) else spec
     group = n_heads // kv_heads
-    heads = _counts(spec, n_layers, n_heads, group, "query heads")
+    heads = layer_counts(spec, n_layers, n_heads, group, "query heads")
     return heads, [h // group for h in heads]
-
-
-def mem_unit(width: int) -> int:
-    return MEM_UNIT if width % MEM_UNIT == 0 else 1
-
-
-def mem_widths(spec: ScheduleSpec | str, n_layers: int, width: int) -> list[int]:
-    """Titans' per-layer memory widths d_m,l: Σ = L·width exactly, multiples of mem_unit(width)."""
-    spec = parse_schedule(spec) if isinstance(spec, str) else spec
-    return _counts(spec, n_layers, width, mem_unit(width), "memory width")
 
 
 def kv_counts(spec: ScheduleSpec | str, heads: list[int], kv_heads: int) -> list[int]:
     """kv_l of a key/value-heads schedule, each dividing heads[l], Σ kv_l = L·kv_heads exactly."""
     spec = parse_schedule(spec) if isinstance(spec, str) else spec
-    targets = _counts(spec, len(heads), kv_heads, 1, "key/value heads")
+    targets = layer_counts(spec, len(heads), kv_heads, 1, "key/value heads")
     if all(h % k == 0 for h, k in zip(heads, targets, strict=True)):
         return targets
     if spec.name in ("explicit", FILE):  # the user's own numbers: refuse, do not move them
