@@ -1,12 +1,8 @@
-"""One Registry type for every table tlm reads by name: mixers, MLPs, backends, families, statistics,
-schedule shapes (after lm-evaluation-harness's api/registry.py).
-
-An entry is registered once (`register(name, obj)` or as a decorator); a second entry under the same name is
-refused. An entry may be lazy: a "package.module:attr" string imported on its first `get`, so that a
-light command reads the names without importing torch. `get` of a name that is not there raises the one
-"unknown <kind> 'y'; choose one of a, b, c" line. Iteration gives the names in registration order (CLI
-choices, help and the docs read them).
-"""
+"""One Registry type for every table tlm reads by name (mixers, MLPs, backends, families, statistics,
+schedule shapes, ...), after lm-evaluation-harness's api/registry.py. A name is registered once (a second
+entry is refused); an entry may be lazy, a "package.module:attr" string imported on its first `get` (a
+light command reads the names without torch); `get` of a missing name raises the one "unknown <kind> 'y';
+choose one of a, b, c" line; iteration gives the names in order (CLI choices, help, docs)."""
 
 from __future__ import annotations
 

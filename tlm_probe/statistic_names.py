@@ -38,8 +38,6 @@ ATTENTION = ("attn_entropy",)
 
 LENS_STATS = ("logit_lens_kl", "logit_lens_ce", "logit_lens_entropy", "logit_lens_top1")
 DEFAULT_ABLATIONS = ("mlp_zero", "mlp_mean", "mlp_resample", "attn_zero", "block_skip")
-GRADIENT_STATS = ("taylor_mlp", "fisher_mlp", "grad_norm_mlp")
-ABLATION_STATS = tuple(f"ablation_{m}_{a}" for m in ("dnll", "shift") for a in DEFAULT_ABLATIONS)
 MATRICES = ("angular_distance", "angular_distance_last", "cka_linear", "drop_block_best",
             "drop_block_best_last")
 # the proxies whose Spearman agreement with the ablation effect across layers is measured (agreement.py),

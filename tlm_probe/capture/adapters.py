@@ -125,19 +125,8 @@ def stack_adapter(model_type: str | None, stack: str) -> Adapter:
     return row
 
 
-ROW_FIELDS = {
-    "family",
-    "model_types",
-    "layers",
-    "mlp",
-    "mlp_down",
-    "final_norm",
-    "lm_head",
-    "block_kind",
-    "taps",
-    "is_causal",
-    "pattern",
-}
+ROW_FIELDS = {"family", "model_types", "layers", "mlp", "mlp_down", "final_norm", "lm_head", "block_kind",
+              "taps", "is_causal", "pattern"}
 OPTIONAL_FIELDS = {"is_causal", "pattern"}
 
 

@@ -23,18 +23,5 @@ from tlm_probe.importance.stream_ablations import StreamAblations, fusable
 from tlm_probe.importance.suite import expected_passes, run_importance
 from tlm_probe.statistic_names import AGREEMENT, TARGETS, needs, reasons, spearman_parts
 
-__all__ = [
-    "AGREEMENT",
-    "CostNotice",
-    "TARGETS",
-    "expected_passes",
-    "fusable",
-    "ImportanceOptions",
-    "needs",
-    "options_from",
-    "reasons",
-    "run_importance",
-    "spearman_parts",
-    "spearman_rows",
-    "StreamAblations",
-]
+__all__ = ["AGREEMENT", "CostNotice", "TARGETS", "expected_passes", "fusable", "ImportanceOptions", "needs",
+           "options_from", "reasons", "run_importance", "spearman_parts", "spearman_rows", "StreamAblations"]

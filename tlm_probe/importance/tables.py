@@ -153,9 +153,8 @@ def _info(opts, first, effects, grads, skipped: dict) -> dict:
 
 def _computed(wanted: set[str]) -> dict[str, list[str]]:
     """compute function (STATISTICS rows' `compute`) -> the statistics it makes, in the rows' order."""
-    out: dict[str, list[str]] = {}
-    for name in STATISTICS.where(lambda row: bool(row.compute)):
-        out.setdefault(STATISTICS.get(name).compute, []).append(name)
+    paths = dict.fromkeys(STATISTICS.get(s).compute for s in STATISTICS if STATISTICS.get(s).compute)
+    out = {path: STATISTICS.where(lambda row, p=path: row.compute == p) for path in paths}
     return {path: names for path, names in out.items() if wanted & set(names)}
 
 
