@@ -5,8 +5,11 @@ metrics.jsonl, the toy statistic's column against the trained weights read strai
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,3 +110,33 @@ def test_a_taken_name_is_refused_and_an_unknown_one_lists_the_rows():
         SCHEDULES.register("cosine", Shape())
     with pytest.raises(UserError, match="unknown mixer 'nope'; choose one of attention, gated_attention"):
         MIXERS.get("nope")
+
+
+MIXER_OWN = {"models/titans.py", "models/cms.py", "models/cms_update.py", "models/cms_steps.py",
+             "models/memory.py", "models/mixer_registry.py"}
+"""The mixers' own modules and their rows: the only code that may name Titans or Hope."""
+
+
+def _code_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """Identifiers, imported names and short string constants of a module (not its comments or docstrings)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name | ast.Attribute | ast.FunctionDef | ast.ClassDef):
+            out.append((node.lineno, getattr(node, "id", None) or getattr(node, "attr", None) or node.name))
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            module = getattr(node, "module", "") or ""
+            out += [(node.lineno, n) for n in [module, *(a.name for a in node.names)]]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 40:
+            out.append((node.lineno, node.value))
+    return out
+
+
+def test_no_code_outside_a_mixers_own_modules_names_it():
+    """Training hooks, init, generation and schedulable components come from the rows (models/mixer_spec.py);
+    train/loop.py, models/hf.py, models/config.py and schedules/ name no mixer."""
+    package = Path(tp.__file__).parent
+    named = re.compile(r"titans|hope|cms|multifreq", re.IGNORECASE)
+    found = [f"{p.relative_to(package)}:{line}: {name}" for p in sorted(package.rglob("*.py"))
+             if str(p.relative_to(package)) not in MIXER_OWN
+             for line, name in _code_names(ast.parse(p.read_text())) if named.search(name)]
+    assert found == [], found
