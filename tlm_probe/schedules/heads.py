@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
+from tlm_probe.registry import Registry
 from tlm_probe.schedules.widths import (
     FILE,
     SCHEDULES,
@@ -31,9 +32,11 @@ from tlm_probe.schedules.widths import (
     shape_widths,
 )
 
-COMPONENTS = ("mlp", "heads", "kv", "mem")
-"""What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l, and a mixer's own
-per-layer count (mem: its row's component in models/mixer_registry.py; layer_counts makes the values)."""
+COMPONENTS: Registry[str] = Registry("component", {
+    "mlp": "MLP width d_l", "heads": "query heads h_l", "kv": "key/value heads kv_l",
+    "mem": "a mixer's own per-layer count (its row's component, models/mixer_registry.py)"},
+    error=ScheduleError)
+"""What a schedule can taper (layer_counts makes the per-layer values)."""
 
 
 def split_components(text: str) -> dict[str, str]:

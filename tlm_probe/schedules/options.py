@@ -62,9 +62,7 @@ class ScheduleOptions:
 
     def __post_init__(self):
         check_ranges(self)
-        if self.component not in COMPONENTS:
-            raise ScheduleError(f"unknown component {self.component!r}; choose one of: "
-                                f"{', '.join(COMPONENTS)}")
+        COMPONENTS.check(self.component)
         if not 1 <= self.multiple_of <= MAX_WIDTH:
             raise ScheduleError(f"--multiple-of must be in 1..{MAX_WIDTH:,}, got {self.multiple_of}")
 
