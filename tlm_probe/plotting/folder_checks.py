@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pandas is not imported here: `tlm plot`/`report` check the 
 MAX_LAYERS = 4096
 """The most layers a model diffed or probed may have (the deepest released models have ~100)."""
 MAX_STATISTICS = 256
-"""The most rows trust.csv may hold (one per statistic: the catalogue holds a few dozen)."""
+"""The most rows trust.csv may hold (one per statistic: the importance rows number a few dozen)."""
 MAX_BUCKETS = 64
 """The most rows tokens.csv may hold (tlm diff writes 11 buckets, by position and by target count)."""
 MAX_CORPORA = 256

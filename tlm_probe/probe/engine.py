@@ -102,7 +102,7 @@ def backend_class(name: str, model=None):
 
 
 RESIDENT = frozenset({"grad", "grad_per_sequence"})
-"""Needs (importance catalogue) that read or differentiate the weights themselves."""
+"""Needs (statistic_names.STATISTICS rows) that read or differentiate the weights themselves."""
 
 
 def check_dispatch(opts: ProbeOptions, plan: StatPlan) -> None:
