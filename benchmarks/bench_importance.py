@@ -126,8 +126,8 @@ def restart_speedup(pm, args) -> dict:
     """full re-run seconds / restarted seconds of the ablation pass, per round (median, min, max)."""
     from benchmarks.timing import interleaved, ratio
     from tlm_probe.importance import suite
-    from tlm_probe.importance.catalogue import DEFAULT_ABLATIONS
     from tlm_probe.importance.restart import Restart
+    from tlm_probe.statistic_names import DEFAULT_ABLATIONS
 
     g = torch.Generator().manual_seed(0)
     batches = [

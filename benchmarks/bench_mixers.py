@@ -25,7 +25,8 @@ import torch
 
 from benchmarks import malloc, titans_parts
 from tlm_probe.models.accounting import count_params
-from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
+from tlm_probe.models.config import config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.tlm import TaperedLM
 
 
@@ -46,7 +47,7 @@ def bench_mixers(args, device) -> tuple[list[dict], TaperedLM, torch.Tensor]:
     """Rows per mixer, and the Titans model with the batch (for titans_parts)."""
     models, steps = {}, {}
     x = torch.randint(0, 256, (args.batch, args.seq_len), device=device)
-    for mixer in MIXER_KINDS:
+    for mixer in MIXERS:
         torch.manual_seed(0)
         cfg = config_with_schedule("uniform", 4 * args.d_model, vocab_size=256, d_model=args.d_model,
                                    n_layers=args.layers, n_heads=args.heads, max_seq_len=args.seq_len,
@@ -58,9 +59,9 @@ def bench_mixers(args, device) -> tuple[list[dict], TaperedLM, torch.Tensor]:
             model(x, return_type="loss").backward()
 
         steps[mixer] = step
-    times = {m: [] for m in MIXER_KINDS}
+    times = {m: [] for m in MIXERS}
     for r in range(args.rounds + 1):  # round 0 warms up (allocation, kernels)
-        for mixer in MIXER_KINDS:
+        for mixer in MIXERS:
             dt = _timed(steps[mixer], device)
             if r:
                 times[mixer].append(dt)
@@ -68,7 +69,7 @@ def bench_mixers(args, device) -> tuple[list[dict], TaperedLM, torch.Tensor]:
     base = tokens / statistics.median(times["attention"])
     base_params = count_params(models["attention"][0]).total
     rows = []
-    for mixer in MIXER_KINDS:
+    for mixer in MIXERS:
         tps = tokens / statistics.median(times[mixer])
         params = count_params(models[mixer][0]).total
         rows.append({"mixer": mixer, "params": params, "params_relative": params / base_params,

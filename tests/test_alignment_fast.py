@@ -1,8 +1,8 @@
-"""The all-at-once alignment statistics equal the one-by-one formulas of STATISTICS bit for bit."""
+"""The all-at-once alignment statistics equal the one-by-one formulas of PER_TOKEN bit for bit."""
 
 import torch
 
-from tlm_probe.stats.alignment import STATISTICS
+from tlm_probe.stats.alignment import PER_TOKEN
 from tlm_probe.stats.alignment_fast import FORMULAS, layer_values, plan
 from tlm_probe.stats.pieces import LayerPieces, TokenIndex
 
@@ -29,12 +29,12 @@ def _fast(layers, names):
 
 
 def test_same_values_as_the_statistics_table():
-    assert set(FORMULAS) == set(STATISTICS)
+    assert set(FORMULAS) == set(PER_TOKEN)
     for dtype in (torch.float32, torch.float64, torch.bfloat16):
         layers = [_pieces(dtype, seed) for seed in range(3)]
-        names = tuple(STATISTICS)
+        names = tuple(PER_TOKEN)
         fast = _fast(layers, names)
-        slow = torch.cat([torch.stack([STATISTICS[s][1](q) for s in names], dim=1) for q in layers], dim=1)
+        slow = torch.cat([torch.stack([PER_TOKEN[s][1](q) for s in names], dim=1) for q in layers], dim=1)
         assert fast.dtype == torch.float64 and torch.equal(fast, slow)
         for name in names:  # alone, each statistic reads only its own pairs
             one = _fast(layers[1:2], (name,))

@@ -17,7 +17,7 @@ from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.probe.engine import probe
-from tlm_probe.stats.alignment import STATISTICS, build_accumulators
+from tlm_probe.stats.alignment import PER_TOKEN, build_accumulators
 from tlm_probe.stats.pieces import TokenIndex
 
 TEXTS = CORPUS * 2
@@ -51,9 +51,9 @@ def _ids(n=300, vocab=256, seed=0):
 
 
 def test_every_adapter_row_taps_what_its_block_kinds_need():
-    for a in ADAPTERS:
+    for a in ADAPTERS.values():
         for kind, taps in a.taps.items():
-            assert capture_set(kind, set().union(*(s[0] for s in STATISTICS.values()))) <= set(taps), a.family
+            assert capture_set(kind, set().union(*(s[0] for s in PER_TOKEN.values()))) <= set(taps), a.family
 
 
 def test_unknown_architecture_lists_families_and_how_to_add():
@@ -182,4 +182,4 @@ def test_other_adapter_rows_pass_the_guardrails(tmp_path, family):
     # every tap fires and the pieces add up on the first batch, or the probe raises GuardrailError
     pm = load_probe_model(build_model(family, tmp_path / family))
     df = probe(pm, TEXTS, seq_len=16, batch_size=3, max_tokens=200)
-    assert len(df) == len(STATISTICS) * pm.n_layers and df.value.notna().all() and (df.n_tokens == 200).all()
+    assert len(df) == len(PER_TOKEN) * pm.n_layers and df.value.notna().all() and (df.n_tokens == 200).all()

@@ -76,9 +76,9 @@ def test_console_script_exit_codes(tmp_path):
 
 
 def test_plot_help_names_match_the_figure_builders():
-    from tlm_probe.plotting import figures, options
+    from tlm_probe.plotting.options import FIGURES
 
-    assert options.FIGURE_KINDS == tuple(figures.BUILDERS)  # --kind's help and check, without matplotlib
+    assert all(callable(build) for build in FIGURES.values())  # every kind's builder is importable
 
 
 def test_cli_starts_without_heavy_imports():

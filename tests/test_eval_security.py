@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe.errors import UserError
-from tlm_probe.eval.builtin_tasks import BUILDERS
+from tlm_probe.eval.builtin_tasks import TASKS
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -164,8 +164,8 @@ def test_only_a_hub_name_may_reach_the_network(ck, tmp_path):
     from tlm_probe.eval.offline import is_local
 
     local = str(ck)
-    assert is_local(local, ["pydoc-mc"], ["builtin:pydoc"], set(BUILDERS))
-    assert is_local(local, [str(tmp_path)], [], set(BUILDERS))  # a folder of task files
-    assert not is_local("HuggingFaceTB/SmolLM2-135M", ["pydoc-mc"], [], set(BUILDERS))  # a hub model
-    assert not is_local(local, ["hellaswag"], [], set(BUILDERS))  # a harness task: its dataset
-    assert not is_local(local, ["pydoc-mc"], ["hf:wikitext"], set(BUILDERS))  # an hf: source
+    assert is_local(local, ["pydoc-mc"], ["builtin:pydoc"], set(TASKS))
+    assert is_local(local, [str(tmp_path)], [], set(TASKS))  # a folder of task files
+    assert not is_local("HuggingFaceTB/SmolLM2-135M", ["pydoc-mc"], [], set(TASKS))  # a hub model
+    assert not is_local(local, ["hellaswag"], [], set(TASKS))  # a harness task: its dataset
+    assert not is_local(local, ["pydoc-mc"], ["hf:wikitext"], set(TASKS))  # an hf: source

@@ -21,7 +21,7 @@ from compare import matrix_difference, merged  # noqa: E402
 from make_golden import golden_tables  # noqa: E402
 from models_zoo import VOCAB  # noqa: E402
 
-from tlm_probe.stats.alignment import STATISTICS  # noqa: E402
+from tlm_probe.stats.alignment import PER_TOKEN  # noqa: E402
 
 FAMILIES = ["gpt2", "gpt_neox", "bert", "opt", "tlm"]
 ADDED_LATER = {"align_abs_mlp_mid", "align_abs_mlp_pre", "align_mlp_post", "attn_entropy"}
@@ -86,7 +86,7 @@ def test_golden_results_unchanged(fresh):
     added = new_only.statistic.isin(ADDED_LATER)  # statistics added after the golden tables were made
     assert set(new_only[~added].model) <= {"opt", "tlm"}  # importance rows: the old code crashed on them
     both = m[m._merge == "both"]
-    aligned = both.statistic.isin(set(STATISTICS))
+    aligned = both.statistic.isin(set(PER_TOKEN))
     # value and std of every row; the CI columns only for alignment rows (importance CIs were redefined in
     # issue 9, sequence-clustered like alignment's, so their golden CI columns are the old definition)
     checks = [(both, "value"), (both, "std"), (both[aligned], "ci_low"), (both[aligned], "ci_high")]

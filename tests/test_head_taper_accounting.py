@@ -16,7 +16,8 @@ from tlm_probe.models.accounting import (
     matmul_params,
     train_flops_per_token,
 )
-from tlm_probe.models.config import MIXER_KINDS, ConfigError, TLMConfig, config_with_schedule
+from tlm_probe.models.config import ConfigError, TLMConfig, config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.models.shapes import state_shapes
 from tlm_probe.models.tlm import TaperedLM
@@ -44,7 +45,7 @@ def _preset(name, mixer, taper):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_accounting_equals_numel_on_meta_for_every_component_taper(preset, mixer):
     uniform = _preset(preset, mixer, "mlp").replace(d_ff=(PRESETS[preset]["d_ff"] // _levels(mixer),)
                                                     * PRESETS[preset]["n_layers"])

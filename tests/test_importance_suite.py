@@ -10,12 +10,13 @@ import torch.nn.functional as F
 from models_zoo import build_model
 
 from tlm_probe.capture import load_probe_model, wrap_model
-from tlm_probe.importance import AGREEMENT, STATISTICS, reasons
+from tlm_probe.importance import AGREEMENT, reasons
 from tlm_probe.importance.suite import ImportanceOptions
 from tlm_probe.importance.suite import run_importance as run_stats
 from tlm_probe.models.config import config_with_schedule
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.schedules.widths import parse_schedule
+from tlm_probe.statistic_names import STATISTICS
 
 OPTS = ImportanceOptions(sample_size=64, grad_sequences=3, pool_size=64)
 CAUSAL_STATS = {

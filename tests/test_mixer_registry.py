@@ -21,11 +21,11 @@ from cli import app
 from tlm_probe.commands.options import flag_of
 from tlm_probe.docstrings import field_docs
 from tlm_probe.models import accounting, attention, config, mixers, shapes
-from tlm_probe.models.config import MIXER_KINDS, SETTINGS, TLMConfig
+from tlm_probe.models.config import SETTINGS, TLMConfig
 from tlm_probe.models.mixer_registry import MIXER_HELP, MIXERS
-from tlm_probe.models.mixer_spec import MixerSpec
-from tlm_probe.models.mlp import MLPS
+from tlm_probe.models.mixer_spec import MLPS, MixerSpec, TrainingHooks
 from tlm_probe.models.tlm import TaperedLM
+from tlm_probe.registry import load
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.model_options import MIXER_FIELDS
 
@@ -35,11 +35,10 @@ READERS = (config, mixers, shapes, accounting, attention)
 
 
 def test_every_table_knows_the_same_mixers():
-    assert tuple(mixers.MIXERS) == MIXER_KINDS == tuple(MIXERS)
-    assert all(name == row.name for name, row in MIXERS.items())
+    assert tuple(MIXERS) == tuple(row.name for row in MIXERS.values())
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_a_row_has_every_part(mixer):
     row = MIXERS[mixer]
     required = [f.name for f in fields(MixerSpec) if f.default is MISSING and f.default_factory is MISSING]
@@ -48,9 +47,9 @@ def test_a_row_has_every_part(mixer):
         value = getattr(row, f.name)
         if f.type.startswith("Callable"):
             assert callable(value), (mixer, f.name)
-    assert issubclass(mixers.MIXERS[mixer], torch.nn.Module)
+    assert issubclass(load(row.module), torch.nn.Module) and issubclass(load(row.training), TrainingHooks)
     if row.mlp_module:
-        assert issubclass(mixers.MLP_MODULES[mixer], torch.nn.Module)
+        assert issubclass(load(row.mlp_module), torch.nn.Module)
     assert (f"{mixer} ({row.help})" if row.help else mixer) in MIXER_HELP.split(" | ")
     if row.settings is not None:
         assert is_dataclass(row.settings) and callable(row.settings.validate)
@@ -73,7 +72,7 @@ def _named_mixers(module) -> list[str]:
                        for e in c.elts]
         elif isinstance(node, ast.Dict):
             consts = [k for k in node.keys if k is not None]
-        found += [c.value for c in consts if isinstance(c, ast.Constant) and c.value in MIXER_KINDS]
+        found += [c.value for c in consts if isinstance(c, ast.Constant) and c.value in tuple(MIXERS)]
     return found
 
 
@@ -105,7 +104,7 @@ def _given(mixer: str) -> dict:
     return {f.name: f.default + 1 for f in ints}
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_a_mixer_builds_through_every_path(mixer):
     given = _given(mixer)
     chunks = "4,8" if mixer == "hope_attention" else ""
@@ -121,9 +120,9 @@ def test_a_mixer_builds_through_every_path(mixer):
     with torch.device("meta"):
         meta = TaperedLM(cfg)
     row = MIXERS[mixer]
-    assert type(meta.blocks[0].attn) is mixers.MIXERS[mixer]
-    mlp = mixers.MLP_MODULES[mixer] if row.mlp_module else MLPS[cfg.mlp]
-    assert type(meta.blocks[0].mlp) is mlp and cfg.cms_levels == row.mlp_levels(cfg)
+    assert type(meta.blocks[0].attn) is load(row.module)
+    mlp = load(row.mlp_module) if row.mlp_module else MLPS[cfg.mlp]
+    assert type(meta.blocks[0].mlp) is mlp and cfg.mlp_levels == row.mlp_levels(cfg)
     if type(meta.blocks[0].attn) is attention.Attention:  # the G1 gate: the row says so
         assert (meta.blocks[0].attn.W_G is not None) == row.output_gate
     assert sum(p.numel() for p in meta.parameters()) == accounting.count_params(cfg).total
@@ -141,5 +140,5 @@ def test_the_cli_offers_every_mixer_and_its_settings(command):
     for name in MIXER_FIELDS:
         assert flag_of(name) in text, (command, name)
     mixer_help = next(line for line in text.splitlines() if "--mixer " in line)  # its help: TLMConfig.mixer's
-    for kind in MIXER_KINDS:
+    for kind in tuple(MIXERS):
         assert kind in mixer_help, (command, kind)

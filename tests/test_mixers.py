@@ -12,9 +12,10 @@ from swap_check import same_loss_and_grads
 
 import tlm_probe.models.titans as titans_module
 from tlm_probe.models.accounting import count_params, train_flops_per_token
-from tlm_probe.models.config import MIXER_KINDS, ConfigError, TLMConfig, config_with_schedule
+from tlm_probe.models.config import ConfigError, TLMConfig, config_with_schedule
 from tlm_probe.models.io import load_tlm, save_tlm
 from tlm_probe.models.memory import GRAD_CLIP, memory_chunked, memory_rates, memory_reference
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.presets import PRESETS, preset_config
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.schedules.widths import parse_schedule
@@ -98,7 +99,7 @@ def test_titans_model_equals_its_sequential_reference(monkeypatch):
                             (memory_chunked, memory_reference))
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_causality(mixer):
     model = TaperedLM(tiny(mixer)).eval()
     x = tokens(B=1, T=20)
@@ -110,7 +111,7 @@ def test_causality(mixer):
         assert not torch.equal(a[:, t:], b[:, t:])
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_left_padding_equals_unpadded(mixer):
     # Titans: a pad count that is a multiple of the chunk keeps the chunk boundaries, and no persistent
     # tokens (their momentum would be reset by the pads); documented in models/memory.py
@@ -134,7 +135,7 @@ def test_sliding_window_sees_only_the_window():
     assert reached.tolist() == [True, True] + [15 - s < 6 and s <= 15 for s in range(20)]
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 @pytest.mark.parametrize("schedule", ["uniform", "cosine:1.5:0.5"])
 def test_each_mixer_overfits_a_tiny_batch(mixer, schedule):
     torch.manual_seed(0)
@@ -156,7 +157,7 @@ def test_each_mixer_overfits_a_tiny_batch(mixer, schedule):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_accounting_equals_numel_on_meta_for_every_preset_and_mixer(preset, mixer):
     counts = []
     for schedule in ("uniform", "cosine:1.5:0.5"):
@@ -179,7 +180,7 @@ def test_hope_splits_the_mlp_budget_over_its_levels():
         config_with_schedule("uniform", 96, mixer="hope_attention", cms_chunks=(1, 2, 4, 8, 16))
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_checkpoint_and_auto_model_round_trip(tmp_path, mixer):
     from transformers import AutoModelForCausalLM
 
@@ -200,7 +201,7 @@ def test_checkpoint_and_auto_model_round_trip(tmp_path, mixer):
     assert torch.equal(load_tlm(tmp_path / "b")(x), model(x))
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_contract_hooks_and_extra_hook_points(mixer):
     cfg = tiny(mixer)
     model = TaperedLM(cfg).eval()
@@ -215,7 +216,7 @@ def test_contract_hooks_and_extra_hook_points(mixer):
         assert f"blocks.0.{name}" in cache, name
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 def test_probe_guardrail_passes_on_every_backend(tmp_path, mixer):
     """The probe's decomposition guardrail (pieces add up, every tap fires) runs on each backend, and the
     backends agree on every statistic."""

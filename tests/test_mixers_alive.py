@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tlm_probe.models.config import MIXER_KINDS, config_with_schedule
+from tlm_probe.models.config import config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.schedules.widths import ScheduleSpec
 
@@ -89,7 +90,7 @@ def attention_reference():
     return {"init": init, "trained": _measure(model, x)}
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 @pytest.mark.parametrize("when", ["init", "trained"])
 def test_every_sublayer_writes_and_learns_like_attentions(mixer, when, attention_reference):
     model, x = _model(mixer), _batch()

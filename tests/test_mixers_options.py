@@ -72,8 +72,8 @@ def test_match_params_picks_the_mlp_budget_closest_to_attentions_count(mixer):
     attention = count_params(tc.replace(mixer="attention").model_config(256)).total
     matched = tc.replace(match_params=True).model_config(256)
     gap = abs(count_params(matched).total - attention)
-    step = 32 * matched.cms_levels
-    budget = round(matched.mean_d_ff * matched.cms_levels)
+    step = 32 * matched.mlp_levels
+    budget = round(matched.mean_d_ff * matched.mlp_levels)
     for other in (budget - step, budget + step):  # the neighbouring budgets are no closer
         try:
             neighbour = tc.replace(d_ff=other).model_config(256) if step <= other <= 256 else None

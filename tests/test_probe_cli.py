@@ -15,7 +15,7 @@ from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.results import read_results
-from tlm_probe.stats.alignment import STATISTICS
+from tlm_probe.stats.alignment import PER_TOKEN
 
 runner = CliRunner()
 CONTRACT = ["model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "std"]
@@ -69,7 +69,7 @@ def test_probe_writes_contract_folder(tmp_path, gpt2):
     assert json.loads(r.stdout)["provenance"]["data"]["n_tokens"] == 100
     df, matrices, prov = read_results(out)
     assert list(df.columns[: len(CONTRACT)]) == CONTRACT and matrices is None
-    assert len(df) == len(STATISTICS) * 3 and (df.n_tokens == 100).all()
+    assert len(df) == len(PER_TOKEN) * 3 and (df.n_tokens == 100).all()
     assert prov["architecture"]["family"] == "gpt2" and prov["backend"] == "native"
     assert len(prov["content_hash"]) == 64 and prov["versions"]["torch"] == torch.__version__
     csv, _, _ = read_results(out / "results.csv")

@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM
 from tlm_probe.capture import load_probe_model, wrap_model
 from tlm_probe.errors import UserError
 from tlm_probe.importance.passes import head_share
-from tlm_probe.probe.engine import SETS, probe
+from tlm_probe.probe.engine import probe
+from tlm_probe.statistic_names import sets
 
 FAST = {"grad_sequences": 2, "sample_size": 64, "pool_size": 16}
 
@@ -110,7 +111,7 @@ def test_every_statistic_runs_alone(family, tmp_path):
     pm = load_probe_model(build_model(family, tmp_path / family))
     ids = _ids(2, (3, 16))
     torch.manual_seed(0)
-    for stat in SETS["all"]:
+    for stat in sets()["all"]:
         _check_alone(pm, ids, stat)
 
 
@@ -121,7 +122,7 @@ def test_every_statistic_runs_alone_tlm(tmp_path):
     torch.manual_seed(0)
     cfg = TLMConfig(vocab_size=320, d_model=16, n_layers=2, n_heads=2, d_ff=(48, 16), max_seq_len=32)
     pm = wrap_model(TaperedLM(cfg), name="tlm")
-    for stat in SETS["all"]:
+    for stat in sets()["all"]:
         _check_alone(pm, _ids(2, (3, 16)), stat)
 
 

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from cli import app
 from tlm_probe.models.accounting import count_params
-from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
+from tlm_probe.models.config import TLMConfig, config_with_schedule
 from tlm_probe.models.io import load_tlm, save_tlm
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.schedules.widths import (
     ScheduleError,
@@ -179,7 +180,7 @@ def _middle_cfg(**kw) -> TLMConfig:
     return cfg
 
 
-@pytest.mark.parametrize("mixer", MIXER_KINDS)
+@pytest.mark.parametrize("mixer", tuple(MIXERS))
 @pytest.mark.parametrize("sched", ["middle", "hourglass", "openelm", "wider-late"])
 def test_numel_on_meta_equals_accounting(mixer, sched):
     kw = dict(n_layers=9, d_model=64, n_heads=2, mixer=mixer, max_seq_len=64)

@@ -108,12 +108,12 @@ def _two_batches():
 
 
 def _one_by_one(batches) -> SequenceMoments:
-    from tlm_probe.stats.alignment import STATISTICS
+    from tlm_probe.stats.alignment import PER_TOKEN
 
     want = SequenceMoments(len(NAMES) * 3)
     for p in (p for layers in batches for p in layers):
         for i, name in enumerate(NAMES):
-            want.add(i * 3 + p.layer, STATISTICS[name][1](p), p.index.seq, p.index.n_seq)
+            want.add(i * 3 + p.layer, PER_TOKEN[name][1](p), p.index.seq, p.index.n_seq)
     return want
 
 

@@ -24,7 +24,7 @@ from tlm_probe.files.vocab_count import count_entries
 META = "tlm_tokenizer.json"
 EOS = "<|endoftext|>"
 DEFAULT_BPE_VOCAB = 4096
-KINDS = ("byte", "bpe", "hf")
+TOKENIZER_KINDS = ("byte", "bpe", "hf")
 """The `kind` a saved tokenizer records (tlm_tokenizer.json): ByteTokenizer.kind and HFTokenizer's kinds."""
 
 
@@ -173,8 +173,9 @@ def read_meta(folder: Path) -> dict:
     except UserError as e:
         raise UserError(f"corrupt {path}: {e}") from None
     kind = meta.get("kind") if isinstance(meta, dict) else None
-    if kind not in KINDS:
-        raise UserError(f"{path} names no tokenizer kind of {', '.join(KINDS)} (got {repr(kind)[:40]})")
+    if kind not in TOKENIZER_KINDS:
+        raise UserError(f"{path} names no tokenizer kind of {', '.join(TOKENIZER_KINDS)} "
+                        f"(got {repr(kind)[:40]})")
     return meta
 
 

@@ -5,9 +5,9 @@ site cannot fall behind the code.
   help, default and range, read from the typer app (whose options come from the options dataclasses).
 - `<!-- generated: alignment-statistics -->`: the alignment statistics from statistic_names.FORMULAS, with
   the formula, range and sign convention that follow from each kind of formula.
-- `<!-- generated: statistic-sets -->`: the `--stats` sets and what each holds (statistic_names.SETS).
+- `<!-- generated: statistic-sets -->`: the `--stats` sets and what each holds (statistic_names.sets()).
 - `<!-- generated: ci-methods -->`: the confidence-interval method of each row family
-  (importance/catalogue.CI_METHODS, the text provenance.json records).
+  (statistic_names.ci_methods(), from the rows: the text provenance.json records).
 - on_files: the repository's figures (figures/*.png, analyses/results/**/*.png) are served beside the pages,
   so a page links them as they lie in the repository (docs/ is one folder down: `../figures/x.png`).
 """
@@ -88,18 +88,18 @@ def alignment_statistics() -> str:
 
 
 def statistic_sets() -> str:
-    from tlm_probe.statistic_names import SETS
+    from tlm_probe.statistic_names import sets
 
     return "\n".join(f"- `{name}` ({len(stats)}): " + ("every statistic of the sets above" if name == "all"
                                                        else ", ".join(f"`{s}`" for s in stats))
-                     for name, stats in SETS.items())
+                     for name, stats in sets().items())
 
 
 def ci_methods() -> str:
-    from tlm_probe.importance.catalogue import CI_METHODS
+    from tlm_probe.statistic_names import ci_methods
 
     rows = ["| rows | 95% interval (`ci_low`, `ci_high`) |", "|---|---|"]
-    rows += [f"| {_text(k)} | {_text(v)} |" for k, v in CI_METHODS.items()]
+    rows += [f"| {_text(k)} | {_text(v)} |" for k, v in ci_methods().items()]
     return "\n".join(rows)
 
 

@@ -50,7 +50,7 @@ def matrix_difference(new: pd.DataFrame, families=None) -> float:
 
 
 if __name__ == "__main__":
-    from tlm_probe.stats.alignment import STATISTICS
+    from tlm_probe.stats.alignment import PER_TOKEN
 
     with tempfile.TemporaryDirectory() as tmp:
         table, mats = golden_tables(Path(tmp))
@@ -62,9 +62,9 @@ if __name__ == "__main__":
         int((m._merge == "right_only").sum()),
     )
     both = m[m._merge == "both"]
-    print("max |difference| per column:", differences(both, set(STATISTICS)))
+    print("max |difference| per column:", differences(both, set(PER_TOKEN)))
     print("matrices max |difference|:", matrix_difference(mats))
-    new_ci = both[~both.statistic.isin(set(STATISTICS))]
+    new_ci = both[~both.statistic.isin(set(PER_TOKEN))]
     print(
         "importance CI columns changed (by design) on",
         int((new_ci.ci_low_old.fillna(0) != new_ci.ci_low_new.fillna(0)).sum()),

@@ -40,7 +40,7 @@ from tlm_probe.models.config_file import CONFIG, read_config_json
 __all__ = ["ADAPTERS", "BLOCK_KINDS", "PARALLEL", "PIECES", "POST_LN", "SEQUENTIAL", "Adapter", "adapter_for"]
 __all__ += ["MIXER_ONLY", "split_tap"]
 
-_BY_TYPE = {t: a for a in ADAPTERS for t in a.model_types}
+_BY_TYPE = {t: a for a in ADAPTERS.values() for t in a.model_types}
 _USER: dict[str, Adapter] = {}
 """Rows a user added or overrode (register_adapter, `tlm probe --adapter FILE`); looked up first."""
 
@@ -90,7 +90,7 @@ def adapter_for(model_type: str | None) -> Adapter:
         return _BY_TYPE[model_type]
     if model_type in REFUSED:
         raise UserError(f"{model_type} models are not supported: {REFUSED[model_type]}")
-    families = "; ".join(f"{a.family} ({', '.join(a.model_types)})" for a in ADAPTERS)
+    families = "; ".join(f"{a.family} ({', '.join(a.model_types)})" for a in ADAPTERS.values())
     close = difflib.get_close_matches(str(model_type), list(_BY_TYPE), n=1, cutoff=0.5)
     closest = f"Closest known type: {close[0]} ({_BY_TYPE[close[0]].family} row). " if close else ""
     raise UserError(
@@ -125,19 +125,8 @@ def stack_adapter(model_type: str | None, stack: str) -> Adapter:
     return row
 
 
-ROW_FIELDS = {
-    "family",
-    "model_types",
-    "layers",
-    "mlp",
-    "mlp_down",
-    "final_norm",
-    "lm_head",
-    "block_kind",
-    "taps",
-    "is_causal",
-    "pattern",
-}
+ROW_FIELDS = {"family", "model_types", "layers", "mlp", "mlp_down", "final_norm", "lm_head", "block_kind",
+              "taps", "is_causal", "pattern"}
 OPTIONAL_FIELDS = {"is_causal", "pattern"}
 
 

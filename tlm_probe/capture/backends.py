@@ -3,23 +3,10 @@ seconds to import, and a probe needs only one)."""
 
 from __future__ import annotations
 
+from tlm_probe.registry import Registry
 
-def _native():
-    from tlm_probe.capture.native import NativeBackend
-
-    return NativeBackend
-
-
-def _transformer_lens():
-    from tlm_probe.capture.tl_backend import TransformerLensBackend
-
-    return TransformerLensBackend
-
-
-def _nnsight():
-    from tlm_probe.capture.nnsight_backend import NNsightBackend
-
-    return NNsightBackend
-
-
-BACKENDS = {"native": _native, "transformer-lens": _transformer_lens, "nnsight": _nnsight}
+BACKENDS: Registry[type] = Registry("backend", {
+    "native": "tlm_probe.capture.native:NativeBackend",
+    "transformer-lens": "tlm_probe.capture.tl_backend:TransformerLensBackend",
+    "nnsight": "tlm_probe.capture.nnsight_backend:NNsightBackend",
+}, lazy=True)

@@ -117,12 +117,11 @@ def _through(backend: str, pm, ids, mask, names, layers, device, dtype) -> Cache
 
     given, _ = sources(pm)
     unserved = [n for n in names if n in ("mlp_in", PATTERN)]
-    if backend not in BACKENDS or unserved:
-        why = f"unknown backend {backend!r}" if backend not in BACKENDS else f"{unserved[0]} is native only"
-        raise UserError(f"run_with_cache: {why} (backends: {', '.join(BACKENDS)})")
+    if unserved:
+        raise UserError(f"run_with_cache: {unserved[0]} is native only (backends: {', '.join(BACKENDS)})")
     sink = _Collect(pm, _direct(given, names) | {"resid_post"})
     with torch.no_grad():
-        out = BACKENDS[backend]()(sink).run(ids, mask, full_output=True)
+        out = BACKENDS.get(backend)(sink).run(ids, mask, full_output=True)
         out = pm.forward(ids, mask) if out is None else out
     raw = {layer: sink.raw[layer] for layer in layers}
     return _cache(pm, given, raw, sink.scales, (ids, mask, out), names, (device, dtype))

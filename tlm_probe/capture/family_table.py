@@ -17,7 +17,7 @@ END = "<!-- families end -->"
 def family_table() -> str:
     """One Markdown row per adapter row: its model types, block kinds and what its pieces are."""
     lines = ["| family | `model_type` | blocks | what the row taps |", "|---|---|---|---|"]
-    rows = [(a, ", ".join(f"`{t}`" for t in a.model_types)) for a in ADAPTERS]
+    rows = [(a, ", ".join(f"`{t}`" for t in a.model_types)) for a in ADAPTERS.values()]
     rows += [(a, f"`{t}` (as `MODEL:{stack}`)") for (t, stack), a in STACKS.items()]
     for a, types in rows:
         extras = ["mixture of experts"] if a.experts else []

@@ -15,18 +15,11 @@ from tlm_probe.commands.options import with_options
 from tlm_probe.commands.schedule_heads import head_result, print_head_table
 from tlm_probe.errors import UserError
 from tlm_probe.models.accounting import comparison, count_params
-from tlm_probe.models.config import MIXER_KINDS, TLMConfig, config_with_schedule
+from tlm_probe.models.config import TLMConfig, config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.presets import preset_config
 from tlm_probe.schedules.options import MAX_LAYERS, MAX_WIDTH, FromProbeOptions, ScheduleOptions
-from tlm_probe.schedules.widths import (
-    DEFAULTS,
-    FILE,
-    GROUPED,
-    PARAMS,
-    ScheduleSpec,
-    make_schedule,
-    parse_schedule,
-)
+from tlm_probe.schedules.widths import FILE, SCHEDULES, ScheduleSpec, make_schedule, parse_schedule
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +43,8 @@ class ScheduleArch:
     preset: str | None = None
     """A model preset (tlm-440m, ...): its layers, widths and architecture; the flags above (but
     --multiple-of) are refused beside it."""
-    mixer: str = field(default="attention", metadata={"help": f"Token mixer: {' | '.join(MIXER_KINDS)}."})
-    """Token mixer (MIXER_KINDS)."""
+    mixer: str = field(default="attention", metadata={"help": f"Token mixer: {' | '.join(MIXERS)}."})
+    """Token mixer (MIXERS)."""
     n_heads: int | None = None
     """Query heads per layer of uniform (default: d_model // 64)."""
     n_kv_heads: int | None = None
@@ -59,8 +52,7 @@ class ScheduleArch:
     attention)."""
 
     def __post_init__(self):
-        if self.mixer not in MIXER_KINDS:
-            raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        MIXERS.check(self.mixer)
         bounds = dict(n_layers=MAX_LAYERS, d_ff=MAX_WIDTH, d_model=MAX_WIDTH, n_heads=MAX_WIDTH,
                       n_kv_heads=MAX_WIDTH, vocab_size=None, seq_len=None)
         for key, most in bounds.items():
@@ -189,14 +181,9 @@ def _probe_head_unit(component: str, heads: int | None, kv_heads: int | None, mi
     return heads // (kv_heads or heads)
 
 
-# the parameters each schedule reads, in the order of its spec string (name:p1:p2:...); explicit widths and
-# schedule files none
-USES = {**PARAMS, "explicit": (), FILE: ()}
-
-
 def _check_used(text: str, spec: ScheduleSpec, given: dict) -> None:
     """Refuse what the schedule would ignore: extra spec-string numbers, or flags it does not read."""
-    uses = USES[spec.name]
+    uses = SCHEDULES.get(spec.name).params  # in the order of its spec string (name:p1:p2:...)
     n_given = len(text.split(":")) - 1
     if n_given > len(uses):
         takes = f"{len(uses)} parameter{'s' * (len(uses) != 1)}" + (f" ({':'.join(uses)})" if uses else "")
@@ -218,7 +205,8 @@ def _spec(options: ScheduleOptions) -> ScheduleSpec:
         raise UserError(f"--schedule {text!r} already sets its parameters; drop {flags}")
     if fixed:
         return spec
-    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**DEFAULTS.get(spec.name, {}), **given})
+    defaults = SCHEDULES.get(spec.name).defaults
+    return ScheduleSpec(name=spec.name, multiple_of=multiple_of, **{**defaults, **given})
 
 
 def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict:
@@ -247,7 +235,7 @@ def _result(sched, tapered: TLMConfig, uniform: TLMConfig, seq_len: int) -> dict
 def _print_table(r: dict, cfg: TLMConfig) -> None:
     what = f"{r['preset']} ({r['mixer']})" if r["preset"] else r["mixer"]
     table = Table(title=f"{what}: {r['schedule']['name']} schedule, L={r['layers']}, d_ff={r['d_ff']}"
-                  + (f" per level x {cfg.cms_levels} levels" if cfg.cms_levels > 1 else ""))
+                  + (f" per level x {cfg.mlp_levels} levels" if cfg.mlp_levels > 1 else ""))
     for col in ("layer", "depth", "width", "ratio", "block params", "uniform block params"):
         table.add_column(col, justify="right")
     L = r["layers"]
@@ -264,7 +252,7 @@ def _print_table(r: dict, cfg: TLMConfig) -> None:
     console.print(f"shape: {r['monotone']}; width moved from uniform: {r['moved']:,}")
     if r["no_mlp_layers"]:
         console.print(f"blocks with no MLP (d_l = 0): {', '.join(map(str, r['no_mlp_layers']))}")
-    if r["schedule"]["name"] in GROUPED:
+    if SCHEDULES.get(r["schedule"]["name"]).group == "grouped":
         console.print(GROUPED_NOTE)
 
 

@@ -248,8 +248,3 @@ def _check_not_vacuous(a: dict, b: dict, opts: FromProbeOptions) -> None:
                         "probe the other half (tlm probe --half a / --half b) or another split")
 
 
-def write_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
-                     multiple_of: int = ScheduleSpec.multiple_of) -> tuple[Path, int, int]:
-    """Write the schedule file; returns (path, n_layers, d_ff). Every input is checked before writing."""
-    derived = derive_from_probe(opts, d_ff, multiple_of)
-    return derived.write(), derived.n_layers, derived.d_ff

@@ -7,19 +7,21 @@ from tlm_probe.commands.common import console
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.models.accounting import comparison, count_params, kv_cache_bytes_per_token
 from tlm_probe.models.config import TLMConfig
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.schedules.widths import ScheduleSpec, monotone_label
 
-# component -> (per-layer value of a config, uniform's value, what the values count)
+# component -> (per-layer value of a config, uniform's value, what the values count); a mixer's own
+# component (mem) is read off its row
 COUNTS = {
     "heads": (TLMConfig.heads_at, lambda c: c.n_heads, "query heads"),
     "kv": (TLMConfig.kv_heads_at, lambda c: c.kv_heads, "key/value heads"),
-    "mem": (TLMConfig.mem_width_at, lambda c: c.mem_expand * c.d_head, "memory width"),
 }
 
 
 def head_result(component: str, spec: ScheduleSpec, tapered: TLMConfig, uniform: TLMConfig,
                 seq_len: int) -> dict:
-    at, flat, what = COUNTS[component]
+    comp = MIXERS.get(tapered.mixer).components.get(component)
+    at, flat, what = COUNTS[component] if component in COUNTS else (comp.at, comp.uniform, comp.counts)
     L, base = tapered.n_layers, flat(uniform)
     values = [at(tapered, l) for l in range(L)]
     pc, pu = count_params(tapered), count_params(uniform)

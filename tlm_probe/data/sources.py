@@ -20,6 +20,7 @@ from tlm_probe.data.env_corpus import env_documents
 from tlm_probe.data.tokens import is_prepared
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import jsonl_records, read_json
+from tlm_probe.registry import Registry
 
 SPLITS = ("train", "val", "test", "all")
 SPLIT_CHOICES = ("auto", *SPLITS)
@@ -164,13 +165,14 @@ def _stdlib(rest: str) -> Iterator[str]:
         yield path.read_text(encoding="utf-8", errors="replace")
 
 
+BUILTIN = Registry("builtin corpus", {"pydoc": _pydoc, "stdlib": _stdlib, "env": env_documents})
+
+
 def _builtin(name: str) -> Iterable[str]:
-    readers = {"pydoc": _pydoc, "stdlib": _stdlib, "env": env_documents}
-    if name not in readers:
-        raise UserError(f"unknown builtin corpus {name!r}; choose one of: {', '.join(readers)}")
+    reader = BUILTIN.get(name)
     if name == "env":  # tens of megabytes, read file by file: streamed, not cached
         return env_documents()
-    return iter(cached_corpus(name, functools.partial(readers[name], "")))  # on disk across runs
+    return iter(cached_corpus(name, functools.partial(reader, "")))  # on disk across runs
 
 
 # ---- files ------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import numpy as np
 
 from tlm_probe.data.sources import iter_documents
 from tlm_probe.errors import UserError
+from tlm_probe.registry import Registry
 
 TEMPLATES = Path(__file__).parent / "task_configs"
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'`])")
@@ -67,16 +68,17 @@ def build_lastword(docs: list[str], seed: int) -> list[dict]:
     return items
 
 
-BUILDERS: dict[str, Callable[[list[str], int], list[dict]]] = {
+TASKS: Registry[Callable[[list[str], int], list[dict]]] = Registry("built-in task", {
     "pydoc-mc": build_mc,
     "pydoc-lastword": build_lastword,
-}
+})
+"""The offline tasks `tlm eval` writes as lm-evaluation-harness task YAML: name -> (docs, seed) -> items."""
 
 
 def write_task(name: str, folder: Path, source: str = "builtin:pydoc", seed: int = 0) -> dict:
     """Write FOLDER/NAME.jsonl and FOLDER/NAME.yaml; returns {name, yaml, data, n_docs, sha256s}."""
     docs = list(iter_documents(source, "val"))
-    items = BUILDERS[name](docs, seed)
+    items = TASKS[name](docs, seed)
     if not items:
         raise UserError(f"the validation split of {source} yields no {name} items")
     folder.mkdir(parents=True, exist_ok=True)

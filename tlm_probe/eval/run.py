@@ -22,7 +22,7 @@ from tlm_probe.capture.dispatch import check_dispatch_options
 from tlm_probe.capture.option_fields import Dtype, Sample, Split, shared
 from tlm_probe.data.sources import resolve_split
 from tlm_probe.errors import UserError
-from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
+from tlm_probe.eval.builtin_tasks import TASKS, write_task
 from tlm_probe.eval.offline import is_local, offline
 from tlm_probe.eval.task_code import check_task_code
 from tlm_probe.eval.task_names import check_task_names
@@ -126,8 +126,8 @@ def check_options(opts: EvalOptions) -> None:
 
 def stays_offline(model: str, opts: EvalOptions):
     """Offline mode for the block when nothing the user gave names the hub (eval/offline.py)."""
-    sources = [*opts.ppl_data, *([opts.task_source] if set(opts.tasks) & set(BUILDERS) else [])]
-    return offline(is_local(model, opts.tasks, sources, set(BUILDERS)))
+    sources = [*opts.ppl_data, *([opts.task_source] if set(opts.tasks) & set(TASKS) else [])]
+    return offline(is_local(model, opts.tasks, sources, set(TASKS)))
 
 
 def resolved_device(opts: EvalOptions) -> EvalOptions:
@@ -191,9 +191,9 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
     from tlm_probe.eval.harness import run_tasks, tidy_rows
     from tlm_probe.eval.task_paths import localise
 
-    builtin = [t for t in opts.tasks if t in BUILDERS]
+    builtin = [t for t in opts.tasks if t in TASKS]
     written = [write_task(t, folder, opts.task_source, opts.seed) for t in builtin]
-    paths = localise([Path(t) for t in opts.tasks if t not in BUILDERS and Path(t).exists()], folder,
+    paths = localise([Path(t) for t in opts.tasks if t not in TASKS and Path(t).exists()], folder,
                      _tolerant_loader())
     names = [n for t in opts.tasks for n in _task_names(t)]
     with harness_data_errors(names):
@@ -209,7 +209,7 @@ def _harness(scorer, opts: EvalOptions, folder: Path) -> tuple[list[dict], list[
     if out is None:
         raise UserError("lm-evaluation-harness returned no results")
     configs = out.get("configs", {})
-    others = [t for t in out["results"] if t not in BUILDERS]
+    others = [t for t in out["results"] if t not in TASKS]
     prov = written + [{"task": t, "config_sha256": _config_hash(configs.get(t, {}))} for t in others]
     return tidy_rows(scorer.pm.name, out), prov, out.get("samples", {})
 

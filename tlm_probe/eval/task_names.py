@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 
 from tlm_probe.errors import UserError
-from tlm_probe.eval.builtin_tasks import BUILDERS
+from tlm_probe.eval.builtin_tasks import TASKS
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,7 +26,7 @@ def harness_task_names() -> frozenset[str]:
 
 def check_task_names(names: Iterable[str], declared: Iterable[str] = ()) -> None:
     """`names`: the task names given (not files); `declared`: names the given task YAMLs declare."""
-    local = set(BUILDERS) | set(declared)
+    local = set(TASKS) | set(declared)
     unknown = [n for n in names if n not in local]
     if not unknown:
         return
@@ -70,7 +70,7 @@ def _read(path: str) -> bytes:
 
 def _unknown(name: str, pool: list[str]) -> str:
     near = difflib.get_close_matches(name, pool, n=5)
-    ours = ", ".join(BUILDERS)
+    ours = ", ".join(TASKS)
     if near:
         return f"unknown task {name!r}; did you mean {', '.join(near)}? (built in: {ours})"
     return f"unknown task {name!r}: not built in ({ours}), not a task YAML, not an lm-evaluation-harness task"

@@ -11,41 +11,17 @@
 per model (agreement.csv): spearman_<proxy> against the MLP zero-ablation effect (agreement.py), and
 layer x layer (matrices table): angular_distance[_last], cka_linear, drop_block_best[_last] (tables.py).
 
-catalogue.py says what each statistic needs; suite.py is the second pass that probe/engine.py runs on a
-bounded set of the probed sequences. Nothing here is loaded by name: probe/engine.py imports it.
+Each statistic's row (statistic_names.STATISTICS) says what it needs; suite.py is the second pass that
+probe/engine.py runs on a bounded set of the probed sequences; a row's `compute` function (tables.py) is
+loaded by its import path.
 """
 
 from tlm_probe.importance.agreement import spearman_rows
-from tlm_probe.importance.catalogue import (
-    AGREEMENT,
-    CI_METHODS,
-    NEEDS,
-    STATISTICS,
-    TARGETS,
-    needs,
-    reasons,
-    spearman_parts,
-)
 from tlm_probe.importance.cost import CostNotice
 from tlm_probe.importance.options import ImportanceOptions, options_from
 from tlm_probe.importance.stream_ablations import StreamAblations, fusable
 from tlm_probe.importance.suite import expected_passes, run_importance
+from tlm_probe.statistic_names import AGREEMENT, TARGETS, needs, reasons, spearman_parts
 
-__all__ = [
-    "AGREEMENT",
-    "CI_METHODS",
-    "CostNotice",
-    "NEEDS",
-    "STATISTICS",
-    "TARGETS",
-    "expected_passes",
-    "fusable",
-    "ImportanceOptions",
-    "needs",
-    "options_from",
-    "reasons",
-    "run_importance",
-    "spearman_parts",
-    "spearman_rows",
-    "StreamAblations",
-]
+__all__ = ["AGREEMENT", "CostNotice", "TARGETS", "expected_passes", "fusable", "ImportanceOptions", "needs",
+           "options_from", "reasons", "run_importance", "spearman_parts", "spearman_rows", "StreamAblations"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-KINDS = ("zero", "mean", "resample", "skip")
+ABLATION_KINDS = ("zero", "mean", "resample", "skip")
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def ablating(ablations: list[Ablation], batch_size: int, calib: Calibration | No
     handles = []
     try:
         for k, ab in enumerate(ablations):
-            if ab.kind not in KINDS:
+            if ab.kind not in ABLATION_KINDS:
                 raise ValueError(f"unknown ablation kind {ab.kind!r}")
             rows = slice(k * batch_size, (k + 1) * batch_size)
             hook = _hook_for(ab, rows, calib, seq_len)

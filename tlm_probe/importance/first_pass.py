@@ -1,5 +1,5 @@
 """The importance pass's clean forward: one forward per batch feeds every streaming and sampled part the
-asked statistics need (and only those: see catalogue.NEEDS)."""
+asked statistics need (and only those: their rows' needs in statistic_names.STATISTICS)."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ from contextlib import nullcontext
 
 import torch
 
-from tlm_probe.importance.catalogue import needs
 from tlm_probe.importance.passes import PassCounter
 from tlm_probe.importance.suite import ablation_effects, asked_options, counted_forward, token_mask
 from tlm_probe.importance.taps import output_tensor
+from tlm_probe.statistic_names import needs
 
 
 def fusable(stats: list[str]) -> bool:

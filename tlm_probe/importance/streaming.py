@@ -15,7 +15,6 @@ import torch
 from tlm_probe.stats.moments import SequenceMoments
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile (Fisher-z and binomial intervals)
-CI_CLUSTERED = "t interval over sequences (sequence-clustered ratio estimator), 95%"
 
 
 def clustered_ci(values: np.ndarray, groups: np.ndarray) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """The importance pass: probe/engine.py's second pass over a bounded set of the probed batches.
 
-Only the parts the asked statistics need run (catalogue.NEEDS):
+Only the parts the asked statistics need run (their rows' needs, statistic_names.STATISTICS):
 1. a clean forward per batch through the probe's tap hooks: residual streams (angular distance,
    anisotropy, logit lens, the seeded token sample), neuron activity, and the calibration (means and
    pools) for mean/resample ablation;
@@ -25,7 +25,6 @@ import torch
 
 from tlm_probe.importance.ablation import Calibration, calibrating
 from tlm_probe.importance.ablation_run import AblationEffects, token_nll
-from tlm_probe.importance.catalogue import FIRST_PASS, needs
 from tlm_probe.importance.first_pass import FirstPass, has_lens
 from tlm_probe.importance.gradients import GradientImportance
 from tlm_probe.importance.logit_lens import decoded_share, sampled_positions
@@ -34,6 +33,7 @@ from tlm_probe.importance.passes import PassCounter, head_share, lens_forwards
 from tlm_probe.importance.restart import Restart
 from tlm_probe.importance.tables import finish_tables
 from tlm_probe.importance.taps import ablation_plan, capturing, output_tensor
+from tlm_probe.statistic_names import FIRST_PASS, needs
 
 
 def token_mask(batch: dict, exclude_bos: bool) -> torch.Tensor:
@@ -196,7 +196,7 @@ def run_importance(
     notice=None,
     fused=None,
 ):
-    """The importance statistics `stats` of `pm` (names from catalogue.STATISTICS, computable here).
+    """The importance statistics `stats` of `pm` (names from statistic_names.STATISTICS, computable here).
 
     batches: dicts of input_ids, attention_mask (B, T) and seq_index (B,) (global sequence index).
     Returns (per-layer rows, layer x layer rows, info): info holds sample sizes, seeds, the passes run and

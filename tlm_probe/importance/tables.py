@@ -22,6 +22,8 @@ from tlm_probe.importance.geometry import (
 )
 from tlm_probe.importance.linear_probes import PROBE_MODEL, majority_baseline, probe_accuracy, top_k_filter
 from tlm_probe.importance.utilisation import stable_rank, weight_matrix
+from tlm_probe.registry import load
+from tlm_probe.statistic_names import STATISTICS
 
 MATRIX_INDEX = "r = l: residual stream entering block l (r = 0: embeddings); r = L: output of the last block"
 NAN = math.nan
@@ -31,7 +33,7 @@ def _plain(value: float, n: int) -> dict:
     return dict(value=float(value), ci_low=NAN, ci_high=NAN, std=NAN, n_tokens=int(n))
 
 
-def _sample_rows(pm, opts, first) -> dict[str, list[dict]]:
+def sample_rows(pm, opts, first) -> dict[str, list[dict]]:
     reps, n = first.sample.reps or [], first.sample.n
     layers = range(1, len(reps))  # layer l reads r = l + 1 (its output)
     return {
@@ -40,7 +42,7 @@ def _sample_rows(pm, opts, first) -> dict[str, list[dict]]:
     }
 
 
-def _anisotropy_rows(pm, opts, first) -> dict[str, list[dict]]:
+def anisotropy_rows(pm, opts, first) -> dict[str, list[dict]]:
     aniso = first.anisotropy.values()
     return {"anisotropy": [_plain(aniso[r], first.anisotropy.count) for r in range(1, len(aniso))]}
 
@@ -53,7 +55,7 @@ def _probe_labels(first, opts) -> tuple[np.ndarray, str]:
     return top_k_filter(y, first.label_counts.numpy(), k), f"next token among the top {k}"
 
 
-def _probe_rows(pm, opts, first) -> dict[str, list[dict]]:
+def probe_rows(pm, opts, first) -> dict[str, list[dict]]:
     y, how = _probe_labels(first, opts)
     keep = y >= 0
     reps = first.sample.reps or []
@@ -71,28 +73,18 @@ def _probe_rows(pm, opts, first) -> dict[str, list[dict]]:
     return {"probe_acc": rows}
 
 
-def _neuron_rows(pm, opts, first) -> dict[str, list[dict]]:
+def neuron_rows(pm, opts, first) -> dict[str, list[dict]]:
     return {
         "dead_neuron_frac": [_plain(a.dead_fraction(opts.freq_threshold), a.count) for a in first.neurons]
     }
 
 
-def _stable_rank_rows(pm, opts, first) -> dict[str, list[dict]]:
+def stable_rank_rows(pm, opts, first) -> dict[str, list[dict]]:
     return {
         "stable_rank_mlp_out": [
             _plain(stable_rank(weight_matrix(pm.mlp_down(l))), 0) for l in range(pm.n_layers)
         ]
     }
-
-
-# row family -> (statistics it makes, function(pm, opts, first) -> {statistic: per-layer rows})
-FAMILIES = {
-    "sample": (("effective_rank", "participation_ratio"), _sample_rows),
-    "anisotropy": (("anisotropy",), _anisotropy_rows),
-    "neurons": (("dead_neuron_frac",), _neuron_rows),
-    "stable_rank": (("stable_rank_mlp_out",), _stable_rank_rows),
-    "probe": (("probe_acc",), _probe_rows),
-}
 
 
 def _matrix_rows(model: str, name: str, m: np.ndarray) -> list[dict]:
@@ -159,6 +151,13 @@ def _info(opts, first, effects, grads, skipped: dict) -> dict:
     return info
 
 
+def _computed(wanted: set[str]) -> dict[str, list[str]]:
+    """compute function (STATISTICS rows' `compute`) -> the statistics it makes, in the rows' order."""
+    paths = dict.fromkeys(STATISTICS.get(s).compute for s in STATISTICS if STATISTICS.get(s).compute)
+    out = {path: STATISTICS.where(lambda row, p=path: row.compute == p) for path in paths}
+    return {path: names for path, names in out.items() if wanted & set(names)}
+
+
 def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
     """(per-layer rows, matrix rows, info) of the `wanted` statistics from the passes that ran."""
     stats: dict[str, list[dict]] = {}
@@ -169,12 +168,11 @@ def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
         stats.update(effects.rows())
     if grads is not None:
         stats.update(grads.rows())
-    for names, fn in FAMILIES.values():
-        if wanted & set(names):
-            try:
-                stats.update(fn(pm, opts, first))
-            except (ValueError, ArithmeticError, RuntimeError) as e:  # e.g. too few tokens for a probe
-                skipped.update({n: f"cannot be computed on this input ({_first_line(e)})" for n in names})
+    for path, names in _computed(wanted).items():  # a function that makes several rows runs once
+        try:
+            stats.update(load(path)(pm, opts, first))
+        except (ValueError, ArithmeticError, RuntimeError) as e:  # e.g. too few tokens for a probe
+            skipped.update({n: f"cannot be computed on this input ({_first_line(e)})" for n in names})
     info = _info(opts, first, effects, grads, skipped)
     rows = [r for r in _per_layer(pm, stats) if r["statistic"] in wanted]
     return rows, [m for m in _matrices(pm, first, wanted) if m["statistic"] in wanted], info

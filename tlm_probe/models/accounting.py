@@ -76,7 +76,7 @@ def attention_params(cfg: TLMConfig, layer: int = 0) -> int:
     return MIXERS[cfg.mixer].params(cfg, layer)
 
 
-def cms_adaptive_levels(cfg: TLMConfig) -> int:
+def adaptive_levels(cfg: TLMConfig) -> int:
     """MLP levels per block that update in context (Hope-attention's continuum memory: chunk <
     max_seq_len); each carries one step-size parameter (models/cms.py). 0 for other mixers."""
     return MIXERS[cfg.mixer].adaptive_levels(cfg)
@@ -85,9 +85,9 @@ def cms_adaptive_levels(cfg: TLMConfig) -> int:
 def count_params(cfg: TLMConfig) -> ParamCount:
     d = cfg.d_model
     norm = NORM_PARAMS[cfg.norm] * d
-    per_width = cfg.cms_levels * mlp_matrices(cfg) * d
-    rates = cms_adaptive_levels(cfg)
-    norms = (1 + cfg.cms_levels) * norm  # ln1, ln2 (level 1's for Hope), Hope's levels 2..K
+    per_width = cfg.mlp_levels * mlp_matrices(cfg) * d
+    rates = adaptive_levels(cfg)
+    norms = (1 + cfg.mlp_levels) * norm  # ln1, ln2 (level 1's for Hope), Hope's levels 2..K
     layers = tuple(LayerParams(l, w, attention_params(cfg, l), per_width * w + rates, norms)
                    for l, w in enumerate(cfg.d_ff))
     return ParamCount(
@@ -101,7 +101,7 @@ def count_params(cfg: TLMConfig) -> ParamCount:
 
 def matmul_params(cfg: TLMConfig) -> int:
     pc, row = count_params(cfg), MIXERS[cfg.mixer]
-    static = sum(row.static_params(cfg, l) + cms_adaptive_levels(cfg) for l in range(cfg.n_layers))
+    static = sum(row.static_params(cfg, l) + adaptive_levels(cfg) for l in range(cfg.n_layers))
     return sum(l.attention + l.mlp for l in pc.layers) - static + cfg.vocab_size * cfg.d_model
 
 

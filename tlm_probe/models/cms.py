@@ -18,7 +18,7 @@ evenly over the K levels and applies the schedule to d_ff/K: every level of bloc
 schedule's ratio times d_ff/K), so Σ_l d_l = L·d_ff/K for each level and the stack total equals uniform's.
 
 Optional, under its own name: `cfg.cms_step_periods`, the earlier optimizer-step reading (level ℓ takes an
-AdamW step only every P_ℓ optimizer steps; train/multifreq.py). Empty by default: every level steps every
+AdamW step only every P_ℓ optimizer steps; models/cms_steps.py). Empty by default: every level steps every
 optimizer step, and the multi-frequency behaviour is the in-context one above.
 
 Contract hooks: the last level of the chain is the module itself (its W_gate/W_in/W_out and hook_pre /
@@ -36,7 +36,7 @@ from transformer_lens.hook_points import HookPoint
 from tlm_probe.models import cms_update
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.layers import make_norm
-from tlm_probe.models.mlp import MLPS
+from tlm_probe.models.mixer_spec import MLPS
 
 CMS_LR_MAX = 1.0
 """Largest in-context step size η of a level (its error term is averaged over features and the chunk)."""

@@ -7,12 +7,11 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from tlm_probe.models.mixer_registry import MIXER_HELP, MIXER_KINDS, MIXERS, REFERENCE_MIXER, SETTINGS, owns
-from tlm_probe.models.mixer_spec import ConfigError
-from tlm_probe.schedules.heads import head_counts, kv_counts, mem_unit, mem_widths
+from tlm_probe.models.mixer_registry import MIXER_HELP, MIXERS, REFERENCE_MIXER, SETTINGS, owns
+from tlm_probe.models.mixer_spec import MLPS, ConfigError
+from tlm_probe.schedules.heads import head_counts, kv_counts, layer_counts
 from tlm_probe.schedules.widths import ScheduleSpec, make_schedule, parse_schedule
 
-MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "learned")
 NORM_SCALINGS = {
@@ -116,8 +115,8 @@ class TLMConfig(*SETTINGS):
         return NORM_SCALINGS[self.norm_scaling](i)
 
     @property
-    def cms_levels(self) -> int:
-        """MLP levels per block (the mixer's row: hope_attention's continuum-memory chain, else one MLP)."""
+    def mlp_levels(self) -> int:
+        """MLP levels per block (the mixer's row: a chain of MLPs, or one)."""
         return MIXERS[self.mixer].mlp_levels(self)
 
     @property
@@ -159,8 +158,8 @@ class TLMConfig(*SETTINGS):
                                   f"{self.kv_heads_at(i)} key/value heads")
 
     def _validate_fields(self) -> None:
-        choices = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "positions": POSITION_KINDS, "mixer": MIXER_KINDS,
-                   "norm_scaling": tuple(NORM_SCALINGS)}
+        MIXERS.check(self.mixer), MLPS.check(self.mlp)
+        choices = {"norm": NORM_KINDS, "positions": POSITION_KINDS, "norm_scaling": tuple(NORM_SCALINGS)}
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)!r} is not one of {', '.join(allowed)}")
@@ -186,10 +185,8 @@ class TLMConfig(*SETTINGS):
     @classmethod
     def from_dict(cls, d: dict) -> TLMConfig:
         known = {f.name for f in fields(cls)}
-        if "cms_periods" in d:  # the pre-issue-19 Hope-attention: a chain without residuals (dead)
-            raise ConfigError("this config is of the old Hope-attention (cms_periods: a CMS chain without "
-                              "residuals, updated on optimizer steps); its weights do not fit the current "
-                              "continuum memory (cms_chunks); retrain it")
+        for key, why in ((k, w) for row in MIXERS.values() for k, w in row.retired.items() if k in d):
+            raise ConfigError(f"this config is of an older mixer ({key}: {why}); retrain it")
         unknown = sorted(k for k in d if k not in known and k not in _IGNORED_KEYS)
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
@@ -242,18 +239,17 @@ def check_types(d: dict) -> None:
 
 
 def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpec | str | None = None,
-                         kv: ScheduleSpec | str | None = None, mem: ScheduleSpec | str | None = None,
-                         **kwargs) -> TLMConfig:
+                         kv: ScheduleSpec | str | None = None, **kwargs) -> TLMConfig:
     """A config whose per-layer widths come from a schedule with mean exactly d_ff, and, when `heads` /
     `kv` are given, whose per-layer query / key-value heads come from those schedules with means exactly
-    n_heads / kv_heads (schedules/heads.py).
+    n_heads / kv_heads (schedules/heads.py); a keyword naming a mixer row's component (mem=SPEC) tapers it.
 
     d_ff is the block's MLP budget as one MLP's width. Hope-attention splits it evenly over its K
     continuum-memory levels (each level of block l gets width d_l, the schedule applied to d_ff/K), so
     every mixer gets the same MLP parameters for the same d_ff."""
     n_layers = kwargs.get("n_layers", TLMConfig.n_layers)
     mixer = MIXERS.get(kwargs.get("mixer", TLMConfig.mixer))
-    if mixer is not None and mixer.splits_mlp:
+    if mixer.splits_mlp:
         given = {f.name: kwargs[f.name] for f in fields(mixer.settings) if f.name in kwargs}
         levels = mixer.mlp_levels(mixer.settings(**given))
         spec = parse_schedule(spec) if isinstance(spec, str) else spec
@@ -266,22 +262,31 @@ def config_with_schedule(spec: ScheduleSpec | str, d_ff: int, heads: ScheduleSpe
     if heads is not None or kv is not None:
         counts, provenance = _head_counts(heads, kv, n_layers, kwargs, provenance)
         kwargs = {**kwargs, **counts}
-    if mem is not None:
-        kwargs, provenance = _mem_widths(mem, n_layers, kwargs, provenance)
+    for name in [k for k in kwargs if any(k in row.components for row in MIXERS.values())]:
+        kwargs, provenance = _component_counts(name, kwargs.pop(name), n_layers, kwargs, provenance)
     return TLMConfig(d_ff=sched.widths, schedule=provenance, **kwargs)
 
 
-def _mem_widths(mem, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:
-    """titans: layer_mem_width from a memory-width schedule with mean exactly mem_expand·d_head."""
-    keys = ("n_heads", "d_model", "mem_expand", "mixer")
-    given = {k: v for k, v in kwargs.items() if k in keys}
-    base = TLMConfig(**given, n_layers=n_layers, d_ff=(0,) * n_layers)
-    if not owns(base.mixer, "layer_mem_width"):
-        raise ConfigError(f"a memory-width schedule tapers the Titans memory; mixer={base.mixer} has none")
-    mem = parse_schedule(mem) if isinstance(mem, str) else mem
-    widths = mem_widths(mem, n_layers, base.mem_width_at(0))
-    provenance = {**provenance, "mem": {**mem.to_dict(), "multiple_of": mem_unit(base.mem_width_at(0))}}
-    return {**kwargs, "layer_mem_width": tuple(widths) if len(set(widths)) > 1 else ()}, provenance
+def _component_counts(name: str, spec, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:
+    """A mixer's own per-layer component (its row's `components`) from a schedule whose mean is exactly
+    uniform's value (None: uniform)."""
+    row = MIXERS.get(kwargs.get("mixer", TLMConfig.mixer))
+    if spec is None:
+        return kwargs, provenance
+    if name not in row.components:
+        owner = next(r for r in MIXERS.values() if name in r.components)
+        field_name = owner.components[name].field
+        what = next(f.metadata["what"] for f in fields(owner.settings) if f.name == field_name)
+        raise ConfigError(f"a {name} schedule tapers {what}; mixer={row.name} has none")
+    comp = row.components[name]
+    own = {k for k in kwargs if owns(row.name, k) and k != comp.field}
+    given = {k: v for k, v in kwargs.items() if k in {"n_heads", "d_model", *own}}
+    base = TLMConfig(**given, mixer=row.name, n_layers=n_layers, d_ff=(0,) * n_layers)
+    spec, width = parse_schedule(spec) if isinstance(spec, str) else spec, comp.uniform(base)
+    unit = comp.unit if width % comp.unit == 0 else 1
+    counts = layer_counts(spec, n_layers, width, unit, comp.counts)
+    provenance = {**provenance, name: {**spec.to_dict(), "multiple_of": unit}}
+    return {**kwargs, comp.field: tuple(counts) if len(set(counts)) > 1 else ()}, provenance
 
 
 def _head_counts(heads, kv, n_layers: int, kwargs: dict, provenance: dict) -> tuple[dict, dict]:

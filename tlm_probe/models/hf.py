@@ -25,6 +25,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.hf_tokenizer import TLMByteTokenizer
+from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.tl_habits import TLHabits
 
 _FIELDS = tuple(TLMConfig.__dataclass_fields__)
@@ -76,15 +77,9 @@ class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         # called for modules materialised from the meta device; loaded weights are overwritten afterwards;
-        # imported here, not at the top: registering the Auto classes (every Hugging Face load does it)
-        # must not import the model's layers and, through their HookPoints, TransformerLens
-        from tlm_probe.models.layers import Rotary
-        from tlm_probe.models.titans import Titans
-
-        if isinstance(module, Rotary):
-            module.reset()
-        elif isinstance(module, Titans):
-            module.reset_memory()
+        # a module with an initialisation of its own (rotary tables, a mixer's memory) names it tlm_init
+        if callable(getattr(module, "tlm_init", None)):
+            module.tlm_init()
         elif isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.numel() > 0:  # d_l = 0: empty
             nn.init.normal_(module.weight, 0.0, self.cfg.init_scale)
 
@@ -95,11 +90,9 @@ class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
         return self.unembed
 
     def generate(self, *args, **kwargs):
-        """GenerationMixin.generate; a mixer without a key/value state (Titans) generates without a cache,
-        its whole prefix recomputed each step (transformers would otherwise feed it only the new id)."""
-        from tlm_probe.models.mixers import KV_CACHE_MIXERS
-
-        if self.config.mixer not in KV_CACHE_MIXERS:
+        """GenerationMixin.generate; a mixer without a key/value state (its row's kv_cache) generates without
+        a cache, its whole prefix recomputed each step (transformers would otherwise feed only the new id)."""
+        if not MIXERS.get(self.config.mixer).kv_cache:
             kwargs["use_cache"] = False
         return super().generate(*args, **kwargs)
 
@@ -114,11 +107,10 @@ class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """generate() passes a Cache (keys/values of the tokens so far; `past_key_values` before
         transformers 5) and only the ids not yet in it."""
-        from tlm_probe.models.mixers import KV_CACHE_MIXERS
         from tlm_probe.models.tlm import TaperedLM, next_token_nll
 
         cache = cache if cache is not None else kwargs.get("past_key_values")
-        if self.config.mixer not in KV_CACHE_MIXERS:
+        if not MIXERS.get(self.config.mixer).kv_cache:
             cache = None  # generate() then feeds the whole prefix at every step
         elif use_cache and cache is None:
             cache = DynamicCache()

@@ -77,10 +77,10 @@ class Rotary(nn.Module):
         self.d_head, self.max_seq_len, self.theta = d_head, max_seq_len, theta
         self.register_buffer("cos", torch.empty(max_seq_len, d_head), persistent=False)
         self.register_buffer("sin", torch.empty(max_seq_len, d_head), persistent=False)
-        self.reset()
+        self.tlm_init()
 
     @torch.no_grad()
-    def reset(self) -> None:
+    def tlm_init(self) -> None:
         """(Re)compute the tables; also called by loaders that materialise modules from the meta device."""
         if self.cos.is_meta:
             return

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 
 from tlm_probe.models.mixer_spec import (
     NORM_PARAMS,
+    Component,
     ConfigError,
     MixerSpec,
     Shapes,
@@ -23,6 +24,7 @@ from tlm_probe.models.mixer_spec import (
     mlp_shapes,
     norm_shapes,
 )
+from tlm_probe.registry import Registry
 
 # --- titans (MAL: neural long-term memory, then sliding-window attention; models/titans.py) ---
 
@@ -57,7 +59,7 @@ class TitansSettings:
 
     def mem_width_at(self, i: int) -> int:
         """titans: hidden width d_m of layer i's per-head memory MLP (on TLMConfig, which has d_head)."""
-        return self.layer_mem_width[i] if self.layer_mem_width else self.mem_expand * self.d_head
+        return MIXERS.get("titans").components["mem"].at(self, i)
 
 
 def _titans_shapes(cfg, prefix: str, l: int) -> Shapes:
@@ -121,7 +123,7 @@ class HopeSettings:
     a level with C_l >= max_seq_len never updates within a context and is a plain residual MLP."""
     cms_step_periods: tuple[int, ...] = ()
     """hope_attention, optional: the older optimizer-step reading of the CMS, on top of the in-context one:
-    level l takes an AdamW step only every P_l optimizer steps (train/multifreq.py); empty = every step."""
+    level l takes an AdamW step only every P_l optimizer steps (models/cms_steps.py); empty = every step."""
 
     def validate(self) -> None:
         if not self.cms_chunks or min(self.cms_chunks) < 1:
@@ -175,19 +177,23 @@ ROWS = (
               attention_context=_titans_context, inner_flops=_titans_memory_flops,
               # a quarter of the paper-scale presets' 4K context (our choice; the Titans paper does not fix
               # one window for its MAL language models); the CPU presets keep the default window
-              paper_scale={"window": 1024}),
+              paper_scale={"window": 1024}, training="tlm_probe.models.titans:MemoryClipLog",
+              components={"mem": Component("layer_mem_width", lambda cfg: cfg.mem_expand * cfg.d_head, unit=8,
+                                           counts="memory width")}),
     MixerSpec(name="hope_attention", help="attention + continuum memory system in place of the MLP; "
               "models/cms.py", module=_ATTENTION, settings=HopeSettings,
               shapes=attention_shapes, params=attention_params,
               mlp_module="tlm_probe.models.cms:ContinuumMemory", mlp_shapes=_cms_shapes,
               mlp_levels=lambda s: len(s.cms_chunks), splits_mlp="continuum-memory levels",
-              adaptive_levels=_cms_adaptive, inner_flops=_cms_flops),
+              adaptive_levels=_cms_adaptive, inner_flops=_cms_flops,
+              training="tlm_probe.models.cms_steps:SlowLevels",
+              retired={"cms_periods": "the old Hope-attention, a CMS chain without residuals updated on "
+                       "optimizer steps; its weights do not fit the current continuum memory (cms_chunks)"}),
 )
 REFERENCE_MIXER = ROWS[0].name
 """The first row, softmax attention: TLMConfig's default mixer and the one --match-params sizes others to."""
-MIXERS: dict[str, MixerSpec] = {row.name: row for row in ROWS}
+MIXERS: Registry[MixerSpec] = Registry("mixer", {row.name: row for row in ROWS}, error=ConfigError)
 """cfg.mixer -> its row, in the order of config.json's settings and the --mixer help."""
-MIXER_KINDS = tuple(MIXERS)
 SETTINGS = tuple(dict.fromkeys(row.settings for row in ROWS if row.settings is not None))
 """The settings classes, each once, in registry order: TLMConfig's bases, and config.json's order."""
 MIXER_HELP = " | ".join(f"{r.name} ({r.help})" if r.help else r.name for r in ROWS)
@@ -196,5 +202,5 @@ MIXER_HELP = " | ".join(f"{r.name} ({r.help})" if r.help else r.name for r in RO
 
 def owns(mixer: str, name: str) -> bool:
     """Whether the field `name` is one of the settings of `mixer`."""
-    settings = MIXERS[mixer].settings
+    settings = MIXERS.get(mixer).settings
     return settings is not None and name in {f.name for f in fields(settings)}

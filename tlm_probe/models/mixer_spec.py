@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tlm_probe.errors import UserError
+from tlm_probe.registry import Registry
 
 Shapes = dict[str, tuple[int, ...]]
 NORM_PARAMS = {"rmsnorm": 1, "layernorm": 2}
@@ -25,6 +26,11 @@ MLP_INPUTS = {"swiglu": ("W_gate", "W_in"), "gelu": ("W_in",)}
 
 class ConfigError(UserError, ValueError):
     """An invalid model configuration; the message names the bad field."""
+
+
+MLPS: Registry[type] = Registry("mlp", {"swiglu": "tlm_probe.models.mlp:SwiGLU",
+                                        "gelu": "tlm_probe.models.mlp:GeluMLP"}, lazy=True, error=ConfigError)
+"""cfg.mlp -> its nn.Module class (models/mlp.py, imported on first use), built as Class(d_model, d_l)."""
 
 
 def norm_shapes(cfg: Any, prefix: str) -> Shapes:
@@ -72,6 +78,46 @@ def _whole(cfg: Any, seq_len: int) -> int:
     return seq_len
 
 
+class TrainingHooks:
+    """What the trainer (train/loop.py) calls on a mixer's behalf; this default does nothing. A row names its
+    own subclass (`training`), built as Class(model, fsdp) on the unwrapped model before training starts."""
+
+    def __init__(self, model: Any, fsdp: bool):
+        self.model = model
+
+    def before_step(self, step: int) -> None:
+        """After gradient clipping, before opt.step() of training step `step` (1-based)."""
+
+    def log(self) -> dict[str, float]:
+        """Extra fields of the training record at a log step."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Training state beyond the optimizer's, merged into the checkpoint's `extra`."""
+        return {}
+
+    def load_state_dict(self, extra: dict[str, Any]) -> None:
+        """Restore from a checkpoint's `extra` (on resume)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """A per-layer count of a mixer's own that a schedule can taper (`--component NAME`) at the same total."""
+
+    field: str
+    """Its settings field holding the per-layer values (empty: uniform's value in every layer)."""
+    uniform: Callable[[Any], int]
+    """cfg -> uniform's value in every layer (the schedule keeps the mean exactly)."""
+    unit: int = 1
+    """The values are multiples of this (of 1 where uniform's value is not one)."""
+    counts: str = ""
+    """What the values count (tables and messages)."""
+
+    def at(self, cfg: Any, layer: int) -> int:
+        values = getattr(cfg, self.field)
+        return values[layer] if values else self.uniform(cfg)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MixerSpec:
     """One token mixer: everything tlm knows about it apart from its torch module's code."""
@@ -112,3 +158,9 @@ class MixerSpec:
     """cfg -> MLP levels per block that update in context, each with one step-size parameter."""
     paper_scale: dict[str, Any] = field(default_factory=dict)
     """Its settings in the paper-scale presets (models/presets.py), where they differ from the defaults."""
+    components: dict[str, Component] = field(default_factory=dict)
+    """Its own per-layer counts a schedule can taper: component name -> Component."""
+    retired: dict[str, str] = field(default_factory=dict)
+    """config.json keys of an older version of this mixer whose weights no longer fit: key -> why."""
+    training: str = "tlm_probe.models.mixer_spec:TrainingHooks"
+    """Its TrainingHooks class as "package.module:Class": what the trainer calls on its behalf."""

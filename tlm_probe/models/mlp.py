@@ -51,4 +51,4 @@ class GeluMLP(nn.Module):
         return self.W_out(self.hook_post(F.gelu(self.hook_pre(self.W_in(x)))))
 
 
-MLPS = {"swiglu": SwiGLU, "gelu": GeluMLP}
+

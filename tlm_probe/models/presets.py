@@ -9,14 +9,14 @@ registry row's `paper_scale` sets.
 
 from __future__ import annotations
 
-from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig, config_with_schedule
 from tlm_probe.models.mixer_registry import MIXERS
+from tlm_probe.registry import Registry
 from tlm_probe.schedules.widths import ScheduleSpec
 
 LLAMA3_VOCAB = 128_256
 
-PRESETS: dict[str, dict] = {
+PRESETS: Registry[dict] = Registry("preset", {
     # name: architecture (uniform d_ff is the mean width every schedule keeps)
     "tlm-440m": dict(d_model=1024, n_layers=24, n_heads=16, d_ff=2816),  # 439,665,664 params
     "tlm-760m": dict(d_model=1280, n_layers=28, n_heads=20, d_ff=3840),  # 760,618,240 params
@@ -24,7 +24,7 @@ PRESETS: dict[str, dict] = {
     # small presets for CPU work
     "tlm-tiny": dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, vocab_size=256, max_seq_len=256),
     "tlm-small": dict(d_model=256, n_layers=6, n_heads=4, d_ff=1024, vocab_size=256, max_seq_len=512),
-}
+})
 _DEFAULTS = dict(vocab_size=LLAMA3_VOCAB, max_seq_len=4096, mlp="swiglu", norm="rmsnorm",
                  positions="rope", tie_embeddings=True)
 _PAPER_SCALE = ("tlm-440m", "tlm-760m", "tlm-1.3b")
@@ -33,9 +33,7 @@ _PAPER_SCALE = ("tlm-440m", "tlm-760m", "tlm-1.3b")
 
 def preset_config(name: str, schedule: ScheduleSpec | str = "uniform", mixer: str = "attention",
                   **overrides) -> TLMConfig:
-    if name not in PRESETS:
-        raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    kw = {**_DEFAULTS, **PRESETS[name], "mixer": mixer, **_mixer_settings(mixer, name), **overrides}
+    kw = {**_DEFAULTS, **PRESETS.get(name), "mixer": mixer, **_mixer_settings(mixer, name), **overrides}
     d_ff = kw.pop("d_ff")
     return config_with_schedule(schedule, d_ff, **kw)
 

@@ -45,6 +45,7 @@ from tlm_probe.models.attention import Attention, window_mask
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.layers import RMSNorm, make_norm
 from tlm_probe.models.memory import memory_chunked, memory_rates
+from tlm_probe.models.mixer_spec import TrainingHooks
 
 MEM_LR_MAX = 0.1
 """Largest inner step size θ (on the loss averaged over the head dimension, models/memory.py)."""
@@ -78,10 +79,10 @@ class Titans(nn.Module):
             setattr(self, f"hook_mem_{name}", HookPoint())
         self.hook_swa_in = HookPoint()
         self.clip_fraction: torch.Tensor | None = None
-        self.reset_memory()
+        self.tlm_init()
 
     @torch.no_grad()
-    def reset_memory(self) -> None:
+    def tlm_init(self) -> None:
         """Initialise what nn.Linear/Embedding initialisers do not reach (also after meta materialising)."""
         if self.mem_W1.is_meta:
             return
@@ -162,9 +163,12 @@ class Titans(nn.Module):
         return 0 if self.persistent is None else self.persistent.shape[0]
 
 
-def clip_fraction(model: nn.Module) -> float | None:
-    """Mean over the model's Titans layers of the share of writing tokens whose inner gradient hit the
-    safety clip (memory.GRAD_CLIP) in the last forward; None without Titans layers (or before a forward)."""
-    values = [m.clip_fraction for m in model.modules()
-              if isinstance(m, Titans) and m.clip_fraction is not None]
-    return float(torch.stack([v.float().cpu() for v in values]).mean()) if values else None
+class MemoryClipLog(TrainingHooks):
+    """Titans' training hooks: at log steps, `mem_clip_frac`, the mean over its layers of the share of
+    writing tokens whose inner gradient hit the safety clip (memory.GRAD_CLIP) in the last forward."""
+
+    def log(self) -> dict[str, float]:
+        values = [m.clip_fraction for m in self.model.modules()
+                  if isinstance(m, Titans) and m.clip_fraction is not None]
+        mean = torch.stack([v.float().cpu() for v in values]).mean() if values else None
+        return {} if mean is None else {"mem_clip_frac": float(mean)}

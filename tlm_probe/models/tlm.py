@@ -49,7 +49,7 @@ class Block(nn.Module):
         self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, valid=None, cache=None
     ):
         resid_pre = self.hook_resid_pre(x)
-        kv = {} if cache is None else {"cache": cache, "layer": self.layer}  # KV_CACHE_MIXERS only (hf.py)
+        kv = {} if cache is None else {"cache": cache, "layer": self.layer}  # a kv_cache row only (hf.py)
         if self.stream_mixer:  # residual connections inside (mixers.py): it gets the stream and ln1
             attn = self.attn(resid_pre, self.ln1, positions, mask, valid)
         else:

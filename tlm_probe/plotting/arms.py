@@ -17,11 +17,6 @@ import pandas as pd
 from tlm_probe.plotting.colours import RUN_NAME, ArmStyle, arm_of, arm_style, split_name  # noqa: F401
 
 
-def arm_colours(names: Iterable[str]) -> dict[str, str]:
-    """arm -> colour for the arms of `names` (model or arm names), from plotting.colours."""
-    return {arm: arm_style(arm).colour for arm in dict.fromkeys(map(arm_of, names))}
-
-
 def style_for(name: str, colours: Mapping[str, tuple] | None = None) -> ArmStyle:
     """The look (plotting.colours.ArmStyle) of a model: its arm's, with the colour a caller's `colours`
     map (arm -> colour) gives it, if any."""

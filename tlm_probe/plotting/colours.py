@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from matplotlib.colors import to_rgb
 
-from tlm_probe.schedules.widths import DEFAULTS, PARAMS, ScheduleSpec
+from tlm_probe.schedules.widths import SCHEDULES, ScheduleSpec, Shape
 
 RUN_NAME = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")  # `tlm compare` names run folders <arm>-s<seed>
 SPEC_IN_A_FOLDER_NAME = re.compile(r"^(?P<shape>[a-z-]+)(?P<numbers>(?:_[0-9.]+)+)$")  # cosine_1.5_0.5
@@ -94,10 +94,6 @@ def arm_style(name: str) -> ArmStyle:
     return _style(arm_of(str(name)))
 
 
-def colour_of(name: str) -> str:
-    return arm_style(name).colour
-
-
 def known_shape(arm: str) -> str | None:
     """The KNOWN entry `arm` names ('cosine:1.5:0.5', 'cosine', 'cosine_1.5_0.5', 'x/probe-derived.json'),
     or None (another name, or a known shape with other numbers)."""
@@ -114,7 +110,8 @@ def known_shape(arm: str) -> str | None:
 
 
 def _default_numbers(shape: str, numbers: list[str]) -> bool:
-    keys = PARAMS.get(shape, ())
+    row = SCHEDULES.get(shape) if shape in SCHEDULES else Shape()  # probe-derived: a KNOWN arm, no shape
+    keys = row.params
     if len(numbers) > len(keys):
         return False
     spec = ScheduleSpec()
@@ -122,7 +119,7 @@ def _default_numbers(shape: str, numbers: list[str]) -> bool:
         given = [float(n) for n in numbers]
     except ValueError:
         return False
-    defaults = [DEFAULTS.get(shape, {}).get(k, getattr(spec, k)) for k in keys]
+    defaults = [row.defaults.get(k, getattr(spec, k)) for k in keys]
     return all(abs(g - d) < 1e-9 for g, d in zip(given, defaults, strict=False))
 
 

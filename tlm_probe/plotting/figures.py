@@ -3,7 +3,7 @@ drawing functions it calls are `tlm report`'s and analyses/make_figures.py's too
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +29,7 @@ from tlm_probe.plotting.inputs import (
     schedule_table,
     split_note,
 )
-from tlm_probe.plotting.options import DEFAULT_SCHEDULES, PlotOptions
+from tlm_probe.plotting.options import DEFAULT_SCHEDULES, FIGURES, PlotOptions
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
@@ -71,9 +71,9 @@ def _one(stats: Sequence[str], default: str, kind: str) -> str:
     return stats[0] if stats else default
 
 
-def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def depth_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) == 1 and input_kind(paths[0]) in ("diff", "trust"):  # `tlm plot DIFF|TRUST`: its own
-        return BUILDERS[input_kind(paths[0])](paths, opts, notes)
+        return FIGURES.get(input_kind(paths[0]))(paths, opts, notes)
     results, _, _ = _probe_tables(paths)
     stats = list(dict.fromkeys(opts.statistic)) or ["align_mlp_mid"]
     for stat in stats:
@@ -84,7 +84,7 @@ def _depth(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     return plot_depth(results, stats[0], x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
-def _heatmap(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def heatmap_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     _, matrices, tokens = _probe_tables(paths)
     if matrices is None:
         raise UserError("these probe results have no layer×layer matrices (matrices.csv); probe with "
@@ -94,7 +94,7 @@ def _heatmap(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     return plot_heatmaps(matrices, stat, size=opts.pixels, dpi=opts.dpi, title=opts.title, tokens=tokens)
 
 
-def _importance(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def importance_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     results, _, _ = _probe_tables(paths)
     stats = list(opts.statistic) or default_proxies(results)
     if not stats:
@@ -105,7 +105,7 @@ def _importance(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     return plot_importance(results, stats, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
-def _curves(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def curves_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     loaders = {"compare": load_comparison, "run": load_run}
     frames = []
     for p in paths:
@@ -120,14 +120,14 @@ def _curves(paths, opts: PlotOptions, notes: list[str]) -> Figure:
                        title=opts.title)
 
 
-def _schedules(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def schedules_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if paths:
         raise UserError("the schedules figure takes no inputs; use --layers, --d-ff and --schedule")
     table = schedule_table(opts.schedule or DEFAULT_SCHEDULES, opts.layers, opts.d_ff, opts.multiple_of)
     return plot_schedules(table, opts.d_ff, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
-def _sweep(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def sweep_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) != 1 or input_kind(paths[0]) != "compare":
         raise UserError("the sweep figure takes one comparison folder (tlm sweep/compare --out DIR)")
     paired = load_comparison(paths[0]).tables.get("paired")
@@ -140,7 +140,7 @@ def _sweep(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     return plot_sweep(sweep_table(paired, metric), metric, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
-def _trajectory(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def trajectory_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     results, _, _ = _probe_tables(paths)
     if "step" not in results:
         raise UserError("these results have no step column: probe a run's checkpoints with "
@@ -149,7 +149,7 @@ def _trajectory(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     return plot_trajectory(results, stat, x=opts.x, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
-def _advantage(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def advantage_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) != 1 or input_kind(paths[0]) != "compare":
         raise UserError("the advantage figure takes one comparison folder (tlm compare --out DIR)")
     metric = _one(opts.statistic, "val_loss", "advantage")
@@ -162,7 +162,7 @@ def _advantage(paths, opts: PlotOptions, notes: list[str]) -> Figure:
                        title=title)
 
 
-def _diff(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def diff_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) != 1 or input_kind(paths[0]) != "diff":
         raise UserError("the diff figure takes one `tlm diff --out DIR` folder")
     s, t = load_diff(paths[0])
@@ -171,7 +171,7 @@ def _diff(paths, opts: PlotOptions, notes: list[str]) -> Figure:
                      dpi=opts.dpi, title=opts.title)
 
 
-def _trust(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+def trust_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if len(paths) != 1 or input_kind(paths[0]) != "trust":
         raise UserError("the trust figure takes one `tlm trust --out DIR` folder")
     s, table = load_trust(paths[0])
@@ -179,18 +179,6 @@ def _trust(paths, opts: PlotOptions, notes: list[str]) -> Figure:
                       dpi=opts.dpi, title=opts.title)
 
 
-BUILDERS: dict[str, Callable[[Sequence[str | Path], PlotOptions, list[str]], Figure]] = {
-    "depth": _depth,
-    "heatmap": _heatmap,
-    "importance": _importance,
-    "curves": _curves,
-    "schedules": _schedules,
-    "sweep": _sweep,
-    "trajectory": _trajectory,
-    "advantage": _advantage,
-    "diff": _diff,
-    "trust": _trust,
-}
 
 
 def build_figure(paths: Sequence[str | Path], options: PlotOptions | None = None, *,
@@ -201,4 +189,4 @@ def build_figure(paths: Sequence[str | Path], options: PlotOptions | None = None
         options = PlotOptions(**fields)
     elif fields:
         raise TypeError(f"give PlotOptions or its fields, not both: {', '.join(fields)}")
-    return BUILDERS[options.kind](list(paths), options, [] if notes is None else notes)
+    return FIGURES.get(options.kind)(list(paths), options, [] if notes is None else notes)

@@ -77,7 +77,7 @@ def _is_diff(p: Path) -> bool:
 
 
 # order matters: a comparison folder also holds results.csv, so it is recognised before a probe folder
-KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
+INPUT_KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("compare", _is_compare),
     ("diff", _is_diff),
     ("trust", is_trust_folder),
@@ -93,7 +93,7 @@ def input_kind(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise UserError(f"input not found: {p}")
-    for kind, test in KINDS:
+    for kind, test in INPUT_KINDS:
         if test(p):
             return kind
     raise UserError(f"{p} is not a probe result or tlm eval result (results.csv + provenance.json), a "

@@ -5,16 +5,18 @@ check a --size before anything is drawn, and style.new_figure checks every figur
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_values
+from tlm_probe.registry import Registry
 
-FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage",
-                "diff", "trust")
-"""Every figure kind, in figures.BUILDERS' order (a test checks that they agree)."""
+FIGURES: Registry[Callable] = Registry("figure kind", {k: f"tlm_probe.plotting.figures:{k}_figure" for k in (
+    "depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage", "diff",
+    "trust")}, lazy=True)
+"""Figure kind -> its builder (paths, options, notes) -> Figure, imported on use (no matplotlib here)."""
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 """The schedules figure's curves when no --schedule is given."""
 DEFAULT_SIZE = (1200, 800)
@@ -58,7 +60,7 @@ class PlotOptions:
     CLI. A library caller may give the size as (width, height); it is held as the CLI's text. Checked when
     made: a bad kind, size or dpi is one UserError before anything is read."""
 
-    kind: Literal[FIGURE_KINDS] = "depth"
+    kind: Literal[tuple(FIGURES)] = "depth"
     """Figure kind."""
     statistic: tuple[str, ...] = ()
     """Statistic to draw (repeat for one panel each: depth, importance; curves: train_loss, val_loss)."""

@@ -19,12 +19,14 @@ from matplotlib.figure import Figure
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_path
 from tlm_probe.plotting.options import DEFAULT_DPI, DEFAULT_SIZE, check_dpi, check_size
+from tlm_probe.statistic_names import STATISTICS
 
 PALETTE = "colorblind"
 FORMATS = ("png", "pdf", "svg")
 TITLE_WIDTH = 80  # characters per title line
 
-# Readable names with units for every contract statistic; unknown statistics fall back to their own name.
+# Readable names with units for the alignment and training statistics (an importance statistic's is on its
+# row); unknown statistics fall back to their own name.
 STAT_LABELS: dict[str, str] = {
     "align_mlp_mid": "cos(MLP out, resid_mid)",
     "align_mlp_pre": "cos(MLP out, resid_pre)",
@@ -38,24 +40,6 @@ STAT_LABELS: dict[str, str] = {
     "attn_influence": "1 − cos(resid_pre, resid_mid)",
     "resid_norm_growth": "‖resid_post‖ / ‖resid_pre‖ (ratio)",
     "attn_entropy": "attention entropy, mean over heads (nats)",
-    "logit_lens_kl": "logit-lens KL(final ‖ lens) (nats)",
-    "logit_lens_ce": "logit-lens cross-entropy (nats/token)",
-    "logit_lens_entropy": "logit-lens entropy (nats)",
-    "logit_lens_top1": "logit-lens top-1 = final top-1 (fraction)",
-    "ablation_dnll_mlp_zero": "Δ NLL, MLP zeroed (nats/token)",
-    "ablation_dnll_mlp_mean": "Δ NLL, MLP mean-ablated (nats/token)",
-    "ablation_dnll_mlp_resample": "Δ NLL, MLP resampled (nats/token)",
-    "ablation_dnll_attn_zero": "Δ NLL, attention zeroed (nats/token)",
-    "ablation_dnll_block_skip": "Δ NLL, block skipped (nats/token)",
-    "ablation_shift_mlp_zero": "1 − cos(final, MLP zeroed)",
-    "taylor_mlp": "|θ·∇L| of the MLP (nats)",
-    "fisher_mlp": "Fisher trace of the MLP",
-    "grad_norm_mlp": "‖∇L‖ of the MLP parameters",
-    "dead_neuron_frac": "rarely active neurons (fraction)",
-    "probe_acc": "linear probe accuracy (fraction)",
-    "angular_distance": "arccos(cos)/π (0–1)",
-    "angular_distance_last": "arccos(cos)/π, last token (0–1)",
-    "cka_linear": "linear CKA (0–1)",
     "val_loss": "validation loss (nats/token)",
     "train_loss": "training loss (nats/token)",
     "val_ppl": "validation perplexity",
@@ -64,7 +48,9 @@ STAT_LABELS: dict[str, str] = {
 
 
 def stat_label(statistic: str) -> str:
-    return STAT_LABELS.get(statistic, statistic)
+    """Its readable name: STAT_LABELS, or its importance row's label (statistic_names.STATISTICS)."""
+    row = STATISTICS.get(statistic) if statistic in STATISTICS else None
+    return STAT_LABELS.get(statistic) or (row and row.label) or statistic
 
 
 def legend_label(name: str) -> str:

@@ -53,10 +53,9 @@ from tlm_probe.probe.rows import (
 )
 from tlm_probe.progress import Ticker, say, tick
 from tlm_probe.results import ProbeResult
-from tlm_probe.statistic_names import ATTENTION, asked_statistics
-from tlm_probe.statistic_names import SETS as SETS
+from tlm_probe.statistic_names import ATTENTION, STATISTICS, asked_statistics, ci_methods
 from tlm_probe.stats.accumulator import Batch
-from tlm_probe.stats.alignment import STATISTICS as ALIGNMENT
+from tlm_probe.stats.alignment import PER_TOKEN as ALIGNMENT
 from tlm_probe.stats.alignment import build_accumulators
 from tlm_probe.stats.attention import AttentionEntropyAccumulator
 from tlm_probe.stats.pieces import TokenIndex
@@ -88,30 +87,28 @@ def plan_stats(spec: str) -> StatPlan:
     return StatPlan(
         tuple(asked),
         tuple(s for s in ALIGNMENT if s in computed),
-        tuple(s for s in imp.STATISTICS if s in computed and s not in imp.AGREEMENT),
+        tuple(s for s in STATISTICS if s in computed and s not in imp.AGREEMENT),
         tuple(s for s in ATTENTION if s in computed),
     )
 
 
 def backend_class(name: str, model=None):
     """The backend class; one that cannot serve `model` (a folder or hub name) refuses it before the load."""
-    if name not in BACKENDS:
-        raise UserError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    cls = BACKENDS[name]()
+    cls = BACKENDS.get(name)
     if model is not None and not isinstance(model, ProbeModel) and hasattr(cls, "check_source"):
         cls.check_source(model)
     return cls
 
 
 RESIDENT = frozenset({"grad", "grad_per_sequence"})
-"""Needs (importance catalogue) that read or differentiate the weights themselves."""
+"""Needs (statistic_names.STATISTICS rows) that read or differentiate the weights themselves."""
 
 
 def check_dispatch(opts: ProbeOptions, plan: StatPlan) -> None:
     """Under --device-map, refuse (before loading) the statistics that need every weight resident: an
     offloaded block's weights are swapped in for its forward only (gradients, and statistics of the
     weights themselves, would read placeholders)."""
-    needs = {s: imp.NEEDS[s] for s in plan.importance if s in imp.NEEDS}
+    needs = {s: STATISTICS.get(s).needs for s in plan.importance}
     resident = [s for s, need in needs.items() if not need or need & RESIDENT]
     if opts.device_map and resident:
         raise UserError(f"{', '.join(resident)} need(s) every weight resident, which --device-map does not "
@@ -201,7 +198,7 @@ def _provenance(pm: ProbeModel, opts: ProbeOptions, run: tuple, refused_here: di
     from tlm_probe.results import build_provenance
 
     prov = build_provenance(pm, opts, *run)
-    prov["ci_methods"] = imp.CI_METHODS
+    prov["ci_methods"] = ci_methods()
     if opts.device_map:
         prov["dispatch"] = {"device_map": opts.device_map, "max_memory": opts.max_memory,
                             "placed": placement(pm.model)}
@@ -365,7 +362,7 @@ def _importance(pm, plan: StatPlan, importance, opts, stream: Stream, progress: 
     asked = set(plan.asked)
     info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
     info["sequences"] = all_reduce_int(sum(len(b["input_ids"]) for b in kept))
-    info["statistic_needs"] = {s: sorted(imp.NEEDS.get(s, ())) for s in plan.importance if s in asked}
+    info["statistic_needs"] = {s: sorted(STATISTICS.get(s).needs) for s in plan.importance if s in asked}
     info["options"] = {k: v for k, v in opts.__dict__.items() if k != "probe_labels"}
     return rows, mats, info, refused
 
@@ -377,7 +374,7 @@ def _importance_stats(pm, plan: StatPlan, world: int) -> tuple[list[str], dict[s
         refused |= {s: pm.neuron_refusal for s in plan.importance if s in NEURON_STATS}
     if pm.lens_refusal:  # a logit scale or soft cap after the head: the lens would not be the model's readout
         why = f"{pm.lens_refusal}; the lens (final norm + head) would not be the model's own readout"
-        refused |= {s: why for s in plan.importance if "lens" in imp.NEEDS.get(s, ())}
+        refused |= {s: why for s in plan.importance if "lens" in STATISTICS.get(s).needs}
     return [s for s in plan.importance if s not in refused], refused
 
 

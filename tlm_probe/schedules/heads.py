@@ -20,25 +20,23 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
+from tlm_probe.registry import Registry
 from tlm_probe.schedules.widths import (
     FILE,
-    GROUPED,
-    SHAPE_BUILDERS,
+    SCHEDULES,
     ScheduleError,
     ScheduleSpec,
     _check_inputs,
-    _explicit,
-    allocate,
-    grouped_widths,
     monotone_label,
     parse_schedule,
+    shape_widths,
 )
 
-COMPONENTS = ("mlp", "heads", "kv", "mem")
-"""What a schedule can taper: MLP width d_l, query heads h_l, key/value heads kv_l, and Titans' memory
-width d_m,l (the hidden width of each head's memory MLP)."""
-MEM_UNIT = 8
-"""Titans' memory widths are multiples of this (of 1 when the uniform width is not)."""
+COMPONENTS: Registry[str] = Registry("component", {
+    "mlp": "MLP width d_l", "heads": "query heads h_l", "kv": "key/value heads kv_l",
+    "mem": "a mixer's own per-layer count (its row's component, models/mixer_registry.py)"},
+    error=ScheduleError)
+"""What a schedule can taper (layer_counts makes the per-layer values)."""
 
 
 def split_components(text: str) -> dict[str, str]:
@@ -59,16 +57,11 @@ def split_components(text: str) -> dict[str, str]:
     return out
 
 
-def _counts(spec: ScheduleSpec, n_layers: int, total: int, unit: int, what: str) -> list[int]:
+def layer_counts(spec: ScheduleSpec, n_layers: int, total: int, unit: int, what: str) -> list[int]:
     """Per-layer counts (multiples of `unit`) summing to n_layers·total, each >= 1 unit."""
     spec = replace(spec, multiple_of=unit)
     _check_inputs(spec, n_layers, total)
-    if spec.name in ("explicit", FILE):
-        counts = _explicit(spec, n_layers, total)
-    elif spec.name in GROUPED:
-        counts = grouped_widths(spec, n_layers, total)
-    else:
-        counts = allocate(SHAPE_BUILDERS[spec.name](spec, n_layers), total, unit, allow_zero=True)
+    counts = shape_widths(spec, n_layers, total, allow_zero=True)
     if min(counts) < 1:
         layer = counts.index(min(counts))
         raise ScheduleError(f"{what} schedule {spec.name}: layer {layer} would get {counts[layer]} {what} "
@@ -84,31 +77,22 @@ def head_counts(spec: ScheduleSpec | str, n_layers: int, n_heads: int, kv_heads:
     """(h_l, kv_l) of a query-heads schedule: h_l = g·u_l, kv_l = u_l, g = n_heads / kv_heads."""
     spec = parse_schedule(spec) if isinstance(spec, str) else spec
     group = n_heads // kv_heads
-    heads = _counts(spec, n_layers, n_heads, group, "query heads")
+    heads = layer_counts(spec, n_layers, n_heads, group, "query heads")
     return heads, [h // group for h in heads]
-
-
-def mem_unit(width: int) -> int:
-    return MEM_UNIT if width % MEM_UNIT == 0 else 1
-
-
-def mem_widths(spec: ScheduleSpec | str, n_layers: int, width: int) -> list[int]:
-    """Titans' per-layer memory widths d_m,l: Σ = L·width exactly, multiples of mem_unit(width)."""
-    spec = parse_schedule(spec) if isinstance(spec, str) else spec
-    return _counts(spec, n_layers, width, mem_unit(width), "memory width")
 
 
 def kv_counts(spec: ScheduleSpec | str, heads: list[int], kv_heads: int) -> list[int]:
     """kv_l of a key/value-heads schedule, each dividing heads[l], Σ kv_l = L·kv_heads exactly."""
     spec = parse_schedule(spec) if isinstance(spec, str) else spec
-    targets = _counts(spec, len(heads), kv_heads, 1, "key/value heads")
+    targets = layer_counts(spec, len(heads), kv_heads, 1, "key/value heads")
     if all(h % k == 0 for h, k in zip(heads, targets, strict=True)):
         return targets
     if spec.name in ("explicit", FILE):  # the user's own numbers: refuse, do not move them
         layer = next(i for i, (h, k) in enumerate(zip(heads, targets, strict=True)) if h % k)
         raise ScheduleError(f"key/value heads schedule: layer {layer} has {targets[layer]} key/value heads, "
                             f"which do not divide its {heads[layer]} query heads")
-    shape = SHAPE_BUILDERS[spec.name](spec, len(heads)) if spec.name in SHAPE_BUILDERS else targets
+    build = SCHEDULES.get(spec.name).build
+    shape = build(spec, len(heads)) if build is not None else targets
     ideal = tuple(x / (sum(shape) / len(shape)) * kv_heads for x in shape)  # the unrounded targets
     snapped = _snap(tuple(heads), ideal, len(heads) * kv_heads)
     if len(set(snapped)) == 1 and len(set(targets)) > 1:  # exact, but the taper is gone: say so

@@ -4,7 +4,7 @@ dataclasses whose field docstrings are the help (commands/options.py generates t
 model code and no torch, so that the CLI builds them at start-up for free.
 
 The defaults are the library's own: a shape parameter left at None takes ScheduleSpec's default (or the
-shape's own, DEFAULTS: OpenELM's multipliers), and a rule's defaults are Rule's.
+shape's own, its SCHEDULES row's: OpenELM's multipliers), and a rule's defaults are Rule's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Literal
 from tlm_probe.ranges import check_values
 from tlm_probe.schedules.heads import COMPONENTS
 from tlm_probe.schedules.rules import MONOTONE, TRANSFORMS, Rule, check_rule
-from tlm_probe.schedules.widths import DEFAULTS, ScheduleError, ScheduleSpec
+from tlm_probe.schedules.widths import FILE, SCHEDULES, ScheduleError, ScheduleSpec
 
 MAX_LAYERS = 10_000
 """The most layers a schedule is made for (trained transformers have ~10^2): more is a typo or a corrupt
@@ -27,9 +27,9 @@ the widest trained dense model's d_ff (PaLM 540B: 73,728). More is a typo or a c
 
 
 def _shape_help(text: str, key: str) -> str:
-    """The help of a shape parameter, its default taken from ScheduleSpec (and from DEFAULTS for the shapes
-    whose own differs), so that the help cannot drift from the value used."""
-    other = "".join(f"; {name}: {d[key]:g}" for name, d in DEFAULTS.items() if key in d)
+    """The help of a shape parameter, its default taken from ScheduleSpec (and from the SCHEDULES rows whose
+    own differs), so that the help cannot drift from the value used."""
+    other = "".join(f"; {n}: {row.defaults[key]:g}" for n, row in SCHEDULES.items() if key in row.defaults)
     return text.format(default=f"{getattr(ScheduleSpec, key):g}{other}")
 
 
@@ -37,16 +37,17 @@ def _shape_help(text: str, key: str) -> str:
 class ScheduleOptions:
     """What `tlm schedule` tapers, and how: the shape, its parameters, the rounding, the component."""
 
-    schedule: str = "cosine"
-    """uniform|linear|cosine|sigmoid|openelm[:S:E]|middle[:FRACTION]|hourglass[:WAIST:DEPTH]|
-    wider-early|wider-middle|wider-late, explicit widths '4096,4096,...' (0: no MLP), or a schedule file
-    'x.json'."""
+    schedule: str = field(default="cosine", metadata={"help": "|".join(
+        name + (f"[:{':'.join(row.params).upper()}]" if row.params else "")
+        for name, row in SCHEDULES.items() if name not in ("explicit", FILE))
+        + ", explicit widths '4096,4096,...' (0: no MLP), or a schedule file 'x.json'."})
+    """A schedule name[:its numbers] (SCHEDULES), explicit widths '4096,4096,...' or a schedule file."""
     start: float | None = field(default=None, metadata={
         "help": _shape_help("Start ratio r_s (tapers; default: {default}).", "start")})
-    """Start ratio r_s (tapers; None: the shape's own, ScheduleSpec.start or DEFAULTS)."""
+    """Start ratio r_s (tapers; None: the shape's own, ScheduleSpec.start or its row's)."""
     end: float | None = field(default=None, metadata={
         "help": _shape_help("End ratio r_e (tapers; default: {default}).", "end")})
-    """End ratio r_e (tapers; None: the shape's own, ScheduleSpec.end or DEFAULTS)."""
+    """End ratio r_e (tapers; None: the shape's own, ScheduleSpec.end or its row's)."""
     steepness: float | None = field(default=None, metadata={
         "help": _shape_help("Sigmoid steepness (default: {default}).", "steepness")})
     """Sigmoid steepness (None: ScheduleSpec.steepness)."""
@@ -55,7 +56,7 @@ class ScheduleOptions:
     """Width ratio of the wide third of the grouped controls (None: ScheduleSpec.wide_factor)."""
     multiple_of: int = ScheduleSpec.multiple_of
     """Round every width to a multiple of this."""
-    component: Literal[COMPONENTS] = "mlp"
+    component: Literal[tuple(COMPONENTS)] = "mlp"
     """What --schedule tapers: mlp (MLP width d_l), heads (query heads, in units of one GQA group), kv
     (key/value heads, each dividing its layer's query heads) or mem (--mixer titans: the memory MLP's hidden
     width, multiples of 8)."""

@@ -16,15 +16,16 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from tlm_probe.registry import Registry
 from tlm_probe.schedules.widths import ScheduleError, allocate
 
-TRANSFORMS: dict[str, Callable[[float], float]] = {
+TRANSFORMS: Registry[Callable[[float], float]] = Registry("rule transform", {
     "x": lambda x: x,
     "1-x": lambda x: 1.0 - x,
     "abs": abs,
     "-x": lambda x: -x,
     "1+x": lambda x: 1.0 + x,
-}
+}, error=ScheduleError)
 """f(x): the declared function of the statistic (weights are clipped at 0 after it)."""
 MONOTONE = ("none", "decreasing", "increasing")
 
@@ -49,9 +50,7 @@ class Rule:
 
 
 def check_rule(rule: Rule, n_layers: int) -> None:
-    if rule.transform not in TRANSFORMS:
-        raise ScheduleError(f"unknown rule transform {rule.transform!r}; choose one of: "
-                            f"{', '.join(TRANSFORMS)}")
+    TRANSFORMS.check(rule.transform)
     if rule.monotone not in MONOTONE:
         raise ScheduleError(f"monotone must be one of {', '.join(MONOTONE)}, got {rule.monotone!r}")
     if not (math.isfinite(rule.power) and rule.power > 0):

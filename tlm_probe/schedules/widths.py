@@ -28,10 +28,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json
+from tlm_probe.registry import Registry
 
 
 class ScheduleError(UserError, ValueError):
@@ -55,31 +57,22 @@ def _sigmoid(t: float, rs: float, re: float, steepness: float) -> float:
     return rs + (re - rs) * (s(t) - lo) / (hi - lo)
 
 
-def _uniform(t: float, rs: float, re: float, _: float) -> float:
-    return 1.0
-
-
-SHAPES: dict[str, Callable[[float, float, float, float], float]] = {
-    "uniform": _uniform,
-    "linear": _linear,
-    "cosine": _cosine,
-    "sigmoid": _sigmoid,
-}
-"""Shapes r(t; start, end, steepness): the paper's tapers (and the grid shapes of `tlm sweep`)."""
-GROUPED = {"wider-early": 0, "wider-middle": 1, "wider-late": 2}
-ZOO = ("openelm", "middle", "hourglass")
 FILE = "file"
-SCHEDULES = (*SHAPES, *ZOO, *GROUPED, "explicit", FILE)
-
-PARAMS: dict[str, tuple[str, ...]] = {
-    "uniform": (), "linear": ("start", "end"), "cosine": ("start", "end"),
-    "sigmoid": ("start", "end", "steepness"), "openelm": ("start", "end"), "middle": ("fraction",),
-    "hourglass": ("waist", "waist_depth"), **{g: ("wide_factor",) for g in GROUPED},
-}
-"""The numbers each 'name:a:b' spec string takes, in order."""
-DEFAULTS: dict[str, dict[str, float]] = {"openelm": {"start": 0.5, "end": 4.0}}
-"""Per-shape defaults that differ from ScheduleSpec's (OpenELM's multiplier range)."""
 SCHEDULE_FORMAT = "tlm-schedule"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One schedule name's row: the numbers its 'name:a:b' string takes (ScheduleSpec fields, in order), its
+    defaults where they differ from ScheduleSpec's, and how it is made: `build(spec, n_layers)`, relative
+    widths >= 0 that allocate() turns into the budget, or `widths(spec, n_layers, total)`, the widths."""
+
+    params: tuple[str, ...] = ()
+    build: Callable[[ScheduleSpec, int], list[float]] | None = None
+    widths: Callable[[ScheduleSpec, int, int], list[int]] | None = None
+    defaults: dict[str, float] = field(default_factory=dict)
+    group: str = ""
+    """taper (the grid shapes of `tlm sweep`, x --ratios) | zoo (with their own parameters) | grouped | ""."""
 
 
 @dataclass(frozen=True)
@@ -173,8 +166,8 @@ def parse_schedule(text: str, multiple_of: int = 64) -> ScheduleSpec:
             raise ScheduleError(f"explicit widths must be integers, got {text!r}") from e
         return ScheduleSpec(name="explicit", widths=widths, multiple_of=multiple_of)
     name, *nums = text.split(":")
-    _check_name(name)
-    keys = PARAMS.get(name, ())
+    row = SCHEDULES.get(name)
+    keys = row.params
     if len(nums) > len(keys):
         raise ScheduleError(f"schedule {name!r} takes at most {len(keys)} number(s) "
                             f"({':'.join(keys) or 'none'}), got {text!r}")
@@ -183,7 +176,7 @@ def parse_schedule(text: str, multiple_of: int = 64) -> ScheduleSpec:
     except ValueError as e:
         raise ScheduleError(f"schedule parameters must be numbers, got {text!r}") from e
     given = dict(zip(keys, vals, strict=False))
-    return ScheduleSpec(name=name, multiple_of=multiple_of, **{**DEFAULTS.get(name, {}), **given})
+    return ScheduleSpec(name=name, multiple_of=multiple_of, **{**row.defaults, **given})
 
 
 def read_schedule_file(path: str | Path) -> ScheduleSpec:
@@ -212,11 +205,6 @@ def schedule_file_dict(widths: Sequence[int], d_ff: int, multiple_of: int, sourc
             "multiple_of": multiple_of, "widths": list(widths), "source": source}
 
 
-def _check_name(name: str) -> None:
-    if name not in SCHEDULES:
-        raise ScheduleError(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
-
-
 MAX_STEEPNESS = 1000.0
 RANGES: dict[str, tuple[float, float, str]] = {
     "fraction": (0.0, 1.0, "in (0, 1]"),
@@ -225,7 +213,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
 
 
 def _check_inputs(spec: ScheduleSpec, n_layers: int, d_ff: int) -> None:
-    _check_name(spec.name)
+    SCHEDULES.check(spec.name)
     if not isinstance(n_layers, int) or n_layers < 1:
         raise ScheduleError(f"number of layers must be >= 1, got {n_layers!r}")
     if spec.multiple_of < 1:
@@ -255,9 +243,9 @@ def _depths(n_layers: int) -> list[float]:
     return [i / (n_layers - 1) if n_layers > 1 else 0.0 for i in range(n_layers)]
 
 
-def _taper(spec: ScheduleSpec, n_layers: int) -> list[float]:
-    fn = SHAPES.get(spec.name, _linear)  # openelm is linear with OpenELM's multipliers
-    return [fn(t, spec.start, spec.end, spec.steepness) for t in _depths(n_layers)]
+def _taper(fn: Callable[[float, float, float, float], float]) -> Callable[[ScheduleSpec, int], list[float]]:
+    """The builder of a shape r(t; start, end, steepness)."""
+    return lambda spec, n_layers: [fn(t, spec.start, spec.end, spec.steepness) for t in _depths(n_layers)]
 
 
 def _middle(spec: ScheduleSpec, n_layers: int) -> list[float]:
@@ -276,11 +264,6 @@ def _hourglass(spec: ScheduleSpec, n_layers: int) -> list[float]:
     return [r(t) for t in _depths(n_layers)]
 
 
-SHAPE_BUILDERS: dict[str, Callable[[ScheduleSpec, int], list[float]]] = {
-    **{name: _taper for name in (*SHAPES, "openelm")},
-    "middle": _middle,
-    "hourglass": _hourglass,
-}
 
 
 def allocate(shape: Sequence[float], d_ff: int, multiple_of: int, allow_zero: bool = False) -> list[int]:
@@ -315,19 +298,19 @@ def _spread(total: int, n: int, late: bool) -> list[int]:
     return out[::-1] if late else out
 
 
-def grouped_widths(spec: ScheduleSpec, n_layers: int, d_ff: int) -> list[int]:
+def grouped_widths(third: int, spec: ScheduleSpec, n_layers: int, d_ff: int) -> list[int]:
     """Grouped control: the wide third gains M units, the rest lose M, M the same for every third."""
     if n_layers < 3:
         raise ScheduleError(f"grouped schedules need at least 3 layers, got {n_layers}")
     unit = spec.multiple_of
     groups = [(i * 3) // n_layers for i in range(n_layers)]
-    wide = [i for i, g in enumerate(groups) if g == GROUPED[spec.name]]
+    wide = [i for i, g in enumerate(groups) if g == third]
     narrow = [i for i in range(n_layers) if i not in wide]
     moved = math.floor((spec.wide_factor - 1.0) * d_ff / unit * n_layers / 3 + 0.5)
     if moved < 0:
         raise ScheduleError(f"wide_factor must be >= 1 (the wide third is the wider), got {spec.wide_factor}")
     units = [d_ff // unit] * n_layers
-    late = GROUPED[spec.name] == 2  # rounding leftovers placed so that wider-early/-late stay monotone
+    late = third == 2  # rounding leftovers placed so that wider-early/-late stay monotone
     for i, extra in zip(wide, _spread(moved, len(wide), late=late), strict=True):
         units[i] += extra
     for i, loss in zip(narrow, _spread(moved, len(narrow), late=not late), strict=True):
@@ -338,17 +321,20 @@ def grouped_widths(spec: ScheduleSpec, n_layers: int, d_ff: int) -> list[int]:
     return [u * unit for u in units]
 
 
+def shape_widths(spec: ScheduleSpec, n_layers: int, total: int, allow_zero: bool = False) -> list[int]:
+    """The schedule's per-layer widths (multiples of spec.multiple_of) summing to n_layers·total."""
+    row = SCHEDULES.get(spec.name)
+    if row.widths is not None:
+        return row.widths(spec, n_layers, total)
+    return allocate(row.build(spec, n_layers), total, spec.multiple_of, allow_zero)
+
+
 def make_schedule(spec: ScheduleSpec | str, n_layers: int, d_ff: int) -> Schedule:
     """Per-layer MLP widths with exactly the uniform budget n_layers·d_ff."""
     if isinstance(spec, str):
         spec = parse_schedule(spec)
     _check_inputs(spec, n_layers, d_ff)
-    if spec.name in ("explicit", FILE):
-        widths = _explicit(spec, n_layers, d_ff)
-    elif spec.name in GROUPED:
-        widths = grouped_widths(spec, n_layers, d_ff)
-    else:
-        widths = allocate(SHAPE_BUILDERS[spec.name](spec, n_layers), d_ff, spec.multiple_of)
+    widths = shape_widths(spec, n_layers, d_ff)
     return Schedule(spec, n_layers, d_ff, tuple(widths), widths[0] / d_ff, widths[-1] / d_ff)
 
 
@@ -365,3 +351,21 @@ def _explicit(spec: ScheduleSpec, n_layers: int, d_ff: int) -> list[int]:
             f"{what}: widths sum to {sum(widths)}, not the budget {n_layers}·{d_ff} = {n_layers * d_ff}"
         )
     return widths
+
+
+_TWO = ("start", "end")
+SCHEDULES: Registry[Shape] = Registry("schedule", {
+    "uniform": Shape(build=lambda spec, n_layers: [1.0] * n_layers),
+    "linear": Shape(_TWO, _taper(_linear), group="taper"),
+    "cosine": Shape(_TWO, _taper(_cosine), group="taper"),
+    "sigmoid": Shape((*_TWO, "steepness"), _taper(_sigmoid), group="taper"),
+    # OpenELM: linear with OpenELM's multiplier range
+    "openelm": Shape(_TWO, _taper(_linear), defaults={"start": 0.5, "end": 4.0}, group="zoo"),
+    "middle": Shape(("fraction",), _middle, group="zoo"),
+    "hourglass": Shape(("waist", "waist_depth"), _hourglass, group="zoo"),
+    **{name: Shape(("wide_factor",), widths=partial(grouped_widths, third), group="grouped")
+       for third, name in enumerate(("wider-early", "wider-middle", "wider-late"))},
+    "explicit": Shape(widths=_explicit),
+    FILE: Shape(widths=_explicit),
+}, error=ScheduleError)
+"""Every schedule name -> its row (Shape); a new shape is one row here (or a `SCHEDULES.register` call)."""

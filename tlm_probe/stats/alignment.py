@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import torch
 
-from tlm_probe.errors import UserError
 from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.alignment_fast import FORMULAS, layer_values, plan
 from tlm_probe.stats.moments import SequenceMoments
@@ -34,7 +33,7 @@ def _reference(kind: str, a: str, b: str) -> Callable[[LayerPieces], torch.Tenso
 
 
 # name -> (pieces it reads, per-token value), made from FORMULAS: nothing to keep in step by hand
-STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tensor]]] = {
+PER_TOKEN: dict[str, tuple[tuple[str, ...], Callable[[LayerPieces], torch.Tensor]]] = {
     name: ((a, b), _reference(kind, a, b)) for name, (kind, a, b) in FORMULAS.items()
 }
 
@@ -48,10 +47,10 @@ class AlignmentAccumulator(Accumulator):
 
     order_free = True  # sums over sequences: the order in which sequences arrive changes nothing
 
-    def __init__(self, n_layers: int, d_ff: tuple[int, ...], statistics: tuple[str, ...] = tuple(STATISTICS)):
+    def __init__(self, n_layers: int, d_ff: tuple[int, ...], statistics: tuple[str, ...] = tuple(PER_TOKEN)):
         super().__init__(n_layers, d_ff)
         self.statistics = tuple(statistics)
-        self.needs = frozenset(p for s in self.statistics for p in STATISTICS[s][0])
+        self.needs = frozenset(p for s in self.statistics for p in PER_TOKEN[s][0])
         self.plan = plan(self.statistics)
         self.moments = SequenceMoments(len(self.statistics) * n_layers)
         self.state = self.moments.state  # shared storage: merging the base state merges the moments
@@ -117,9 +116,7 @@ def build_accumulators(
     """'alignment' | 'all' | alignment statistic names (comma list or tuple) -> accumulators ([] if none)."""
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     names: list[str] = []
-    for item in filter(None, items):
-        if item not in (*STATISTICS, "alignment", "all"):
-            raise UserError(f"unknown statistic {item!r} (alignment statistics: {', '.join(STATISTICS)})")
-        for name in STATISTICS if item in ("alignment", "all") else (item,):
+    for item in filter(None, items):  # an unknown name: FORMULAS's one "unknown statistic" line
+        for name in PER_TOKEN if item in ("alignment", "all") else (FORMULAS.check(item),):
             names += [name] if name not in names else []
     return [AlignmentAccumulator(n_layers, d_ff, tuple(names))] if names else []

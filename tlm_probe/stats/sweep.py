@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 
-from tlm_probe.schedules.widths import SHAPES, parse_schedule
+from tlm_probe.schedules.widths import SCHEDULES, parse_schedule
 
-GRID_SHAPES = tuple(s for s in SHAPES if s != "uniform")
+GRID_SHAPES = SCHEDULES.where(lambda row: row.group == "taper")
 SWEEP_COLUMNS = ["mixer", "arm", "shape", "start", "end", "ratio", "n_pairs", "delta", "ci_low", "ci_high",
                  "dz", "p"]
 

@@ -47,7 +47,7 @@ from tlm_probe.models.accounting import count_params, kv_cache_bytes_per_token, 
 from tlm_probe.models.device import resolve_device
 from tlm_probe.models.mixer_registry import REFERENCE_MIXER
 from tlm_probe.schedules.heads import COMPONENTS, split_components
-from tlm_probe.schedules.widths import FILE, PARAMS, parse_schedule
+from tlm_probe.schedules.widths import FILE, SCHEDULES, parse_schedule
 from tlm_probe.seeds import check_seed
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
@@ -163,7 +163,7 @@ def _spec_key(text: str) -> tuple:
     spec = parse_schedule(text)
     if spec.name in ("explicit", FILE):
         return ("widths", tuple(spec.widths))
-    return (spec.name, *(float(getattr(spec, k)) for k in PARAMS.get(spec.name, ())))
+    return (spec.name, *(float(getattr(spec, k)) for k in SCHEDULES.get(spec.name).params))
 
 
 def _shown(key: tuple) -> str:

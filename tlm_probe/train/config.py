@@ -14,8 +14,8 @@ from pathlib import Path
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
 from tlm_probe.models.accounting import count_params
-from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, config_with_schedule
-from tlm_probe.models.mixer_registry import REFERENCE_MIXER
+from tlm_probe.models.config import NORM_SCALINGS, TLMConfig, config_with_schedule
+from tlm_probe.models.mixer_registry import MIXERS, REFERENCE_MIXER
 from tlm_probe.models.presets import preset_config
 from tlm_probe.ranges import check_values
 from tlm_probe.schedules.widths import check_params, parse_schedule
@@ -54,8 +54,7 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
         _ = self.schedule_spec  # the one parse of the schedule spec: a bad spec is a UserError naming it
         for spec in self._schedules().values():  # a bad spec fails here, before data
             check_params(parse_schedule(spec))
-        if self.mixer not in MIXER_KINDS:
-            raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
+        MIXERS.check(self.mixer)
         if self.norm_scaling not in NORM_SCALINGS:
             raise UserError(f"unknown norm_scaling {self.norm_scaling!r}; choose one of: "
                             f"{', '.join(NORM_SCALINGS)}")
@@ -127,8 +126,8 @@ def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMCon
     """build(d_ff) at the MLP budget d_ff <= cfg's (a multiple of multiple_of x the CMS levels, so the
     schedule can split it) whose parameter count is closest to `target` (the attention model's); on a tie
     the smaller model. The counts differ by less than one width step's parameters."""
-    step = multiple_of * cfg.cms_levels
-    budget = round(cfg.mean_d_ff * cfg.cms_levels)
+    step = multiple_of * cfg.mlp_levels
+    budget = round(cfg.mean_d_ff * cfg.mlp_levels)
     best = cfg
     for d_ff in range(budget - budget % step, step - 1, -step):
         try:

@@ -20,14 +20,13 @@ from tlm_probe.files.fileio import atomic_write_text
 from tlm_probe.models.accounting import count_params, train_flops_per_token
 from tlm_probe.models.device import resolve_device
 from tlm_probe.models.io import save_tlm
-from tlm_probe.models.titans import clip_fraction
+from tlm_probe.models.mixers import training_hooks
 from tlm_probe.models.tlm import TaperedLM, next_token_nll
 from tlm_probe.train import checkpoint
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.compile import compile_blocks
 from tlm_probe.train.explosion import LossGuard
 from tlm_probe.train.metrics import MetricsLog
-from tlm_probe.train.multifreq import MultiFrequency
 from tlm_probe.train.optim import lr_at, make_optimizer, set_lr
 from tlm_probe.train.run import RunPlan, prepare_folder
 
@@ -95,7 +94,7 @@ class Trainer:
         raw = TaperedLM(self.plan.cfg).to(self.device).train()
         self.raw = dist.wrap_fsdp(raw) if fsdp and dist.active() else raw
         self.opt = make_optimizer(self.raw, self.tc, self.device.type)
-        self.multifreq = MultiFrequency.for_model(raw, fsdp and dist.active())  # Hope's slow CMS levels
+        self.hooks = training_hooks(self.plan.cfg, raw, fsdp and dist.active())  # the mixer row's
         self.step, self.tokens = 0, 0
         self.guard = LossGuard(self.plan.cfg.vocab_size)  # a finite loss that explodes is divergence too
         if self.plan.resume:
@@ -106,8 +105,7 @@ class Trainer:
             # the one guard (capture/finite.py): a damaged checkpoint is not "diverged at step N+1"
             refuse_non_finite_weights(self.raw.named_parameters(), str(self.plan.out))
             self.step, self.tokens = restored.step, restored.tokens
-            if self.multifreq is not None:
-                self.multifreq.load_state_dict(restored.extra.get("multifreq", {}))
+            self.hooks.load_state_dict(restored.extra)
             self.guard.load_state_dict(restored.extra.get("loss_guard", {}))
             self.log.truncate_after(self.step)
         use_ddp = dist.active() and not fsdp
@@ -149,8 +147,7 @@ class Trainer:
         exploded = self.guard.check(mean_loss)
         if exploded:
             raise self.diverged(exploded)
-        if self.multifreq is not None:
-            self.multifreq.hold(self.step + 1)
+        self.hooks.before_step(self.step + 1)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
@@ -184,9 +181,7 @@ class Trainer:
             raise self.diverged(f"non-finite weights in {bad[0]}")
         model_sd, optim_sd = get_state_dict(self.raw, self.opt, options=FULL)
         if dist.is_main():
-            extra = {"loss_guard": self.guard.state_dict()}
-            if self.multifreq is not None:
-                extra["multifreq"] = self.multifreq.state_dict()
+            extra = {"loss_guard": self.guard.state_dict(), **self.hooks.state_dict()}
             checkpoint.save_state(
                 self.plan.out, model_sd, optim_sd, self.step, self.tokens, self.tc.keep_last, extra
             )
@@ -236,8 +231,7 @@ class Trainer:
             self.rates.append(tps)
             record = self._train_record(loss, gnorm, tps)
             if self.step % tc.log_interval == 0 or self.step == self.total:
-                clipped = clip_fraction(self.raw)  # Titans only; read at log steps (a device sync)
-                self.log.write(record if clipped is None else {**record, "mem_clip_frac": clipped})
+                self.log.write({**record, **self.hooks.log()})  # the mixer's fields (may sync the device)
             if self.step % tc.eval_interval == 0 or self.step == self.total:
                 last_eval = self.evaluate()
             due = tc.ckpt_interval and self.step % tc.ckpt_interval == 0 and self.step != self.total

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from tlm_probe.errors import UserError
-from tlm_probe.schedules.widths import ZOO, check_params, parse_schedule
+from tlm_probe.schedules.widths import SCHEDULES, check_params, parse_schedule
 from tlm_probe.stats.sweep import GRID_SHAPES
 
 
@@ -39,10 +39,11 @@ def grid_arms(
     """uniform first (the baseline), then each shape in order — a grid shape (cosine, ...) once per ratio,
     a zoo shape (openelm[:S:E], middle[:F], hourglass[:W:D]) once with its own parameters — then the
     extra arms (wider-early, ...)."""
-    bad = [s for s in shapes if s not in GRID_SHAPES and s.split(":")[0] not in ZOO]
+    zoo = SCHEDULES.where(lambda row: row.group == "zoo")
+    bad = [s for s in shapes if s not in GRID_SHAPES and s.split(":")[0] not in zoo]
     if bad:
         raise UserError(f"unknown sweep shape(s) {', '.join(bad)}; choose from: "
-                        f"{', '.join(GRID_SHAPES)} (x --ratios) or {', '.join(ZOO)} (with their parameters)")
+                        f"{', '.join(GRID_SHAPES)} (x --ratios) or {', '.join(zoo)} (with their parameters)")
     grid: list[str] = []
     for s in shapes:
         if s in GRID_SHAPES:

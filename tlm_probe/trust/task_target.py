@@ -90,11 +90,11 @@ def task_target(pm, opts, eval_opts, progress: bool = False) -> TaskTarget:
 def _written_once(eval_opts, folder: Path):
     """The built-in tasks written once (their YAML in place of the name, so that each of the L + 1 evals
     reads the files instead of rebuilding them from the corpus); (options, what write_task records)."""
-    from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
+    from tlm_probe.eval.builtin_tasks import TASKS, write_task
 
     written = [write_task(t, folder, eval_opts.task_source, eval_opts.seed) for t in eval_opts.tasks
-               if t in BUILDERS]
-    tasks = tuple(str(folder / f"{t}.yaml") if t in BUILDERS else t for t in eval_opts.tasks)
+               if t in TASKS]
+    tasks = tuple(str(folder / f"{t}.yaml") if t in TASKS else t for t in eval_opts.tasks)
     return dataclasses.replace(eval_opts, tasks=tasks), written
 
 

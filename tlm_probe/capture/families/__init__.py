@@ -9,5 +9,7 @@ from tlm_probe.capture.families.llama import LLAMA_LIKE
 from tlm_probe.capture.families.moe import MOE
 from tlm_probe.capture.families.recurrent import MAMBA
 from tlm_probe.capture.rows import Adapter
+from tlm_probe.registry import Registry
 
-ADAPTERS: tuple[Adapter, ...] = (TLM, GPT2, *LLAMA_LIKE, *MOE, MAMBA, *GPT_LINEAGE, *ENCODERS, T5_ENCODER)
+ADAPTERS: Registry[Adapter] = Registry("family", {
+    row.family: row for row in (TLM, GPT2, *LLAMA_LIKE, *MOE, MAMBA, *GPT_LINEAGE, *ENCODERS, T5_ENCODER)})

@@ -1,6 +1,6 @@
-"""Multi-frequency updates for Hope-attention's continuum memory (models/cms.py): a level with period C
-takes an optimizer step on training steps C, 2C, 3C, ... (1-based) with the mean of its gradients over
-the C steps since its last update, and holds still in between.
+"""Hope-attention's training hooks (its row's `training`): multi-frequency updates of the continuum memory
+(models/cms.py). A level with period C takes an optimizer step on training steps C, 2C, 3C, ... (1-based)
+with the mean of its gradients over the C steps since its last update, and holds still in between.
 
 The hook sits between gradient clipping and `opt.step()`: on a step where a level is not due, its fresh
 gradients are added to a running sum and its `.grad` is set to None, which AdamW skips entirely (no moment
@@ -16,26 +16,20 @@ from torch import nn
 
 from tlm_probe.errors import UserError
 from tlm_probe.models.cms import update_periods
+from tlm_probe.models.mixer_spec import TrainingHooks
 
 
-class MultiFrequency:
-    def __init__(self, model: nn.Module):
-        self.periods = update_periods(model)  # name -> period > 1
+class SlowLevels(TrainingHooks):
+    def __init__(self, model: nn.Module, fsdp: bool):
+        super().__init__(model, fsdp)
+        self.periods = update_periods(model)  # name -> period > 1 (none: every level steps every step)
+        if self.periods and fsdp:
+            raise UserError("continuum-memory update periods above 1 are not supported with --fsdp; use DDP")
         self.params = {n: p for n, p in model.named_parameters() if n in self.periods}
         self.sums = {n: torch.zeros_like(p) for n, p in self.params.items()}
 
-    @classmethod
-    def for_model(cls, model: nn.Module, fsdp: bool) -> MultiFrequency | None:
-        """None when the model has no level slower than every step."""
-        if not update_periods(model):
-            return None
-        if fsdp:
-            raise UserError("continuum-memory update periods above 1 are not supported with --fsdp; use DDP")
-        return cls(model)
-
     @torch.no_grad()
-    def hold(self, step: int) -> None:
-        """Called after clipping, before opt.step() of training step `step` (1-based)."""
+    def before_step(self, step: int) -> None:
         for name, p in self.params.items():
             if p.grad is not None:
                 self.sums[name].add_(p.grad)
@@ -47,9 +41,11 @@ class MultiFrequency:
                 p.grad = None
 
     def state_dict(self) -> dict:
-        return {name: s.detach().cpu().clone() for name, s in self.sums.items()}
+        sums = {name: s.detach().cpu().clone() for name, s in self.sums.items()}
+        return {"multifreq": sums} if self.periods else {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, extra: dict) -> None:
+        state = extra.get("multifreq", {})
         missing = sorted(set(self.sums) - set(state))
         if missing:
             raise UserError(f"the checkpoint has no accumulated gradients for {missing[0]}; cannot resume")
