@@ -100,7 +100,7 @@ def _compare_command():
         a grid also: sweep.csv, sweep_heatmap.png).
 
         Re-running the same command continues an interrupted comparison where it stopped."""
-        from tlm_probe.train.compare import make_arms, parse_list, parse_seeds
+        from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
 
         base = build_config(config, config_flags)
         mixers, out = run.mixers, run.out
@@ -127,7 +127,7 @@ def _compare_command():
 def arm_list(schedules: str | None, shapes: str | None, ratios: str) -> list[str]:
     """The arms: --schedules as given (default PAPER_ARMS), or uniform + the --shapes x --ratios grid
     followed by any --schedules arms."""
-    from tlm_probe.train.compare import parse_list
+    from tlm_probe.train.arms import parse_list
     from tlm_probe.train.sweep import grid_arms, parse_ratios
 
     if not shapes:

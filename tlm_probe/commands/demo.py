@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
     def demo_cmd(*, run: DemoRun, config_flags: dict):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
-        from tlm_probe.train.compare import parse_seeds
+        from tlm_probe.train.arms import parse_seeds
         from tlm_probe.workflows.demo import run_demo
 
         flags = dict(config_flags)

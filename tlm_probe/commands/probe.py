@@ -15,7 +15,6 @@ import typer
 from tlm_probe.commands.common import (
     command,
     console,
-    device_option,
     err_console,
     interrupt_code,
     print_json,
@@ -104,8 +103,8 @@ def register(app: typer.Typer) -> None:
             from tlm_probe.results import write_probe
 
             import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
-        opts = replace(options, device=device_option(options.device),
-                       importance=parse_pairs(list(run.importance_option)))
+        # the device is resolved once, by run_probe (for the library's callers too)
+        opts = replace(options, importance=parse_pairs(list(run.importance_option)))
         steps = _steps(model, run.checkpoints)
         lock = folder_lock(out) if main else contextlib.nullcontext()
         with lock, torch_threads(run.threads), _interrupt(out):

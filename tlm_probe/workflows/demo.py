@@ -20,7 +20,8 @@ from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_write_text, claim, record
 from tlm_probe.threads import torch_threads
-from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare, make_arms, run_name
+from tlm_probe.train.arms import make_arms, run_name
+from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
 
@@ -109,7 +110,7 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
     import pandas as pd
 
     from tlm_probe.plotting import plot_depth, save_figure
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.probe.engine import ProbeOptions, run_probe
     from tlm_probe.progress import Phase, say
     from tlm_probe.results import write_results
 
@@ -120,16 +121,10 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
             name = run_name(arm, seed)
             if base.progress:
                 say(f"demo: probing {name} on the validation split ({PROBE_TOKENS[size]:,} tokens)")
-            res = probe(
-                out / "runs" / name,
-                ids,
-                seq_len=base.seq_len,
-                max_tokens=PROBE_TOKENS[size],
-                batch_size=base.batch_size,
-                split="val",  # the ids are the trainer's validation split: options and data.split say so
-                full=True,
-                progress=base.progress,
-            )
+            opts = ProbeOptions(data=ids, seq_len=base.seq_len, max_tokens=PROBE_TOKENS[size],
+                                batch_size=base.batch_size,
+                                split="val")  # the ids are the trainer's validation split: options say so
+            res = run_probe(out / "runs" / name, opts, progress=base.progress)
             # the ids came as an array: name the source they were cut from
             res.provenance["data"].update(source=str(base.data))
             folders[name] = str(write_results(out / "probe" / name, res.table, res.matrices, res.provenance))
