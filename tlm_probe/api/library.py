@@ -123,8 +123,8 @@ def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overw
     from tlm_probe.commands.diff import OURS
     from tlm_probe.diff.engine import run_diff, write_diff
     from tlm_probe.diff.options import DiffOptions
-    from tlm_probe.files.fileio import claim
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.out_folder import claim
 
     options = dataclasses.replace(options or DiffOptions(), **fields)
     if out is not None:

@@ -161,6 +161,17 @@ def load_probe_model(
     return pm
 
 
+def _load_gguf_model(path: Path, dtype: str, device: str) -> ProbeModel:
+    """A .gguf file, dequantized; its MLP widths checked against the ones its header declares."""
+    from tlm_probe.capture.gguf import load_gguf
+    from tlm_probe.capture.widths import gguf_widths
+
+    model, tokenizer = load_gguf(path, DTYPES[dtype])
+    pm = wrap_model(model.to(device), tokenizer, path.stem, path)
+    check_declared(list(pm.mlp_layers), gguf_widths(path).get("d_ff"), str(path))
+    return pm
+
+
 def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map, max_memory,
                       attn_implementation=None):
     dispatch = from_pretrained_kwargs(device_map, max_memory) if device_map else {}
@@ -177,14 +188,7 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
         raise UserError("--device-map serves checkpoint folders and hub models, not a .gguf file or one "
                         "stack of an encoder-decoder")
     if str(path_or_name).endswith(GGUF_SUFFIX):
-        from tlm_probe.capture.gguf import load_gguf
-        from tlm_probe.capture.widths import gguf_widths
-
-        path = Path(path_or_name)
-        model, tokenizer = load_gguf(path, DTYPES[dtype])
-        pm = wrap_model(model.to(device), tokenizer, path.stem, path)
-        check_declared(list(pm.mlp_layers), gguf_widths(path).get("d_ff"), str(path))
-        return pm
+        return _load_gguf_model(Path(path_or_name), dtype, device)
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)

@@ -43,8 +43,9 @@ def register(app: typer.Typer) -> None:
         from transformers.utils import logging as hf_logging
 
         from tlm_probe.convert.llama2c import FILES, check_inputs, write_folder
-        from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
+        from tlm_probe.files.fileio import publish, temp_folder
         from tlm_probe.files.folder_lock import folder_lock
+        from tlm_probe.files.out_folder import check_apart, claim
 
         out = run.out
         _, tok_blob = check_inputs(checkpoint, run.tokenizer)

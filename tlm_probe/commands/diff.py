@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
         from tlm_probe.diff.options import check_models
-        from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.files.out_folder import check_apart, claim
 
         pairs = _pairs(model_a, model_b, run)
         for _, a, b in pairs:  # before anything is read or loaded: paths, vocabularies (config.json)

@@ -73,8 +73,8 @@ def _load(checkpoint: Path):
 def _export_gguf(checkpoint: Path, out: Path, overwrite: bool) -> dict:
     from tlm_probe.export.gguf_writer import check_gguf_out, write_gguf
     from tlm_probe.export.support import check_exportable
-    from tlm_probe.files.fileio import check_apart
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.out_folder import check_apart
 
     check_exportable(_source(checkpoint), "GGUF")
     check_apart(out, [checkpoint])
@@ -93,8 +93,9 @@ def _export_hf_llama(checkpoint: Path, out: Path, overwrite: bool) -> dict:
     from transformers.utils import logging as hf_logging
 
     from tlm_probe.export.hf_llama import HF_FILES, build_llama, check_hf_llama, save_llama, verify_folder
-    from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
+    from tlm_probe.files.fileio import publish, temp_folder
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.out_folder import check_apart, claim
 
     check_hf_llama(_source(checkpoint))
     check_apart(out, [checkpoint])

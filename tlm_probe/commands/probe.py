@@ -172,7 +172,8 @@ def check_not_weights(data: str) -> None:
 def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
-    from tlm_probe.files.fileio import check_apart, claim, read_manifest
+    from tlm_probe.files.fileio import read_manifest
+    from tlm_probe.files.out_folder import check_apart, claim
     from tlm_probe.result_files import OURS
 
     if exclude_bos and max_tokens == 1:

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
-        from tlm_probe.files.fileio import check_apart
+        from tlm_probe.files.out_folder import check_apart
         from tlm_probe.plotting.folder_checks import check_summaries
 
         out = run.out

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         with the ablation target and with the accuracy lost on --task when each layer's MLP (or block) is
         ablated; flagged where the ranking changes with the corpus or disagrees."""
         from tlm_probe.capture.model_source import check_model_source
-        from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.files.out_folder import check_apart, claim
         from tlm_probe.trust.options import eval_options, wanted
 
         check_model_source(model)  # before any corpus is read or the model loaded

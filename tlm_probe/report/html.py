@@ -22,8 +22,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.fileio import claim, publish, temp_folder
+from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.folder_lock import folder_lock
+from tlm_probe.files.out_folder import claim
 from tlm_probe.plotting.style import figure_style
 
 

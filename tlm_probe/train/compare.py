@@ -32,16 +32,14 @@ from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.files.fileio import (
     MANIFEST,
     atomic_write_text,
-    check_apart,
     check_kind,
-    claim,
-    ensure_writable,
     foreign,
     read_manifest,
     record,
     remove_owned,
 )
 from tlm_probe.files.jsonfile import read_json_object
+from tlm_probe.files.out_folder import check_apart, claim, ensure_writable
 from tlm_probe.models.device import resolve_device
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.arms import Arm, as_arms, baselines, check_budget, run_name

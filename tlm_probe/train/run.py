@@ -13,9 +13,7 @@ from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_toke
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import (
     atomic_write_text,
-    check_apart,
     check_kind,
-    claim,
     foreign,
     record,
     remove_owned,
@@ -24,6 +22,7 @@ from tlm_probe.files.fileio import (
 )
 from tlm_probe.files.folder_lock import folder_lock
 from tlm_probe.files.jsonfile import read_json_object
+from tlm_probe.files.out_folder import check_apart, claim
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import CONFIG, WEIGHTS

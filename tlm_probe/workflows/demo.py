@@ -18,7 +18,8 @@ import numpy as np
 
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.files.fileio import atomic_write_text, claim, record
+from tlm_probe.files.fileio import atomic_write_text, record
+from tlm_probe.files.out_folder import claim
 from tlm_probe.threads import torch_threads
 from tlm_probe.train.arms import make_arms, run_name
 from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare
