@@ -190,7 +190,7 @@ def test_every_received_table_is_size_checked_before_reading(tmp_path, monkeypat
     big = b"model,layer,statistic,value\n" + b"m,0,s,0.5\n" * 200  # 2,028 bytes
     for name in ("probe/results.csv", "paired.csv", "eval/results.csv", "cmp/summary.csv"):
         _write(tmp_path / name, big)
-    monkeypatch.setattr(tablefile, "MAX_BYTES", 1000)
+    monkeypatch.setattr(tablefile, "TABLE_MAX_BYTES", 1000)
     _no_pandas(monkeypatch)
     readers = {"read_results": lambda: read_results(tmp_path / "probe"),
                "plotting": lambda: read_table(tmp_path / "cmp" / "summary.csv", ("model", "statistic")),

@@ -139,14 +139,14 @@ def _write_all(folder: Path, tables: dict[str, pd.DataFrame | None], provenance)
 READERS = SUFFIXES  # the table formats of a result folder, preferred first
 NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j",
            "n_layers")
-REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value"),
+_REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value"),
             AGREEMENT: ("model", "statistic", "value")}
 
 
 def _read_file(path: Path, stem: str) -> pd.DataFrame:
     """One table file, checked: an empty, corrupt or non-numeric file is one UserError naming it."""
     df = read_table_file(path)  # bounded: size, and what a Parquet footer declares
-    missing = [c for c in REQUIRED[stem] if c not in df.columns]
+    missing = [c for c in _REQUIRED[stem] if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
     numeric_columns(df, path, [c for c in NUMERIC if c in df.columns])

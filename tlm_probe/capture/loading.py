@@ -32,14 +32,14 @@ from tlm_probe.capture.widths import check_declared, declared_widths, layer_mlp,
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import read_config_json
 from tlm_probe.models.device import check_device
+from tlm_probe.models.tokenizer_meta import TOKENIZER_META
 from tlm_probe.models.verify import PICKLE_WEIGHTS
 from tlm_probe.progress import Phase
-from tlm_probe.tokenizer import META as TOKENIZER_META
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 GGUF_SUFFIX = ".gguf"
 GENERIC_NAMES = ("model", "models", "checkpoint", "final", "hf")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
 
 
 def wrap_model(
@@ -363,7 +363,7 @@ def load_tokenizer(source: str | Path) -> Any | None:
 
         saved = load_saved_tokenizer(folder)
         return saved if saved is None or saved.kind == "byte" else saved.tok
-    if folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+    if folder.is_dir() and not any((folder / f).is_file() for f in _TOKENIZER_FILES):
         return None
     from transformers import AutoTokenizer
 

@@ -8,7 +8,7 @@ each help, taken from this table so that it cannot drift from one command to the
 
 from __future__ import annotations
 
-ALWAYS = ("--overwrite replaces only what an earlier `tlm {kind}` wrote in --out, and writes beside files "
+_ALWAYS = ("--overwrite replaces only what an earlier `tlm {kind}` wrote in --out, and writes beside files "
           "tlm did not write, never onto them.")
 
 WHEN_NEEDED = {
@@ -35,4 +35,4 @@ WHEN_NEEDED = {
 
 
 def overwrite_help(kind: str) -> str:
-    return f"{ALWAYS.format(kind=kind)} {WHEN_NEEDED[kind]}"
+    return f"{_ALWAYS.format(kind=kind)} {WHEN_NEEDED[kind]}"

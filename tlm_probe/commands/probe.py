@@ -141,7 +141,7 @@ def _steps(model: str, checkpoints: str | None):
     return select_steps(model, checkpoints)
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
+_WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
 
 
 def import_loaders(model: str) -> None:
@@ -162,7 +162,7 @@ def import_loaders(model: str) -> None:
 def check_not_weights(data: str) -> None:
     """A weights file (or a model folder) given as --data would be read as text or token ids: refuse."""
     path = Path(data)
-    if path.is_file() and path.suffix.lower() in WEIGHT_SUFFIXES:
+    if path.is_file() and path.suffix.lower() in _WEIGHT_SUFFIXES:
         raise UserError(f"--data {data} is a model weights file, not text or token ids; "
                         "give the model as the first argument and the data with --data")
     if path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors")):

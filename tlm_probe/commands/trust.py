@@ -15,7 +15,7 @@ from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.trust.options import TrustOptions
 
-OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
+_OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         if wanted(options.task):
             eval_options(options)  # task names, files and data: before torch is imported
         check_apart(run.out, [model, *options.data])
-        claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="trust")
+        claim(run.out, overwrite=run.overwrite, writes=_OURS, own_needs_overwrite=False, kind="trust")
         from tlm_probe.files.folder_lock import folder_lock  # torch below: after the checks
         from tlm_probe.threads import torch_threads
         from tlm_probe.trust.engine import run_trust, write_trust
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             print_json({"out": str(run.out), **res.summary})
             return
         print_summary(model, options, res)
-        written = ", ".join(n for n in OURS if (run.out / n).is_file())
+        written = ", ".join(n for n in _OURS if (run.out / n).is_file())
         console.print(f"wrote {run.out}: {written}", highlight=False)
 
 

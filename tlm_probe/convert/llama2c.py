@@ -20,7 +20,7 @@ from tlm_probe.errors import UserError
 
 FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.model", "tokenizer.json",
          "tokenizer_config.json", "special_tokens_map.json", "llama2c.json")
-CHECK_TEXT = "Once upon a time, there was a little girl named Lily. She liked  to play\nin the park."
+_CHECK_TEXT = "Once upon a time, there was a little girl named Lily. She liked  to play\nin the park."
 
 
 def check_inputs(model_bin: Path, tokenizer: Path):
@@ -62,8 +62,8 @@ def verify(folder: Path, state: dict[str, np.ndarray], tok_blob: bytes) -> None:
         logits = model(torch.arange(min(8, model.config.vocab_size))[None]).logits
     if not torch.isfinite(logits).all():
         raise UserError("the converted model gives non-finite logits; nothing written")
-    ours = AutoTokenizer.from_pretrained(str(folder))(CHECK_TEXT)["input_ids"]
-    theirs = sentencepiece_ids(tok_blob, CHECK_TEXT)
+    ours = AutoTokenizer.from_pretrained(str(folder))(_CHECK_TEXT)["input_ids"]
+    theirs = sentencepiece_ids(tok_blob, _CHECK_TEXT)
     if ours != theirs:
         raise UserError(f"the Hugging Face tokenizer encodes a check sentence as {ours[:12]}..., "
                         f"SentencePiece as {theirs[:12]}...; nothing written")

@@ -47,7 +47,7 @@ POSITION_EDGES = (0, 1, 4, 16, 64, 256, 1024)
 """Position buckets [0,1), [1,4), ..., [1024, inf): the first token, the first few, and so on."""
 COUNT_EDGES = (1, 3, 11, 101)
 """Frequency buckets of a target token by its count in the probed text: 1-2, 3-10, 11-100, > 100."""
-CHECK_TEXT = "The quick brown fox, 1234 — ünïcode."
+_CHECK_TEXT = "The quick brown fox, 1234 — ünïcode."
 BUCKETS = (("position", POSITION_EDGES), ("target_count", COUNT_EDGES))
 
 
@@ -90,7 +90,7 @@ def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
     if pa.vocab_size != pb.vocab_size:
         raise UserError(f"the models read different vocabularies ({pa.vocab_size} vs {pb.vocab_size} ids)")
     ta, tb = pa.tokenizer, pb.tokenizer
-    if ta is not None and tb is not None and _ids(ta, CHECK_TEXT) != _ids(tb, CHECK_TEXT):
+    if ta is not None and tb is not None and _ids(ta, _CHECK_TEXT) != _ids(tb, _CHECK_TEXT):
         raise UserError("the models' tokenizers give different ids for the same text; diff needs one "
                         "tokenizer")
     lacking = [pm.name for pm in (pa, pb) if pm.tokenizer is None]

@@ -16,7 +16,7 @@ from tlm_probe.files.jsonfile import read_json
 if TYPE_CHECKING:  # pandas is not imported here: `tlm plot`/`report` check the JSON before importing it
     import pandas as pd
 
-MAX_LAYERS = 4096
+MAX_PLOTTED_LAYERS = 4096
 """The most layers a model diffed or probed may have (the deepest released models have ~100)."""
 MAX_STATISTICS = 256
 """The most rows trust.csv may hold (one per statistic: the catalogue holds a few dozen)."""
@@ -60,8 +60,8 @@ def check_diff_summary(s: dict, where: Path) -> tuple[int, int]:
     for key in ("model_a", "model_b"):
         _need(isinstance(s.get(key), str), where, key, "a string", s.get(key))
     _need(_int(s.get("n_tokens"), 0, 2**62), where, "n_tokens", "an integer >= 0", s.get("n_tokens"))
-    _list(s.get("n_layers"), 2, lambda x: _int(x, 1, MAX_LAYERS + 1), where, "n_layers",
-          f"an integer in 1..{MAX_LAYERS}")
+    _list(s.get("n_layers"), 2, lambda x: _int(x, 1, MAX_PLOTTED_LAYERS + 1), where, "n_layers",
+          f"an integer in 1..{MAX_PLOTTED_LAYERS}")
     n_a, n_b = s["n_layers"]
     for key in ("cka", "cka_mlp"):
         if key == "cka" or s.get(key) is not None:

@@ -18,7 +18,7 @@ import pandas as pd
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
-from tlm_probe.files.tablefile import MAX_BYTES, WHAT, numeric_columns, read_table_file
+from tlm_probe.files.tablefile import TABLE_MAX_BYTES, WHAT, numeric_columns, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.plotting.folder_checks import (
     check_diff_tables,
@@ -203,7 +203,8 @@ def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) ->
     """A CSV whose every column outside `text` holds numbers (empty cells are NaN): a corrupt file, a
     missing column or a word where a number belongs is one UserError naming the file, the column and
     the cell, not a table drawn or printed as if nothing were wrong."""
-    small = checked_size(path, MAX_BYTES, WHAT) <= 64  # compare writes a table with no rows as a blank line
+    # compare writes a table with no rows as a blank line
+    small = checked_size(path, TABLE_MAX_BYTES, WHAT) <= 64
     if not required and small and not path.read_bytes().strip():
         return pd.DataFrame()
     df = read_table_file(path)  # bounded: size before reading; a corrupt file is one UserError

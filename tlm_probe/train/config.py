@@ -325,10 +325,10 @@ def _read_toml(path: Path, text: str) -> dict:
 def _config_text(path: Path) -> str:
     """The config file's text, read within the YAML reader's size bound (checked before reading)."""
     from tlm_probe.files.bounded import read_bounded
-    from tlm_probe.files.yamlfile import MAX_BYTES
+    from tlm_probe.files.yamlfile import YAML_MAX_BYTES
 
     where = f"config file {path}"
-    return decode_utf8(read_bounded(path, MAX_BYTES, "a config file", where), where)
+    return decode_utf8(read_bounded(path, YAML_MAX_BYTES, "a config file", where), where)
 
 
 def _read_yaml(path: Path, text: str) -> dict:

@@ -28,10 +28,10 @@ from tlm_probe.train.run import writer_lock
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
 # ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
-FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_size=16, steps=300, lr=3e-3,
+_FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_size=16, steps=300, lr=3e-3,
             warmup=30, eval_interval=50, eval_tokens=16384, log_interval=5, ckpt_interval=100)
 # seconds: for tests and notebooks that only need the plumbing
-QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
+_QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
              warmup=5, eval_interval=10, eval_tokens=1024, log_interval=2)
 PROBE_TOKENS = {"full": 16384, "quick": 1024}
 DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")  # beside compare's files
@@ -41,7 +41,7 @@ def demo_config(quick: bool = False, steps: int | None = None, device: str = "au
                 threads: int = 0, mixer: str = "attention",
                 mixer_settings: dict | None = None) -> TrainConfig:
     """mixer_settings: TrainConfig mixer fields (window, cms_chunks, match_params, ...) given as flags."""
-    opts = dict(QUICK if quick else FULL, mixer=mixer, **(mixer_settings or {}))
+    opts = dict(_QUICK if quick else _FULL, mixer=mixer, **(mixer_settings or {}))
     if steps is not None and steps < 1:
         raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
