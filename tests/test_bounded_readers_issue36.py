@@ -99,10 +99,10 @@ def test_a_deep_device_map_file_is_one_error(tmp_path):
 
 
 def test_a_deep_file_at_the_schedule_out_is_not_a_schedule_file(tmp_path):
-    from tlm_probe.commands.schedule_from_probe import check_out
+    from tlm_probe.commands.schedule_from_probe import check_schedule_out
 
     out = _write(tmp_path / "s.json", DEEP)
-    _deep_refused(lambda: check_out(out), "is not a schedule file")
+    _deep_refused(lambda: check_schedule_out(out), "is not a schedule file")
     assert out.read_bytes() == DEEP
 
 

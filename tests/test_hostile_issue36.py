@@ -306,7 +306,7 @@ def test_a_full_disk_while_compare_sets_up_leaves_the_folder_as_it_was(work, mon
     real = cmp.atomic_write_text
 
     def full(path, text):
-        if Path(path).name == cmp.SETTINGS:
+        if Path(path).name == cmp.SETTINGS_FILE:
             raise fileio.disk_full_error(Path(path), len(text))
         return real(path, text)
 

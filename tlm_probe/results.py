@@ -31,7 +31,7 @@ MATRIX_COLUMNS = ["model", "layer_i", "layer_j", "statistic", "value"]
 # one row per model and proxy: the Spearman rank agreement across layers of the proxy with the ablation
 # effect (target), with its 95% CI over n_layers; a per-model number, so not a row of the per-layer table
 AGREEMENT_COLUMNS = ["model", "statistic", "proxy", "target", "value", "ci_low", "ci_high", "n_layers"]
-METRICS = "metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"
 METRICS_MAX_BYTES = 256 * 2**20
 """The largest metrics.jsonl read (a line per logged step: a long run's is a few megabytes)."""
 TRUST_FILES = ("trust.json", "trust.csv", "values.csv")
@@ -207,7 +207,7 @@ def read_metrics(run: str | Path) -> list[dict]:
     """A run folder's metrics.jsonl, one dict per line ([] if there is none); a bad line is a UserError
     naming it. A last line cut short (no newline, not JSON) is left out: the writer was killed mid-line,
     or is still writing it."""
-    return [rec for _, rec in metrics_lines(Path(run) / METRICS)]
+    return [rec for _, rec in metrics_lines(Path(run) / METRICS_FILE)]
 
 
 def metrics_lines(path: Path) -> list[tuple[str, dict]]:
@@ -215,7 +215,7 @@ def metrics_lines(path: Path) -> list[tuple[str, dict]]:
     "step" (what resume, plots and reports rely on)."""
     if not path.is_file():
         return []
-    raw = read_bounded(path, METRICS_MAX_BYTES, f"a {METRICS}")
+    raw = read_bounded(path, METRICS_MAX_BYTES, f"a {METRICS_FILE}")
     lines = raw.split(b"\n")
     out = []
     for number, line in enumerate(lines, start=1):

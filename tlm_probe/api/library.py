@@ -120,7 +120,7 @@ def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overw
     (data=, max_tokens=, seq_len=, stats=, device=, ...), or its fields as keywords. out: also write the
     folder the command writes (diff.json, cka.csv, layers.csv, tokens.csv, stats.csv), under the same
     rules: never replacing files it did not write, overwrite=True to replace its own."""
-    from tlm_probe.commands.diff import OURS
+    from tlm_probe.commands.diff import DIFF_FILES
     from tlm_probe.diff.engine import run_diff, write_diff
     from tlm_probe.diff.options import DiffOptions
     from tlm_probe.files.folder_lock import folder_lock
@@ -128,7 +128,7 @@ def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overw
 
     options = dataclasses.replace(options or DiffOptions(), **fields)
     if out is not None:
-        claim(Path(out), overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+        claim(Path(out), overwrite=overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
     with folder_lock(Path(out)) if out is not None else contextlib.nullcontext():
         res = run_diff(_model_arg(model_a, None), _model_arg(model_b, None), options,
                        trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)

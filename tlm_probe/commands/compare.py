@@ -57,7 +57,7 @@ COMPARE_FIELDS = (
     "norm_scaling",
     *MIXER_FIELDS,
 )
-SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}
+_SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +87,7 @@ class CompareRun(JsonOut):
 
 
 def _compare_command():
-    @with_config_options(TrainConfig, COMPARE_FIELDS, SHOWN)
+    @with_config_options(TrainConfig, COMPARE_FIELDS, _SHOWN)
     @with_options(run=CompareRun)
     def compare_cmd(
         config: Config = None,
@@ -173,7 +173,7 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -
 
     try:
         result = compare(base, arms, seeds, out, overwrite=overwrite, after_run=after_run)
-        result["rank"] = dist.rank()
+        result["rank"] = dist.group_rank()
         dist.shutdown()
         return result
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM

@@ -51,7 +51,7 @@ def _option(name: str, kind, doc: str, default, shown: dict, metadata) -> inspec
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
 
-DEFAULTS = ("DEFAULT", "DEFAULT_MAP")
+_DEFAULTS = ("DEFAULT", "DEFAULT_MAP")
 """Names of the parameter sources that mean "not given" (typer's Context.get_parameter_source)."""
 CTX = "_tlm_ctx"
 
@@ -61,7 +61,7 @@ def _given(kwargs: dict, names: Sequence[str], ctx: typer.Context | None) -> dic
     --help is left to the config file or the dataclass default."""
     given = [n for n in names if kwargs.get(n) is not None]
     if ctx is not None:
-        given = [n for n in given if getattr(ctx.get_parameter_source(n), "name", None) not in DEFAULTS]
+        given = [n for n in given if getattr(ctx.get_parameter_source(n), "name", None) not in _DEFAULTS]
     return {n: kwargs[n] for n in given}
 
 

@@ -16,7 +16,7 @@ from tlm_probe.train.config import TrainConfig
 
 # the TrainConfig fields `tlm demo` offers (the mixer and its settings, steps, device, threads)
 DEMO_FIELDS = ("mixer", "steps", "device", "threads", *MIXER_FIELDS)
-SHOWN = {"steps": {"help": "Training steps per model.", "show": "300; 20 with --quick"}}
+_SHOWN = {"steps": {"help": "Training steps per model.", "show": "300; 20 with --quick"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +37,7 @@ class DemoRun(JsonOut):
 
 def register(app: typer.Typer) -> None:
     @command(app, "demo", "tlm demo --out demo")
-    @with_config_options(TrainConfig, DEMO_FIELDS, SHOWN)
+    @with_config_options(TrainConfig, DEMO_FIELDS, _SHOWN)
     @with_options(run=DemoRun)
     def demo_cmd(*, run: DemoRun, config_flags: dict):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
         main = rank() == 0
         if main:
-            claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+            claim(run.out, overwrite=run.overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
         with folder_lock(run.out) if main else contextlib.nullcontext(), \
                 torch_threads(run.threads, "--threads"), process_group():
             load = dict(trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv{extra}", highlight=False)
 
 
-OURS = ("diff.json", "cka.csv", "layers.csv", "tokens.csv", "stats.csv")
+DIFF_FILES = ("diff.json", "cka.csv", "layers.csv", "tokens.csv", "stats.csv")
 
 
 def _pairs(model_a: str, model_b: str, run: DiffRun) -> list[tuple]:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import typer
 
-from tlm_probe.commands.common import command, console, err_console, print_json, say
+from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
+from tlm_probe.progress import say
 
 
 @dataclass(frozen=True, kw_only=True)

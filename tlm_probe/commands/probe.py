@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         check_model_source(model)  # a missing path, an offline hub name, an unsupported architecture: first
         check_not_weights(options.data)
         out = run.out
-        check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))
+        _check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))
         main = int(os.environ.get("RANK", "0")) == 0  # torchrun: rank 0 speaks and writes
         with importing_libraries(enabled=main):  # seconds of imports: the first line within a second says so
             from tlm_probe.files.folder_lock import folder_lock
@@ -169,18 +169,18 @@ def check_not_weights(data: str) -> None:
         raise UserError(f"--data {data} is a model folder (config.json and weights), not text or token ids")
 
 
-def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
+def _check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
     from tlm_probe.files.fileio import read_manifest
     from tlm_probe.files.out_folder import check_apart, claim
-    from tlm_probe.result_files import OURS
+    from tlm_probe.result_files import PROBE_FILES
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
     check_apart(out, inputs)
-    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
-    earlier = sorted(e for e in read_manifest(out) if e in OURS) if out.is_dir() else []
+    claim(out, overwrite=overwrite, writes=PROBE_FILES, own_needs_overwrite=False, kind="probe")
+    earlier = sorted(e for e in read_manifest(out) if e in PROBE_FILES) if out.is_dir() else []
     if earlier and int(os.environ.get("RANK", "0")) == 0:  # replaced without --overwrite: say so, once
         say(f"note: {out} holds the results of an earlier probe{_earlier(out)}; this probe replaces them "
             f"({', '.join(earlier)})")

@@ -23,7 +23,7 @@ FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenize
 _CHECK_TEXT = "Once upon a time, there was a little girl named Lily. She liked  to play\nin the park."
 
 
-def check_inputs(model_bin: Path, tokenizer: Path):
+def check_llama2c_inputs(model_bin: Path, tokenizer: Path):
     """Everything that can refuse the conversion, before a file is written: (config, tokenizer bytes)."""
     if not model_bin.is_file():
         raise UserError(f"llama2.c checkpoint not found: {model_bin}")
@@ -42,14 +42,14 @@ def write_folder(model_bin: Path, tok_blob: bytes, folder: Path) -> dict:
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}) + "\n")
     write_hf_tokenizer(tok_blob, folder)
     (folder / "llama2c.json").write_text(json.dumps({"source": str(model_bin), **vars(cfg)}, indent=2) + "\n")
-    verify(folder, state, tok_blob)
+    _verify(folder, state, tok_blob)
     return {"layers": cfg.n_layers, "d_model": cfg.dim, "d_ff": cfg.hidden_dim, "heads": cfg.n_heads,
             "kv_heads": cfg.n_kv_heads, "vocab_size": cfg.vocab_size, "context": cfg.seq_len,
             "shared_classifier": cfg.shared_classifier, "parameters": int(sum(
                 v.size for k, v in state.items() if "freq" not in k))}
 
 
-def verify(folder: Path, state: dict[str, np.ndarray], tok_blob: bytes) -> None:
+def _verify(folder: Path, state: dict[str, np.ndarray], tok_blob: bytes) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

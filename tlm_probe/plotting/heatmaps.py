@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tlm_probe.plotting.checks import MATRIX_COLUMNS, models_in_order, require_columns, select_statistic
+from tlm_probe.plotting.checks import models_in_order, require_columns, select_statistic
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure, stat_label
+from tlm_probe.results import MATRIX_COLUMNS
 
 _CMAP = "viridis"  # perceptually uniform and colour-blind safe
 MAX_ANNOTATED = 12  # write the numbers into the cells only while they stay legible

@@ -57,10 +57,10 @@ class ProbeOptions:
 
     def __post_init__(self):
         check_ranges(self)
-        check_options(self)
+        _check_options(self)
 
 
-def check_options(opts: ProbeOptions) -> None:
+def _check_options(opts: ProbeOptions) -> None:
     """Values no probe can run with (numbers: check_ranges): one UserError line each, before anything is
     loaded."""
     if opts.half not in ("", "a", "b"):

@@ -44,11 +44,11 @@ from tlm_probe.models.device import resolve_device
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.arms import Arm, as_arms, baselines, check_budget, run_name
 from tlm_probe.train.checkpoint import step_folders
-from tlm_probe.train.compare_tables import METRICS, paired_table, summary_table
+from tlm_probe.train.compare_tables import COMPARED_METRICS, paired_table, summary_table
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import check_compatible, check_device, check_resume, writer_lock
 
-SETTINGS = "compare_settings.json"
+SETTINGS_FILE = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
 # that must match when an interrupted comparison is continued
 PER_RUN_OR_MACHINE = ("schedule", "mixer", "seed", "progress", "device", "threads")
@@ -73,7 +73,7 @@ EXTRA = "extra_columns"
 """Row key holding the {column: value} an after_run hook returned for that run."""
 
 
-COMPARE_FILES = (SETTINGS, "results.csv", "summary.csv", "paired.csv", "compare.json", "runs")
+COMPARE_FILES = (SETTINGS_FILE, "results.csv", "summary.csv", "paired.csv", "compare.json", "runs")
 SWEEP_FILES = ("sweep.csv", "sweep_heatmap.png")
 """What `tlm sweep` adds to its comparison folder."""
 
@@ -83,7 +83,7 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> list[str]:
     --overwrite); the same comparison continues. Writes nothing: returns the entries of a comparison
     written before manifests existed, which the comparison adopts into a manifest once every check has
     passed ([] for any other folder)."""
-    path = out / SETTINGS
+    path = out / SETTINGS_FILE
     old = _saved_settings(path)
     same = old is not None and _without_seeds(old) == _without_seeds(settings)
     check_kind(out, "compare")  # before adopting: a train run folder holds a compare_settings.json never
@@ -126,7 +126,7 @@ def write_tables(
     extra = list(dict.fromkeys(k for r in rows for k in r.get(EXTRA, {})))
     for k in extra:
         results[k] = [r.get(EXTRA, {}).get(k, math.nan) for r in rows]
-    metrics = METRICS + tuple(extra)
+    metrics = COMPARED_METRICS + tuple(extra)
     summary = summary_table(results, metrics)
     paired = paired_table(results, baseline, metrics)
     for name, table in (("results", results), ("summary", summary), ("paired", paired)):
@@ -237,7 +237,7 @@ def _compare(
             runs = [f"runs/{run_name(arm.name, seed)}" for seed in seeds for arm in arms]
             record(out, [*COMPARE_FILES[:-1], *runs], "compare")
             (out / "runs").mkdir(parents=True, exist_ok=True)
-            atomic_write_text(out / SETTINGS, json.dumps(settings, indent=2) + "\n")
+            atomic_write_text(out / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
     rows = []
     for seed in seeds:
         for arm in arms:
@@ -259,7 +259,7 @@ def _undone_on_failure(out: Path):
     a write fails (a full disk), leaves it as it was: new entries removed, the manifest and settings
     restored byte for byte, a folder it made removed."""
     existed = out.exists()
-    saved = {n: (out / n).read_bytes() for n in (MANIFEST, SETTINGS) if (out / n).is_file()}
+    saved = {n: (out / n).read_bytes() for n in (MANIFEST, SETTINGS_FILE) if (out / n).is_file()}
     had_runs = (out / "runs").exists()
     try:
         yield
@@ -270,7 +270,7 @@ def _undone_on_failure(out: Path):
             else:
                 if not had_runs and (out / "runs").is_dir() and not any((out / "runs").iterdir()):
                     (out / "runs").rmdir()
-                for name in (MANIFEST, SETTINGS):
+                for name in (MANIFEST, SETTINGS_FILE):
                     if name in saved:
                         (out / name).write_bytes(saved[name])
                     elif (out / name).is_file():

@@ -26,7 +26,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-FILE = "train_config.json"
+TRAIN_CONFIG_FILE = "train_config.json"
 # fields that only change where/how fast a run executes or how often it reports, never what it computes
 RESUME_MAY_CHANGE = {
     "device",

@@ -110,7 +110,7 @@ def run_training(
             at = f"step {trainer.step}/{trainer.total}"
             phase.result = f"{description}: model ready on {trainer.device}, {at}"
         summary = _train_shown(trainer, description, tc.progress and dist.is_main())
-    summary["rank"] = dist.rank()
+    summary["rank"] = dist.group_rank()
     return summary
 
 
