@@ -207,16 +207,8 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
         raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
     else:
         name = str(path_or_name)
-    return _load_hf(
-        str(path_or_name),
-        name,
-        device,
-        dtype,
-        trust_remote_code,
-        unsafe_pickle,
-        folder if folder.is_dir() else None,
-        dispatch={**dispatch, **kernel},
-    )
+    return _load_hf(str(path_or_name), name, device, dtype, trust_remote_code, unsafe_pickle,
+                    folder if folder.is_dir() else None, dispatch={**dispatch, **kernel})
 
 
 def _load_tlm_dispatched(folder: Path, name: str, dtype: str, unsafe_pickle: bool, dispatch: dict):
@@ -269,16 +261,8 @@ def _load_stack(
         raise UserError(f"checkpoint folder not found: {source} (a path: not looked up on the hub)")
     else:
         name = source
-    pm = _load_hf(
-        source,
-        f"{name}{STACK_SEP}{stack}",
-        device,
-        dtype,
-        trust_remote_code,
-        allow_pickle,
-        folder if folder.is_dir() else None,
-        stack=stack,
-    )
+    pm = _load_hf(source, f"{name}{STACK_SEP}{stack}", device, dtype, trust_remote_code, allow_pickle,
+                  folder if folder.is_dir() else None, stack=stack)
     decoder_start(pm.model.config)  # refused now, not at the first batch
     return pm
 

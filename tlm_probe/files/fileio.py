@@ -12,14 +12,9 @@ claim among them, are tlm_probe/files/out_folder.py).
   create, and leaves every other file where it is. The manifest is data from disk, not an instruction:
   an entry that is absolute, holds '..', names the folder itself or passes through a symbolic link is
   refused, and only regular files and real folders strictly inside OUT are ever deleted.
-- Content hashes: publish records the sha256 of every file it writes, and a file whose manifest records
-  one is deleted or replaced (remove_owned, publish, and checked at once by claim) only while its bytes
-  still hash to it, else one line names it and nothing is touched. A file entry without a hash is refused
-  too in the folders tlm always hashes (probe, eval, report, export, diff, trust, data prepare: so also
-  their folders from a tlm before hashes, which the user clears by hand); folders, and the files of train,
-  compare, sweep and demo (rewritten or appended to while a run lives), go by the name and kind rules
-  alone. The rule and its reasons: tlm_probe/files/ownership.py.
-- Inputs: --out may not be, contain or lie inside an input of the same command (out_folder.check_apart).
+- Content hashes: publish records the sha256 of every file it writes; remove_owned and publish replace or
+  delete a file only while its bytes still hash to what its manifest records (the rule, and the folders
+  where a file without a hash is refused too: tlm_probe/files/ownership.py).
 """
 
 from __future__ import annotations

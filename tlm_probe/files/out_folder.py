@@ -47,16 +47,8 @@ def check_entries_are_ours(out: Path, writes: Iterable[str], kind: str | None) -
                             "(choose another folder)")
 
 
-def claim(
-    out: str | Path,
-    *,
-    overwrite: bool,
-    writes: Iterable[str] = (),
-    own_needs_overwrite: bool = True,
-    hint: str = "",
-    kind: str | None = None,
-    owned: Iterable[str] = (),
-) -> list[str]:
+def claim(out: str | Path, *, overwrite: bool, writes: Iterable[str] = (), own_needs_overwrite: bool = True,
+          hint: str = "", kind: str | None = None, owned: Iterable[str] = ()) -> list[str]:
     """Check, before any expensive work, that a command may write `out`; returns the names of the files
     it will leave alone there. A non-empty folder that tlm did not write is refused without --overwrite;
     with it, tlm writes beside those files but never onto one of them (`writes`: the top-level names the

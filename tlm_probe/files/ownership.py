@@ -1,7 +1,7 @@
 """Who owns an output folder, and what a command may touch in it: the manifest's kind of command, the
-safety of each entry it names, the bytes of each file it names, and an --out kept apart from the
-command's inputs. Pure checks on paths and manifests (fileio does the writing); every refusal is one
-UserError line.
+safety of each entry it names and the bytes of each file it names. Pure checks on paths and manifests
+(fileio does the writing, out_folder checks an --out before any work); every refusal is one UserError
+line.
 
 Content hashes (issue 36): the manifest records the sha256 of every file written whole through
 fileio.publish (`sha256`: entry -> digest). A file whose manifest records a digest is deleted or replaced

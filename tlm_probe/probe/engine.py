@@ -51,13 +51,8 @@ from tlm_probe.stats.reduce import all_reduce_int
 
 
 @renamed_keywords(allow_pickle="unsafe_pickle")
-def run_probe(
-    model: str | Path | ProbeModel | torch.nn.Module,
-    opts: ProbeOptions,
-    progress: bool = False,
-    trust_remote_code: bool = False,
-    unsafe_pickle: bool = False,
-) -> ProbeResult:
+def run_probe(model: str | Path | ProbeModel | torch.nn.Module, opts: ProbeOptions, progress: bool = False,
+              trust_remote_code: bool = False, unsafe_pickle: bool = False) -> ProbeResult:
     """Probe `model` and return the tidy tables and provenance (the CLI writes them to disk)."""
     started = time.time()
     if isinstance(model, torch.nn.Module):  # a model the caller already holds (with its tokenizer attribute)

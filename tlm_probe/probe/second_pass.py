@@ -26,7 +26,7 @@ def second_pass(pm, plan: StatPlan, importance, opts, stream: Stream, progress: 
         batches = [{k: v.clone() for k, v in b.items()} for b in kept]
         notice = imp.CostNotice(stream.n_seqs) if progress else None
         rows, mats, info = imp.run_importance(
-            pm, batches, stats, opts, _tracker(progress), notice, fused=stream.fused
+            pm, batches, stats, opts, tick if progress else _untracked, notice, fused=stream.fused
         )
     asked = set(plan.asked)
     info["skipped"] = {k: v for k, v in {**refused, **info["skipped"]}.items() if k in asked}
@@ -56,10 +56,8 @@ def fused_ablations(stats: list[str], plan: StatPlan, opts, backend):
     return imp.StreamAblations(backend.pm, stats, opts)
 
 
-def _tracker(progress: bool):
-    if not progress:
-        return lambda it, description: it
-    return lambda it, description: tick(it, description)
+def _untracked(it, description: str):
+    return it
 
 
 def importance_record(info: dict, plan: StatPlan, refused: dict, agreement: list, target) -> dict:

@@ -52,23 +52,9 @@ SETTINGS_FILE = "compare_settings.json"
 # options that vary per run (schedule, seed) or only say how a machine runs it: not part of the settings
 # that must match when an interrupted comparison is continued
 PER_RUN_OR_MACHINE = ("schedule", "mixer", "seed", "progress", "device", "threads")
-COMPARE_COLUMNS = [
-    "arm",
-    "mixer",
-    "schedule",
-    "seed",
-    "val_loss",
-    "val_ppl",
-    "val_bpb",
-    "params",
-    "flops_per_token",
-    "tokens",
-    "tokens_per_s",
-    "d_ff",
-    "heads",
-    "kv_heads",
-    "kv_bytes_per_token",
-]
+COMPARE_COLUMNS = ["arm", "mixer", "schedule", "seed", "val_loss", "val_ppl", "val_bpb", "params",
+                   "flops_per_token", "tokens", "tokens_per_s", "d_ff", "heads", "kv_heads",
+                   "kv_bytes_per_token"]
 EXTRA = "extra_columns"
 """Row key holding the {column: value} an after_run hook returned for that run."""
 
@@ -166,17 +152,9 @@ def _provenance() -> dict:
     }
 
 
-def compare(
-    base: TrainConfig,
-    arms: list,
-    seeds: list[int],
-    out: str | Path,
-    *,
-    overwrite: bool = False,
-    data: TokenData | None = None,
-    train_fn: Callable | None = None,
-    after_run: Callable[[Path], dict] | None = None,
-) -> dict:
+def compare(base: TrainConfig, arms: list, seeds: list[int], out: str | Path, *, overwrite: bool = False,
+            data: TokenData | None = None, train_fn: Callable | None = None,
+            after_run: Callable[[Path], dict] | None = None) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.
 
     `arms`: Arm objects (see make_arms), or schedule strings trained with base.mixer. `train_fn` trains one

@@ -82,17 +82,9 @@ class PlainLines:
         sys.stderr.flush()  # a pipe is block-buffered: the line is for now, not for the run's end
 
 
-def run_training(
-    tc: TrainConfig,
-    out: str | Path,
-    *,
-    data: TokenData | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    fsdp: bool = False,
-    stop_at: int | None = None,
-    description: str = "train",
-) -> dict:
+def run_training(tc: TrainConfig, out: str | Path, *, data: TokenData | None = None, resume: bool = False,
+                 overwrite: bool = False, fsdp: bool = False, stop_at: int | None = None,
+                 description: str = "train") -> dict:
     """Check everything (before the first step), train, and return the run summary. The progress bar is
     drawn on rank 0 when tc.progress is set (TrainConfig(progress=False) trains quietly)."""
     if stop_at is not None and stop_at < 1:  # step 0 or below is never reached: it would be ignored
