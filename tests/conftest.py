@@ -20,7 +20,9 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(2)
+# under pytest-xdist each worker has a core of its own: one thread each, so two workers do not fight for two
+# cores (PYTEST_XDIST_WORKER_COUNT is set in workers only)
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1" else 2)
 
 
 @pytest.fixture

@@ -151,7 +151,7 @@ def test_a_flag_left_at_its_shown_default_is_left_to_the_config_file(tmp_path):
     win when the flag is not given, and the flag when it is: only the command line counts as given."""
     import json
 
-    from tlm_probe.commands.config_options import with_config_options
+    from tlm_probe.commands.options import with_config_options
     from tlm_probe.train.config import TrainConfig
 
     seen = {}

@@ -253,7 +253,7 @@ def test_derived_spec_is_the_one_read_back_and_layers_must_agree(tmp_path):
     r = runner.invoke(app, [*base, "--layers", "4"])  # the probe's count: accepted (as analyses/ pass it)
     assert r.exit_code == 0 and json.loads(r.stdout)["widths"] == json.loads(out.read_text())["widths"]
     for args, needle in ((["--layers", "6"], "--layers 6 differs from the probe's 4 layers"),
-                         (["--start", "1.2"], "drop --start"), (["--rule", "log"], "unknown rule")):
+                         (["--start", "1.2"], "drop --start"), (["--rule", "log"], "--rule must be one of")):
         r = runner.invoke(app, [*base, *args])
         assert r.exit_code == 1 and needle in r.stderr, r.output
 

@@ -207,7 +207,7 @@ def test_schedule_component_heads_and_kv_print_exact_parity():
         assert out["values"] != [out["uniform_value"]] * 8 and out["monotone"].startswith("non-increasing")
     err = _fails_cleanly(["schedule", "--component", "kv", "--preset", "tlm-440m", "--schedule", "cosine"])
     assert "uniform's" in err  # multi-head attention: a key/value taper can only equal uniform
-    assert "unknown component" in _fails_cleanly(["schedule", "--component", "ffn"])
+    assert "--component must be one of" in _fails_cleanly(["schedule", "--component", "ffn"])
     assert "drop --heads" in _fails_cleanly(["schedule", "--preset", "tlm-tiny", "--heads", "2"])
     r = runner.invoke(app, ["schedule", "--component", "kv", "--preset", "tlm-440m", "--kv-heads", "8",
                             "--schedule", "cosine", "--json"])  # grouped-query attention beside a preset

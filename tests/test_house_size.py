@@ -29,14 +29,6 @@ PROTOCOLS = {
 }
 """name -> where it may be defined more than once (a folder prefix, or the modules), and why."""
 
-LONG_FUNCTIONS_ELSEWHERE = {
-    ("tlm_probe/commands/probe.py", "register"),
-    ("tlm_probe/commands/data.py", "register"),
-    ("tlm_probe/commands/diff.py", "register"),
-}
-"""Being shortened on another branch of issue 45 (the options layer): the lead empties this set when merging
-it. Nothing may be added."""
-
 BEING_MERGED = {"MIXERS", "STATISTICS", "BUILDERS", "KINDS", "MIXER_FIELDS"}
 """Tables that the registry branch of issue 45 gives one Registry shape (and one name each): the lead empties
 this set when merging it. Nothing may be added."""
@@ -85,7 +77,7 @@ def test_no_function_over_the_cap():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
-                if length > MAX_FUNCTION_LINES and (module, node.name) not in LONG_FUNCTIONS_ELSEWHERE:
+                if length > MAX_FUNCTION_LINES:
                     over[f"{module}:{node.lineno} {node.name}"] = length
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines: {over}"
 
@@ -104,14 +96,9 @@ def test_each_public_name_has_one_home():
 
 
 def test_the_waivers_are_still_needed():
-    """The sets above shrink only: a waiver that no longer covers anything is removed, not kept."""
-    trees = _trees()
-    lengths = {(m, n.name): n.end_lineno - n.lineno + 1 for m, t in trees.items() for n in ast.walk(t)
-               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    still_long = {k for k in LONG_FUNCTIONS_ELSEWHERE if lengths.get(k, 0) > MAX_FUNCTION_LINES}
-    assert still_long == LONG_FUNCTIONS_ELSEWHERE, LONG_FUNCTIONS_ELSEWHERE - still_long
+    """BEING_MERGED shrinks only: a name that no longer has two homes leaves it, rather than stay waived."""
     counts = defaultdict(int)
-    for module, tree in trees.items():
+    for module, tree in _trees().items():
         for name in set(_public_definitions(tree)):
             counts[name] += module != "cli.py"
     assert all(counts[n] > 1 for n in BEING_MERGED), {n: counts[n] for n in BEING_MERGED}

@@ -12,7 +12,7 @@ import typer.main
 from cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATORS = {"tlm_probe/commands/options.py", "tlm_probe/commands/config_options.py"}
+GENERATORS = {"tlm_probe/commands/options.py"}
 """The generator itself (and the shared --config annotation) may call typer.Option."""
 ALLOWED = {"tlm_probe/cli.py": 1}  # --version, on the app itself
 

@@ -56,7 +56,7 @@ def test_plot_of_a_folder_without_probes_says_how_to_make_them(real_demo_dir, tm
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--kind", "schedules", "--out", "{tmp}/f.jpg"], "must end in one of .png, .pdf, .svg"),
-    (["--kind", "bars", "--out", "{tmp}/f.png"], "unknown figure kind 'bars'"),
+    (["--kind", "bars", "--out", "{tmp}/f.png"], "--kind must be one of depth, heatmap"),
     (["{tmp}/missing", "--out", "{tmp}/f.png"], "input not found"),
     (["{tmp}", "--out", "{tmp}/f.png"], "is not a probe result"),
     (["--kind", "schedules", "--size", "big", "--out", "{tmp}/f.png"], "--size must look like"),
@@ -105,7 +105,7 @@ def test_plot_options_are_the_library_defaults_and_the_library_takes_them(tmp_pa
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"kind": "bars"}, "unknown figure kind 'bars'"),
+    ({"kind": "bars"}, "--kind must be one of depth, heatmap"),
     ({"size": "big"}, "--size must look like"),
     ({"size": (10, 10)}, "out of range"),
     ({"dpi": 5}, r"dpi must be an integer in \[10, 1200\]"),

@@ -170,7 +170,7 @@ def test_schedule_defaults_and_openelm_own_defaults():
     (["--layers", "0"], "--layers must be an integer in [1, 10000]"),
     (["--d-ff", str(10**18)], "--d-ff must be an integer in [1, 1048576]"),
     (["--d-model", "-64"], "--d-model must be an integer in [1, 1048576]"),
-    (["--component", "mlpp"], "unknown component 'mlpp'"),
+    (["--component", "mlpp"], "--component must be one of mlp, heads, kv, mem, got 'mlpp'"),
     (["--mixer", "rnn"], "unknown mixer 'rnn'"),
     (["--multiple-of", "0"], "--multiple-of must be an integer in [1, 1048576]"),
     (["--statistic", "align_mlp_mid"], "--statistic is read only with --from-probe"),

@@ -4,15 +4,15 @@ Our models decode with a KV cache (tlm_probe/models/hf.py): each step runs only 
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import InitVar, dataclass, replace
 from pathlib import Path
 
-from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP, check_dispatch_options
+from tlm_probe.capture.dispatch import check_dispatch_options
+from tlm_probe.capture.option_fields import Dtype, shared
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import CONFIG, read_config_json
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 from tlm_probe.seeds import check_seed
 
 # torch, transformers and the loaders are imported where they are used: the CLI builds `tlm generate`'s
@@ -38,19 +38,14 @@ class GenerateOptions:
     """Seed of the sampler."""
     cache: bool = True
     """Decode with a KV cache (--no-cache: recompute every step)."""
-    device: str = "auto"
-    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
-    dtype: str = "float32"
-    """float32 | float64 | bfloat16 | float16"""
-    device_map: str = field(default="", metadata={"help": DEVICE_MAP_HELP})
-    """See capture/dispatch.py DEVICE_MAP_HELP."""
-    max_memory: str = field(default="", metadata={"help": MAX_MEMORY_HELP})
-    """See capture/dispatch.py MAX_MEMORY_HELP."""
+    device: str = shared("device")
+    dtype: Dtype = shared("dtype")
+    device_map: str = shared("device_map")
+    max_memory: str = shared("max_memory")
     use_cache: InitVar[bool | None] = None
     """Old name of cache (deprecated)."""
 
     def __post_init__(self, use_cache):
-        check_ranges(self)
         if use_cache is not None:
             if not self.cache and use_cache:
                 raise TypeError("GenerateOptions() got use_cache= and cache=; use_cache is the old name of "
@@ -61,20 +56,11 @@ class GenerateOptions:
         self.check()
 
     def check(self) -> None:
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise UserError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS:,}, "
-                            f"got {self.max_new_tokens}")
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            # nan passes every comparison; inf divides logits to 0 or nan
-            raise UserError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        check_values(self)  # max_new_tokens, temperature (nan and inf too): their ranges
         if not 0 < self.top_p <= 1:  # nan fails this too
             raise UserError(f"--top-p must be in (0, 1], got {self.top_p}")
         check_seed(self.seed, "--seed")
         check_dispatch_options(self.device_map, self.max_memory)
-        from tlm_probe.capture.model_source import DTYPE_NAMES  # no torch: a refusal stays quick
-
-        if self.dtype not in DTYPE_NAMES:
-            raise UserError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPE_NAMES)}")
 
 
 NEEDS_TOKENIZER = ("tlm generate", "to turn the prompt into ids and the ids back into text")

@@ -1,9 +1,10 @@
-"""The stated range of every numeric option, by concept (issue 36): one table, read by both CLI generators
-(commands/options.py, commands/config_options.py), which hand it to typer as min/max, so that an
+"""The values an option may take, checked in one place: the stated range of every numeric option, by
+concept (issue 36), and the closed choices of every field typed `Literal[...]` (issue 45). The CLI generator
+(commands/options.py) hands both to the parser, so that an
 out-of-range value is refused by the parser, in one `error:` line naming the option, the value and the
 range, before a command starts any work, and `--help` shows the range beside the default ("[1<=x<=4096]").
-Library callers and `--config` files meet the same table: each options dataclass calls `check_ranges` on
-itself, which names the field instead of the flag.
+Library callers and `--config` files meet the same checks: each options dataclass calls `check_values` on
+itself, which names the field instead of the flag (a choice: its flag either way).
 
 A range belongs to a concept, not to a command: an option is looked up by its field name, so `--seed` has the
 same range in generate, eval and train, `--layers` in schedule, plot and train. A field whose number means
@@ -15,6 +16,9 @@ probes) and exist so that a typo like 10**18 fails at once instead of allocating
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass
 
 from tlm_probe.errors import UserError
@@ -91,8 +95,33 @@ def refusal(label: str, stated: Range, value) -> str:
     return f"{label} must be {kind} in [{stated.low}, {stated.high}], got {value}"
 
 
-def check_ranges(obj) -> None:
-    """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range."""
+def literal_values(kind) -> tuple:
+    """The values of a `Literal[...]` type (also in `X | None`): a closed choice; () for any other type."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        return next((v for k in typing.get_args(kind) if (v := literal_values(k))), ())
+    return typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else ()
+
+
+@functools.cache
+def choices_of(cls: type) -> dict[str, tuple]:
+    """Field name -> the values of its Literal type, for every closed choice of the dataclass `cls`."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: values for f in dataclasses.fields(cls) if (values := literal_values(hints[f.name]))}
+
+
+def choice_refusal(name: str, values: tuple, value) -> str:
+    """The one message for a value outside its closed choice (named by its flag: the CLI's and the
+    library's message are one)."""
+    shown = ", ".join(str(v) or "''" for v in values)
+    return f"--{name.replace('_', '-')} must be one of {shown}, got {value!r}"
+
+
+def check_values(obj) -> None:
+    """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range, and the
+    first closed choice (a Literal field) outside its values."""
+    for name, values in choices_of(type(obj)).items():
+        if getattr(obj, name) not in values and getattr(obj, name) is not None:
+            raise UserError(choice_refusal(name, values, getattr(obj, name)))
     for f in dataclasses.fields(obj):
         value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
         if stated is None or isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -31,7 +31,11 @@ def register(app: typer.Typer) -> None:
         help="Data sources: inspect them, tokenize them into shards.", no_args_is_help=True
     )
     app.add_typer(data_app, name="data")
+    _prepare(data_app)
+    _info(data_app)
 
+
+def _prepare(data_app: typer.Typer) -> None:
     @command(data_app, "prepare", "tlm data prepare builtin:pydoc --tokenizer bpe:4096 --out data/pydoc")
     @with_options(options=PrepareOptions, run=PrepareRun)
     def prepare_cmd(
@@ -62,6 +66,8 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
             )
 
+
+def _info(data_app: typer.Typer) -> None:
     @command(data_app, "info", "tlm data info builtin:pydoc --json")
     @with_options(run=JsonOut)
     def info_cmd(

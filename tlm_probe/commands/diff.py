@@ -76,20 +76,24 @@ def register(app: typer.Typer) -> None:
             res = results[0] if not run.arm else aggregate(results, [s for s, _, _ in pairs], run.arm,
                                                            run.baseline)
             write_diff(run.out, res)
-        s = res.summary
-        if run.arm:
-            _print_seeds(s)
-        if run.json_out:
-            print_json({"out": str(run.out), **s})
-            return
-        console.print(f"{s['model_a']} vs {s['model_b']}: {s['n_tokens']:,} tokens; KL(A||B) "
-                      f"{s['kl_mean']:.4g} nats/token, ΔNLL (A - B) {s['dnll_mean']:+.4f}",
-                      highlight=False, markup=False)
-        for l, (row, best) in enumerate(zip(s["cka"], s["best_match"], strict=True)):
-            console.print(_layer_line(l, row, best, s["drift"][l]), highlight=False, markup=False)
-        _print_stats(s)
-        extra = ", stats.csv" if s.get("stats") else ""
-        console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv{extra}", highlight=False)
+        _report(res.summary, run)
+
+
+def _report(s: dict, run: DiffRun) -> None:
+    """The diff's summary: JSON, or a line per layer (and per seed pair with --arm)."""
+    if run.arm:
+        _print_seeds(s)
+    if run.json_out:
+        print_json({"out": str(run.out), **s})
+        return
+    console.print(f"{s['model_a']} vs {s['model_b']}: {s['n_tokens']:,} tokens; KL(A||B) "
+                  f"{s['kl_mean']:.4g} nats/token, ΔNLL (A - B) {s['dnll_mean']:+.4f}",
+                  highlight=False, markup=False)
+    for l, (row, best) in enumerate(zip(s["cka"], s["best_match"], strict=True)):
+        console.print(_layer_line(l, row, best, s["drift"][l]), highlight=False, markup=False)
+    _print_stats(s)
+    extra = ", stats.csv" if s.get("stats") else ""
+    console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv{extra}", highlight=False)
 
 
 DIFF_FILES = ("diff.json", "cka.csv", "layers.csv", "tokens.csv", "stats.csv")

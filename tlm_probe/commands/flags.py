@@ -21,12 +21,6 @@ class Threads:
     threads: int = 0
     """CPU threads for PyTorch during the run (0: PyTorch's default; 1 is fastest when busy)."""
 
-    def __post_init__(self):
-        from tlm_probe.errors import UserError
-
-        if self.threads < 0:
-            raise UserError(f"--threads must be >= 0, got {self.threads}")
-
 
 @dataclass(frozen=True, kw_only=True)
 class JsonOut:

@@ -93,41 +93,47 @@ def register(app: typer.Typer) -> None:
             register_adapter(load_adapter_file(run.adapter))
         check_model_source(model)  # a missing path, an offline hub name, an unsupported architecture: first
         check_not_weights(options.data)
-        out = run.out
-        _check_out(out, run.overwrite, options.max_tokens, options.exclude_bos, inputs=(model, options.data))
-        main = int(os.environ.get("RANK", "0")) == 0  # torchrun: rank 0 speaks and writes
-        with importing_libraries(enabled=main):  # seconds of imports: the first line within a second says so
-            from tlm_probe.files.folder_lock import folder_lock
-            from tlm_probe.importance.options import parse_pairs
-            from tlm_probe.probe.engine import run_probe
-            from tlm_probe.results import write_probe
+        _check_out(run.out, run.overwrite, options.max_tokens, options.exclude_bos,
+                   inputs=(model, options.data))
+        _probe(model, options, run)
 
-            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
-        # the device is resolved once, by run_probe (for the library's callers too)
-        opts = replace(options, importance=parse_pairs(list(run.importance_option)))
-        steps = _steps(model, run.checkpoints)
-        lock = folder_lock(out) if main else contextlib.nullcontext()
-        with lock, torch_threads(run.threads), _interrupt(out):
-            kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
-                      unsafe_pickle=run.unsafe_pickle)
-            if steps:
-                from tlm_probe.probe.checkpoints import probe_checkpoints
 
-                res = probe_checkpoints(model, steps, opts, run_probe, **kw)
-            else:
-                res = run_probe(model, opts, **kw)
-            if not main:
-                return
-            if not len(res.table) or ("n_tokens" in res.table and not res.table["n_tokens"].gt(0).any()):
-                raise UserError("no tokens were measured (too few tokens for --max-tokens/--seq-len with "
-                                "--exclude-bos?); nothing written")
-            write_probe(out, res)
-        if run.json_out:
-            agreement = [] if res.agreement is None else res.agreement.to_dict("records")
-            print_json({"out": str(out), "provenance": res.provenance,
-                        "results": res.table.to_dict("records"), "agreement": agreement})
+def _probe(model: str, options: ProbeOptions, run: ProbeRun) -> None:
+    """`tlm probe` after its checks: import, probe (one model or its checkpoints), write, report."""
+    out = run.out
+    main = int(os.environ.get("RANK", "0")) == 0  # torchrun: rank 0 speaks and writes
+    with importing_libraries(enabled=main):  # seconds of imports: the first line within a second says so
+        from tlm_probe.files.folder_lock import folder_lock
+        from tlm_probe.importance.options import parse_pairs
+        from tlm_probe.probe.engine import run_probe
+        from tlm_probe.results import write_probe
+
+        import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
+    # the device is resolved once, by run_probe (for the library's callers too)
+    opts = replace(options, importance=parse_pairs(list(run.importance_option)))
+    steps = _steps(model, run.checkpoints)
+    lock = folder_lock(out) if main else contextlib.nullcontext()
+    with lock, torch_threads(run.threads), _interrupt(out):
+        kw = dict(progress=not run.json_out, trust_remote_code=run.trust_remote_code,
+                  unsafe_pickle=run.unsafe_pickle)
+        if steps:
+            from tlm_probe.probe.checkpoints import probe_checkpoints
+
+            res = probe_checkpoints(model, steps, opts, run_probe, **kw)
         else:
-            _print_summary(res.table, res.provenance, out, res.agreement, res.matrices)
+            res = run_probe(model, opts, **kw)
+        if not main:
+            return
+        if not len(res.table) or ("n_tokens" in res.table and not res.table["n_tokens"].gt(0).any()):
+            raise UserError("no tokens were measured (too few tokens for --max-tokens/--seq-len with "
+                            "--exclude-bos?); nothing written")
+        write_probe(out, res)
+    if run.json_out:
+        agreement = [] if res.agreement is None else res.agreement.to_dict("records")
+        print_json({"out": str(out), "provenance": res.provenance,
+                    "results": res.table.to_dict("records"), "agreement": agreement})
+    else:
+        _print_summary(res.table, res.provenance, out, res.agreement, res.matrices)
 
 
 def _steps(model: str, checkpoints: str | None):

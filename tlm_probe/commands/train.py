@@ -8,9 +8,8 @@ from pathlib import Path
 import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
-from tlm_probe.commands.config_options import MIXER_FIELDS, Config, with_config_options
 from tlm_probe.commands.flags import JsonOut
-from tlm_probe.commands.options import with_options
+from tlm_probe.commands.options import MIXER_FIELDS, Config, with_config_options, with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,7 +20,7 @@ class PrepareOptions:
     """Tokens per shard file."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         from tlm_probe.tokenizer import check_vocab_size, parse_bpe
 
         parse_bpe(self.tokenizer)  # a malformed bpe:VOCAB is refused before any file is read

@@ -24,8 +24,8 @@ from tlm_probe.files.jsonfile import jsonl_records, read_json
 SPLITS = ("train", "val", "test", "all")
 SPLIT_CHOICES = ("auto", *SPLITS)
 SPLIT_HELP = (
-    "auto | val | train | test | all: the documents read from a source with a hash split (token files have "
-    "none). auto reads val where a model may have trained on the source (the built-in corpora, a prepared "
+    "The documents read from a source with a hash split (token files have none). auto reads val where a "
+    "model may have trained on the source (the built-in corpora, a prepared "
     "folder, the source a tlm run records in its data.json) and all of any other source, so that "
     "training text is never mixed in unasked."
 )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
+from tlm_probe.capture.option_fields import Dtype, Split, shared
 from tlm_probe.errors import UserError
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 from tlm_probe.statistic_names import ALIGNMENT, asked_statistics
 
 
@@ -14,33 +14,24 @@ from tlm_probe.statistic_names import ALIGNMENT, asked_statistics
 class DiffOptions:
     """Everything that shapes `tlm diff` besides the two models (recorded in diff.json)."""
 
-    data: str = "builtin:pydoc"
-    """builtin:pydoc | builtin:stdlib | builtin:env | text file/folder/glob | file.jsonl[:field] |
-    hf:NAME[:split] | token ids (.npy, .pt, .tok, folder)."""
-    split: str = field(default="auto", metadata={"help": SPLIT_HELP})
-    """See data/sources.py SPLIT_HELP (auto: val where either model may have trained on the source)."""
+    data: str = shared("data")
+    split: Split = shared("split")
     seq_len: int = 0
     """Tokens per sequence (0: 256, or the shorter context of the two models)."""
-    max_tokens: int = 16_384
-    """Stop after this many tokens (0: all the data)."""
-    batch_size: int = 8
-    """Sequences per forward pass."""
+    max_tokens: int = shared("max_tokens", 16_384)
+    batch_size: int = shared("batch_size")
     exclude_bos: bool = False
     """Leave position 0 out of every mean."""
     stats: str = ""
     """Probe statistics (names as in `tlm probe --stats`: alignment statistics or the alignment set), comma
     separated, whose per-layer difference A - B is written with a 95% CI (stats.csv); empty: none."""
-    device: str = "auto"
-    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
-    dtype: str = "float32"
-    """float32 | float64 | bfloat16 | float16"""
+    device: str = shared("device")
+    dtype: Dtype = shared("dtype")
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         if self.seq_len == 1:
             raise UserError("--seq-len 1 leaves no next token to predict: give 0 (automatic) or at least 2")
-        if self.split not in SPLIT_CHOICES:
-            raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
         diff_statistics(self.stats)  # a typo is refused at start-up, before a model is loaded
 
 

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tlm_probe.api_names import renamed_keywords
-from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP, check_dispatch_options
-from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP, resolve_split
-from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
+from tlm_probe.capture.dispatch import check_dispatch_options
+from tlm_probe.capture.option_fields import Dtype, Sample, Split, shared
+from tlm_probe.data.sources import resolve_split
 from tlm_probe.errors import UserError
 from tlm_probe.eval.builtin_tasks import BUILDERS, write_task
 from tlm_probe.eval.offline import is_local, offline
 from tlm_probe.eval.task_code import check_task_code
 from tlm_probe.eval.task_names import check_task_names
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 from tlm_probe.seeds import check_seed
 
 if TYPE_CHECKING:
@@ -51,30 +51,23 @@ class EvalOptions:
     comma-separated string (each entry may itself hold several names, comma separated)."""
     ppl_data: tuple[str, ...] = ()
     """Perplexity on this source (repeatable; any source `tlm train` reads)."""
-    split: str = field(default="auto", metadata={"help": "Split of each --ppl-data source: " + SPLIT_HELP})
-    """See data/sources.py SPLIT_HELP; auto is resolved per source (resolve_split)."""
+    split: Split = shared("split", before="Split of each --ppl-data source (auto: resolved per source). ")
     ppl_context: int = 0
     """Perplexity window length (0: the model's context)."""
     ppl_stride: int = 0
     """Stride between perplexity windows (0: = context, disjoint)."""
     max_tokens: int = 65_536
     """Scored tokens per --ppl-data source (0: all)."""
-    sample: str = field(default="spread", metadata={"help": SAMPLE_HELP})
-    """Which windows are scored under --max-tokens (data/windows.py): spread (seeded by --seed) | prefix."""
+    sample: Sample = shared("sample")
     limit: int = 0
     """Documents per task (0: all)."""
     task_source: str = "builtin:pydoc"
     """Corpus the built-in tasks are made from."""
-    batch_size: int = 8
-    """Sequences per forward pass."""
-    device: str = "auto"
-    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
-    dtype: str = "float32"
-    """float32 | float64 | bfloat16 | float16"""
-    device_map: str = field(default="", metadata={"help": DEVICE_MAP_HELP})
-    """See capture/dispatch.py DEVICE_MAP_HELP."""
-    max_memory: str = field(default="", metadata={"help": MAX_MEMORY_HELP})
-    """See capture/dispatch.py MAX_MEMORY_HELP."""
+    batch_size: int = shared("batch_size")
+    device: str = shared("device")
+    dtype: Dtype = shared("dtype")
+    device_map: str = shared("device_map")
+    max_memory: str = shared("max_memory")
     seed: int = 0
     """Seed of the built-in tasks' draws, of the harness and of the spread perplexity sample."""
     trust_task_code: bool = False
@@ -85,7 +78,6 @@ class EvalOptions:
     """Old name of max_tokens (deprecated)."""
 
     def __post_init__(self, ppl_split, ppl_tokens):
-        check_ranges(self)
         for old, value in (("ppl_split", ppl_split), ("ppl_tokens", ppl_tokens)):
             if value is not None:  # the old keyword: passed on under the new name
                 new = OLD_NAMES[old]
@@ -99,31 +91,15 @@ class EvalOptions:
                            else tuple(self.ppl_data))
         if self.limit is None:  # the library's old "all"
             object.__setattr__(self, "limit", 0)
-        check_values(self)
+        check_values(self)  # numbers and choices, after the old names are read
+        check_seed(self.seed, "--seed")
+        check_dispatch_options(self.device_map, self.max_memory)
 
 
 def _names(tasks) -> tuple[str, ...]:
     """Task names from a comma string, or a list/tuple of names (each entry may itself be comma separated)."""
     entries = [tasks] if isinstance(tasks, str) else list(tasks)
     return tuple(t.strip() for e in entries for t in str(e).split(",") if t.strip())
-
-
-def check_values(opts: EvalOptions) -> None:
-    """Values no eval can run with: one UserError line each, when the options are made (nothing read)."""
-    if opts.limit < 0:
-        raise UserError(f"--limit must be >= 0 (0: all), got {opts.limit}")
-    if opts.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {opts.batch_size}")
-    for name in ("max_tokens", "ppl_context", "ppl_stride"):  # 0 means all / the default
-        if getattr(opts, name) < 0:  # below 0 would silently score one window
-            zero = "all" if name == "max_tokens" else "the default"
-            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: {zero}), got {getattr(opts, name)}")
-    if opts.sample not in SAMPLES:
-        raise UserError(f"--sample must be one of {', '.join(SAMPLES)}, got {opts.sample!r}")
-    if opts.split not in SPLIT_CHOICES:
-        raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {opts.split!r}")
-    check_seed(opts.seed, "--seed")
-    check_dispatch_options(opts.device_map, opts.max_memory)
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from tlm_probe.errors import UserError
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 from tlm_probe.statistic_names import DEFAULT_ABLATIONS
 
 
@@ -44,7 +44,7 @@ class ImportanceOptions:
     """Optional user labels: input_ids (B, T) -> labels (B, T), -1 where a token has no label."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         object.__setattr__(self, "ablations", tuple(self.ablations))
         minimum = {
             "sample_size": 2,

@@ -6,10 +6,11 @@ check a --size before anything is drawn, and style.new_figure checks every figur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
 from tlm_probe.errors import UserError
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 
 FIGURE_KINDS = ("depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage",
                 "diff", "trust")
@@ -57,12 +58,12 @@ class PlotOptions:
     CLI. A library caller may give the size as (width, height); it is held as the CLI's text. Checked when
     made: a bad kind, size or dpi is one UserError before anything is read."""
 
-    kind: str = field(default="depth", metadata={"help": f"Figure kind: {' | '.join(FIGURE_KINDS)}."})
-    """One of FIGURE_KINDS."""
+    kind: Literal[FIGURE_KINDS] = "depth"
+    """Figure kind."""
     statistic: tuple[str, ...] = ()
     """Statistic to draw (repeat for one panel each: depth, importance; curves: train_loss, val_loss)."""
-    x: str = "depth"
-    """x axis of a depth figure: depth (l/(L-1), overlays models of any depth) | layer."""
+    x: Literal["depth", "layer"] = "depth"
+    """x axis of a depth figure: depth (l/(L-1), overlays models of any depth) or layer."""
     size: str | tuple[int, int] = size_text(DEFAULT_SIZE)
     """Figure size in pixels, WIDTHxHEIGHT."""
     dpi: int = DEFAULT_DPI
@@ -79,15 +80,12 @@ class PlotOptions:
     """Schedules figure: width rounding multiple."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         for name in ("statistic", "schedule"):  # a library caller's list (or one name) held as a tuple
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         object.__setattr__(self, "size", size_text(self.size))  # a library caller's (width, height)
-        if self.kind not in FIGURE_KINDS:
-            raise UserError(f"unknown figure kind {self.kind!r}; choose one of: {', '.join(FIGURE_KINDS)}")
-        parse_size(self.size)
-        check_dpi(self.dpi)
+        parse_size(self.size)  # dpi: its range (ranges.py)
 
     @property
     def pixels(self) -> tuple[int, int]:

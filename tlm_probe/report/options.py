@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlm_probe.plotting.options import check_dpi, parse_size, size_text
-from tlm_probe.ranges import check_ranges
+from tlm_probe.plotting.options import parse_size, size_text
+from tlm_probe.ranges import check_values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,10 +25,9 @@ class ReportOptions:
     """Figure dots per inch."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         object.__setattr__(self, "size", size_text(self.size))  # a library caller's (width, height)
-        parse_size(self.size)
-        check_dpi(self.dpi)
+        parse_size(self.size)  # dpi: its range (ranges.py)
 
     @property
     def pixels(self) -> tuple[int, int]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 from tlm_probe.schedules.heads import COMPONENTS
-from tlm_probe.schedules.rules import TRANSFORMS, Rule, check_rule
+from tlm_probe.schedules.rules import MONOTONE, TRANSFORMS, Rule, check_rule
 from tlm_probe.schedules.widths import DEFAULTS, ScheduleError, ScheduleSpec
 
 MAX_LAYERS = 10_000
@@ -54,18 +55,13 @@ class ScheduleOptions:
     """Width ratio of the wide third of the grouped controls (None: ScheduleSpec.wide_factor)."""
     multiple_of: int = ScheduleSpec.multiple_of
     """Round every width to a multiple of this."""
-    component: str = "mlp"
-    """What --schedule tapers: mlp (MLP width d_l) | heads (query heads, in units of one GQA group) | kv
-    (key/value heads, each dividing its layer's query heads) | mem (--mixer titans: the memory MLP's hidden
+    component: Literal[COMPONENTS] = "mlp"
+    """What --schedule tapers: mlp (MLP width d_l), heads (query heads, in units of one GQA group), kv
+    (key/value heads, each dividing its layer's query heads) or mem (--mixer titans: the memory MLP's hidden
     width, multiples of 8)."""
 
     def __post_init__(self):
-        check_ranges(self)
-        if self.component not in COMPONENTS:
-            raise ScheduleError(f"unknown component {self.component!r}; choose one of: "
-                                f"{', '.join(COMPONENTS)}")
-        if not 1 <= self.multiple_of <= MAX_WIDTH:
-            raise ScheduleError(f"--multiple-of must be in 1..{MAX_WIDTH:,}, got {self.multiple_of}")
+        check_values(self)
 
     def given(self) -> dict[str, float]:
         """The shape parameters set by flag (not left to the shape's default)."""
@@ -84,17 +80,16 @@ class FromProbeOptions:
     statistic: str | None = None
     """--from-probe: the per-layer statistic (e.g. ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp,
     effective_rank)."""
-    rule: str = field(default=Rule.transform, metadata={
-        "help": f"--from-probe: f in widths ∝ max(0, f(x))^power: {' | '.join(TRANSFORMS)}."})
-    """f in widths ∝ max(0, f(x))^power (Rule.transform; TRANSFORMS)."""
+    rule: Literal[tuple(TRANSFORMS)] = Rule.transform
+    """--from-probe: f in widths ∝ max(0, f(x))^power."""
     power: float = Rule.power
     """--from-probe: exponent on the weights."""
     min_ratio: float = Rule.min_ratio
     """--from-probe: smallest d_l/d_ff (0 allows no MLP)."""
     max_ratio: float = Rule.max_ratio
     """--from-probe: largest d_l/d_ff."""
-    monotone: str = Rule.monotone
-    """--from-probe: none | decreasing | increasing (isotonic projection of the weights)."""
+    monotone: Literal[MONOTONE] = Rule.monotone
+    """--from-probe: isotonic projection of the weights."""
     model: str | None = None
     """--from-probe: the model, when the probe holds several."""
     out: Path | None = None
@@ -114,7 +109,7 @@ class FromProbeOptions:
     records the difference)."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
         if self.from_probe is None:
             given = [f"--{k.replace('_', '-')}" for k in ("statistic", "model", "out", "trust", "check_with")

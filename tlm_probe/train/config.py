@@ -1,25 +1,27 @@
-"""The training configuration: one frozen dataclass, read from YAML/TOML and/or CLI flags, that fully
-determines a run (together with the data). It is stored as train_config.json in the run folder; a resume
-with a different value of any field outside RESUME_MAY_CHANGE is refused.
+"""The training configuration: one frozen dataclass composed of four sections (train/config_sections.py),
+read from YAML/TOML and/or CLI flags, that fully determines a run (together with the data). It is stored,
+flat, as train_config.json in the run folder; a resume with a different value of any field outside
+RESUME_MAY_CHANGE is refused.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
 from tlm_probe.models.accounting import count_params
 from tlm_probe.models.config import MIXER_KINDS, NORM_SCALINGS, TLMConfig, config_with_schedule
 from tlm_probe.models.mixer_registry import REFERENCE_MIXER
-from tlm_probe.models.presets import PRESETS, preset_config
-from tlm_probe.ranges import check_ranges
+from tlm_probe.models.presets import preset_config
+from tlm_probe.ranges import check_values
 from tlm_probe.schedules.widths import check_params, parse_schedule
 from tlm_probe.seeds import check_seed
-from tlm_probe.train.model_options import ModelOptions, given_model_options
+from tlm_probe.train.config_sections import DataSection, ModelSection, OptimSection, RunSection, flat_options
+from tlm_probe.train.model_options import given_model_options
 
 try:
     import tomllib
@@ -41,108 +43,29 @@ ARCH_DEFAULTS = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512)
 
 
 @dataclass(frozen=True)
-class TrainConfig(ModelOptions):
-    """A training run. Its model options (d_model, n_heads, mixer, every mixer's settings, ...) are
-    TLMConfig's fields (ModelOptions, train/model_options.py); those not given come from the preset (or
-    TLMConfig's defaults)."""
-
-    data: str = "builtin:pydoc"
-    """Data source (see `tlm data --help`), a prepared folder or a token file."""
-    tokenizer: str = "byte"
-    """byte | bpe[:VOCAB] | a Hugging Face tokenizer folder or hub name."""
-    preset: str = ""
-    """Model preset (tlm-tiny, tlm-small, tlm-440m, tlm-760m, tlm-1.3b); empty = flags only."""
-    schedule: str = "uniform"
-    """MLP width schedule spec, as in `tlm schedule` (cosine:1.5:0.5, wider-early, ...)."""
-    multiple_of: int = 64
-    """Round every MLP width to a multiple of this (lower it for tiny models)."""
-    heads_schedule: str = ""
-    """Query-heads schedule spec, as in `tlm schedule --component heads` (cosine:1.5:0.5, explicit counts
-    '12,12,8,...', ...): per-layer heads in units of one GQA group, mean exactly n_heads; empty = uniform."""
-    kv_schedule: str = ""
-    """Key/value-heads schedule spec (`tlm schedule --component kv`): mean exactly n_kv_heads, each dividing
-    its layer's query heads; empty = uniform."""
-    mem_schedule: str = ""
-    """titans: memory-width schedule spec (`tlm schedule --component mem`): per-layer hidden width of each
-    head's memory MLP, mean exactly mem_expand·d_head, multiples of 8; empty = uniform."""
-    d_ff: int | None = None
-    """Uniform (mean) MLP width; the schedule keeps n_layers·d_ff."""
-    vocab_size: int = 0
-    """Model vocabulary; 0 = the tokenizer's."""
-    match_params: bool = False
-    """Shrink this mixer's MLP budget (d_ff) to the width whose parameter count is closest to the attention
-    model's of the same shape (size-matched comparisons); the exact counts are printed."""
-    seq_len: int = 128
-    """Training context length (must not exceed the model's max_seq_len)."""
-    max_seq_len: int = 0
-    """Model context; 0 = seq_len (or the preset's)."""
-    batch_size: int = 16
-    """Sequences per micro-batch per process."""
-    grad_accum: int = 1
-    """Micro-batches per optimizer step."""
-    steps: int = 0
-    """Optimizer steps; 0 = derive from `tokens`."""
-    tokens: int = 0
-    """Token budget (used when steps is 0)."""
-    lr: float = 3e-3
-    """Peak learning rate."""
-    min_lr_ratio: float = 0.1
-    """Cosine decay ends at lr·min_lr_ratio."""
-    warmup: int = 50
-    """Linear warmup steps."""
-    weight_decay: float = 0.1
-    """AdamW weight decay."""
-    beta1: float = 0.9
-    """AdamW beta1."""
-    beta2: float = 0.95
-    """AdamW beta2."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this."""
-    log_interval: int = 10
-    """Write a training line to metrics.jsonl every N steps."""
-    eval_interval: int = 100
-    """Evaluate every N steps."""
-    eval_tokens: int = 32768
-    """Predicted validation tokens in the fixed eval set."""
-    eval_sample: str = field(default="spread", metadata={"help": SAMPLE_HELP})
-    """Which validation windows form the eval set (data/windows.py): spread | prefix."""
-    ckpt_interval: int = 0
-    """Save a resumable checkpoint every N steps (0 = only at the end)."""
-    keep_last: int = 2
-    """Resumable checkpoints to keep."""
-    seed: int = 0
-    """Seed for initial weights and batch order."""
-    device: str = "auto"
-    """auto | cpu | cuda | cuda:N."""
-    compile: bool = False
-    """torch.compile each block (train/compile.py: one graph per distinct block shape)."""
-    threads: int = 0
-    """CPU threads for PyTorch (0 = its default, all cores). On a machine shared with other jobs, 1 can
-    be several times faster than oversubscribed threads."""
-    peak_flops: float = 0.0
-    """Peak FLOP/s for the MFU estimate; 0 = a table guess on known GPUs, none on CPU."""
-    progress: bool = True
-    """Draw a progress bar on stderr (rank 0)."""
+class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
+    """A training run: the fields of its four sections (train/config_sections.py: model, optim, data, run),
+    flat (`cfg.lr`, train_config.json). Its model options (d_model, n_heads, mixer, every mixer's settings,
+    ...) are TLMConfig's fields; those not given come from the preset (or TLMConfig's defaults)."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         _check_positive(self)
-        # the one parse of the schedule spec (a bad spec is a UserError naming it); model_config uses it
-        object.__setattr__(self, "schedule_spec", parse_schedule(self.schedule, self.multiple_of))
-        for key in ("heads_schedule", "kv_schedule", "mem_schedule"):  # a bad spec fails here, before data
-            if getattr(self, key):
-                check_params(parse_schedule(getattr(self, key)))
+        _ = self.schedule_spec  # the one parse of the schedule spec: a bad spec is a UserError naming it
+        for spec in self._schedules().values():  # a bad spec fails here, before data
+            check_params(parse_schedule(spec))
         if self.mixer not in MIXER_KINDS:
             raise UserError(f"unknown mixer {self.mixer!r}; choose one of: {', '.join(MIXER_KINDS)}")
         if self.norm_scaling not in NORM_SCALINGS:
             raise UserError(f"unknown norm_scaling {self.norm_scaling!r}; choose one of: "
                             f"{', '.join(NORM_SCALINGS)}")
-        if self.eval_sample not in SAMPLES:
-            raise UserError(f"unknown eval_sample {self.eval_sample!r}; choose one of: {', '.join(SAMPLES)}")
-        if self.preset and self.preset not in PRESETS:
-            raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         if self.steps <= 0 and self.tokens <= 0:
             raise UserError("give a number of steps (--steps) or a token budget (--tokens)")
+
+    @functools.cached_property
+    def schedule_spec(self):
+        """The MLP width schedule, parsed (model_config uses it)."""
+        return parse_schedule(self.schedule, self.multiple_of)
 
     @property
     def tokens_per_step(self) -> int:
@@ -180,14 +103,8 @@ class TrainConfig(ModelOptions):
 
     def _schedules(self) -> dict:
         """The heads / kv / memory-width schedules given, as config_with_schedule's arguments."""
-        out = {}
-        if self.heads_schedule:
-            out["heads"] = self.heads_schedule
-        if self.kv_schedule:
-            out["kv"] = self.kv_schedule
-        if self.mem_schedule:
-            out["mem"] = self.mem_schedule
-        return out
+        given = {k: getattr(self, f"{k}_schedule") for k in ("heads", "kv", "mem")}
+        return {k: spec for k, spec in given.items() if spec}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -197,6 +114,8 @@ class TrainConfig(ModelOptions):
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
+        """From train_config.json's flat keys, or from the sections a --config file may use."""
+        d = flat_options(d)
         kinds = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(d) - set(kinds))
         if unknown:
@@ -253,20 +172,12 @@ def _typed(key: str, value, kind: str):
 
 
 def _check_positive(c: TrainConfig) -> None:
-    for key in (
-        "seq_len",
-        "batch_size",
-        "grad_accum",
-        "eval_interval",
-        "log_interval",
-        "eval_tokens",
-        "keep_last",
-    ):
+    """What ranges.py's table (checked first) leaves open for a training run."""
+    for key in ("seq_len", "eval_tokens", "keep_last"):  # 0 means "derive it" or "none" elsewhere, not here
         if getattr(c, key) < 1:
             raise UserError(f"{key} must be >= 1, got {getattr(c, key)}")
-    for key in ("steps", "tokens", "warmup", "ckpt_interval", "vocab_size", "max_seq_len", "threads"):
-        if getattr(c, key) < 0:
-            raise UserError(f"{key} must be >= 0, got {getattr(c, key)}")
+    if c.max_seq_len < 0:
+        raise UserError(f"max_seq_len must be >= 0, got {c.max_seq_len}")
     for key, low, high in FLOAT_RANGES:
         val = getattr(c, key)
         if not math.isfinite(val):
@@ -281,21 +192,14 @@ def _check_positive(c: TrainConfig) -> None:
         raise UserError(f"grad_clip must be > 0, got {c.grad_clip}")
 
 
-# float options and their allowed [low, high) ranges (None: no upper bound)
-FLOAT_RANGES = (
-    ("lr", 0.0, None),
-    ("min_lr_ratio", 0.0, None),
-    ("weight_decay", 0.0, None),
-    ("beta1", 0.0, 1.0),
-    ("beta2", 0.0, 1.0),
-    ("grad_clip", 0.0, None),
-    ("dropout", 0.0, 1.0),
-    ("peak_flops", 0.0, None),
-)
+# float options outside ranges.py's table and their allowed [low, high) ranges (None: no upper bound)
+FLOAT_RANGES = (("min_lr_ratio", 0.0, None), ("weight_decay", 0.0, None), ("beta1", 0.0, 1.0),
+                ("beta2", 0.0, 1.0), ("grad_clip", 0.0, None), ("dropout", 0.0, 1.0))
 
 
 def read_config_file(path: str | Path) -> dict:
-    """Options from a YAML (.yaml/.yml) or TOML (.toml) file; a [train] table/section is also accepted."""
+    """Options from a YAML (.yaml/.yml) or TOML (.toml) file, flat or in sections (config_sections.py); a
+    [train] table/section holding them is also accepted."""
     path = Path(path)
     if not path.is_file():
         kinds = ((path.is_dir(), "is a folder, not a config file"),
@@ -310,7 +214,7 @@ def read_config_file(path: str | Path) -> dict:
         raise UserError(f"config file {path} does not hold a mapping of options")
     if "train" in data and not isinstance(data["train"], dict):  # a [train] section holds the options
         raise UserError(f"'train' in {path} is not a mapping of options (it holds {data['train']!r:.60})")
-    return data.get("train", data)
+    return flat_options(data.get("train", data))
 
 
 def _read_toml(path: Path, text: str) -> dict:

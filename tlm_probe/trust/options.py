@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
-from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
+from tlm_probe.capture.option_fields import Split, shared
 from tlm_probe.errors import UserError
-from tlm_probe.ranges import check_ranges
+from tlm_probe.ranges import check_values
 from tlm_probe.statistic_names import asked_statistics
 
 NO_TASK = "none"
@@ -30,29 +31,26 @@ class TrustOptions:
     min_spearman: float = 0.5
     """Flag a statistic whose rank correlation with the target (median over corpora), or between two
     corpora (the lowest pair), is below this."""
-    split: str = field(default="auto", metadata={"help": SPLIT_HELP})
-    """See data/sources.py SPLIT_HELP."""
+    split: Split = shared("split")
     max_tokens: int = 16_384
     """Tokens probed per corpus (0: all)."""
     seq_len: int = 0
     """Tokens per sequence (0: as tlm probe)."""
-    batch_size: int = 8
-    """Sequences per forward pass."""
-    device: str = "auto"
-    """auto (a GPU when there is one, else the CPU) | cpu | cuda | cuda:N | mps"""
+    batch_size: int = shared("batch_size")
+    device: str = shared("device")
     task: tuple[str, ...] = ("pydoc-mc",)
     """A task for the accuracy target (repeatable): pydoc-mc (built in), a task YAML or an
     lm-evaluation-harness task name, scored as tlm eval scores it; none: no task target."""
     task_limit: int = 200
     """Items per task for the accuracy target (the first N; 0: all): one eval per layer plus one clean."""
-    target_ablation: str = "mlp"
-    """What the accuracy target removes at each layer: mlp (zero its output) | block (skip the block)."""
+    target_ablation: Literal["mlp", "block"] = "mlp"
+    """What the accuracy target removes at each layer: mlp (zero its output), block (skip the block)."""
     halves: bool = True
     """Also probe each corpus's two disjoint halves (every other sequence; halves.csv), which tlm schedule
     --from-probe checks a schedule's stability with: twice the probing."""
 
     def __post_init__(self):
-        check_ranges(self)
+        check_values(self)
         if isinstance(self.task, str):  # the library's one comma-separated string
             object.__setattr__(self, "task", tuple(t.strip() for t in self.task.split(",") if t.strip()))
         if len(self.data) < 2:
@@ -62,14 +60,8 @@ class TrustOptions:
         names = [s.strip() for s in self.stats.split(",") if s.strip()]
         if self.target not in names:
             raise UserError(f"--target {self.target} must be one of --stats ({', '.join(names)})")
-        if self.split not in SPLIT_CHOICES:
-            raise UserError(f"--split must be one of {', '.join(SPLIT_CHOICES)}, got {self.split!r}")
-        if self.target_ablation not in ("mlp", "block"):
-            raise UserError(f"--target-ablation must be mlp or block, got {self.target_ablation!r}")
         if "none" in self.task and len(self.task) > 1:
             raise UserError("--task none means no task target: give it alone")
-        if not (0 <= self.min_w <= 1 and -1 <= self.min_spearman <= 1):
-            raise UserError("--min-w must be in [0, 1] and --min-spearman in [-1, 1]")
 
 
 def check_distinct_corpora(data: tuple[str, ...]) -> None:
