@@ -116,7 +116,7 @@ if sys.argv[3] == "kept":
     from tlm_probe.allocator import keep_freed_memory
     assert keep_freed_memory()
 from tlm_probe.capture import load_probe_model
-from tlm_probe.probe.engine import probe
+from tlm_probe.api.library import probe
 def hwm():
     for l in Path('/proc/self/status').read_text().splitlines():
         if l.startswith('VmHWM:'):

@@ -41,11 +41,11 @@ t1 = now()
 import torch
 torch.set_num_threads(1)
 from tlm_probe.capture import load_probe_model
-from tlm_probe.capture import sequences as sq
+from tlm_probe.data import sequences as sq
 pm = load_probe_model(sys.argv[1])
 t2 = now()
 seq = int(sys.argv[4])
-seqs = list(sq.token_sequences(pm, sys.argv[2], seq))
+seqs = list(sq.token_sequences(sys.argv[2], seq, pm.tokenizer, pm.vocab_size))
 t3 = now()
 res = run_probe(pm, ProbeOptions(data=sys.argv[2], seq_len=seq, max_tokens=None))
 t4 = now()
@@ -73,8 +73,8 @@ def _batches(pm, n: int):
 
 def per_call(folder: Path, workdir: Path, counts, rounds: int) -> dict:
     """probe() on n batches / n plain forwards (with head), for each n."""
+    from tlm_probe.api.library import probe
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.probe.engine import probe
 
     pm = load_probe_model(folder)
     out = {}

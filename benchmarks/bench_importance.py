@@ -64,7 +64,7 @@ def one_forward(pm, batches, repeats: int) -> float:
 
 def importance_seconds(pm, ids_file, stats: str, args) -> tuple[float, dict]:
     """Wall time of the importance pass alone: a probe of `stats` minus the stream it rides on."""
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
               importance={"grad_sequences": args.grad_sequences})  # fmt: skip
@@ -80,7 +80,7 @@ def interleaved_ratio(pm, ids_file, stats: str, batches, args) -> dict:
     """measured / counted per round, arms interleaved and rotated (benchmarks/timing.py): the probe with
     `stats`, the same probe without its importance pass, and one plain forward over the same batches."""
     from benchmarks.timing import interleaved, per_round
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True,
               importance={"grad_sequences": args.grad_sequences, **_pairs(args.option)})  # fmt: skip
@@ -212,8 +212,8 @@ def _readout(pm, eff, batches: list[dict], cached: list):
 def _probe_arms(pm, folder: Path, batches: list[dict], stats: list[str], args):
     """probe() of a streamed statistic with the ablations (fused with its stream: stream_ablations.py, and
     the same with the fusion off: the importance pass's own clean forward), and of the statistic alone."""
+    from tlm_probe.api.library import probe
     from tlm_probe.probe import engine
-    from tlm_probe.probe.engine import probe
 
     np.save(folder / "ids.npy", torch.cat([b["input_ids"] for b in batches]).numpy().astype(np.uint32))
     kw = dict(seq_len=args.seq_len, batch_size=args.batch, max_tokens=None, full=True)

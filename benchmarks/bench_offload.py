@@ -34,7 +34,7 @@ CHILD = """
 import json, sys, time
 import torch
 from tlm_probe.capture import load_probe_model
-from tlm_probe.probe.engine import probe
+from tlm_probe.api.library import probe
 torch.set_num_threads(1)
 folder, ids, cap = sys.argv[1:4]
 kw = {"device_map": "auto", "max_memory": cap} if cap else {}

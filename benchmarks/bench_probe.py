@@ -136,7 +136,7 @@ def bucketing(folder: Path | None, tokens: int, rounds: int) -> dict:
     from dataclasses import fields
 
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.capture import sequences as sq
+    from tlm_probe.data import sequences as sq
     from tlm_probe.probe.engine import ProbeOptions, run_probe
 
     if "length_bucketing" not in {f.name for f in fields(ProbeOptions)}:
@@ -144,7 +144,8 @@ def bucketing(folder: Path | None, tokens: int, rounds: int) -> dict:
     from tlm_probe.data.bucketing import bucket_by_length, padding_fraction
 
     pm = load_probe_model(folder)
-    seqs = list(sq.limit_tokens(sq.token_sequences(pm, "builtin:pydoc", 256), tokens))
+    ids = sq.token_sequences("builtin:pydoc", 256, pm.tokenizer, pm.vocab_size)
+    seqs = list(sq.limit_tokens(ids, tokens))
     lengths = [len(s) for s in seqs]
     fns = {
         flag: (lambda flag=flag: run_probe(pm, ProbeOptions(data="builtin:pydoc", max_tokens=tokens,

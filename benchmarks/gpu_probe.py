@@ -52,7 +52,7 @@ def _synced(fn, device: str):
 
 
 def _probe(pm, ids_file: str, size: dict, device: str, stats: str, **importance):
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     return probe(pm, ids_file, stats=stats, seq_len=size["seq"], batch_size=size["batch"], max_tokens=None,
                  device=device, full=True, importance={"grad_sequences": 4, **importance})  # fmt: skip

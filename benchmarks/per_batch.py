@@ -2,7 +2,7 @@
 
 issue 24's targets: the default statistics cost at most 1.03x a plain forward of the blocks at d >= 512
 (1.10x on tiny models), and a per-call fixed cost that is gone by the third batch. One probe() call on n
-batches is timed from inside: a stamp each time the probe's batcher (capture.sequences.batches) hands out
+batches is timed from inside: a stamp each time the probe's batcher (data.sequences.batches) hands out
 a batch and when it runs dry, so batch k's time is everything the call does between handing out batch k and
 batch k+1 (the forward with hooks, the statistics, the guardrails, the next batch's padding, the token
 count). What is left of the call's time (reading the data, building the sinks, the tables and provenance)
@@ -31,8 +31,8 @@ def _now() -> np.ndarray:
 
 @contextmanager
 def stamped_batches(stamps: list):
-    """capture.sequences.batches, stamping both clocks at each batch handed out and at the end."""
-    from tlm_probe.capture import sequences as sq
+    """data.sequences.batches, stamping both clocks at each batch handed out and at the end."""
+    from tlm_probe.data import sequences as sq
 
     real = sq.batches
 
@@ -53,8 +53,8 @@ def per_batch(name: str, folder: Path, workdir: Path, n: int, batch: int, seq: i
     """Ratios probe batch k / one batch's forward for k = 1, 2, 3 and the median over k >= 4, and the
     call's fixed cost in one batch's forwards, by each clock; per round (the forward: that round's median
     over its n batches, all the same shape), then median [min, max] over rounds."""
+    from tlm_probe.api.library import probe
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.probe.engine import probe
 
     pm = load_probe_model(folder)
     g = torch.Generator().manual_seed(0)

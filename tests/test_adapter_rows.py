@@ -153,8 +153,8 @@ def test_per_layer_widths_are_read_from_the_model(tmp_path):
     not the config's one intermediate_size, and the statistics match the reference layer by layer."""
     import copy
 
+    from tlm_probe.api.library import probe
     from tlm_probe.capture import wrap_model
-    from tlm_probe.probe.engine import probe
 
     torch.manual_seed(0)
     cfg = T.LlamaConfig(

@@ -40,7 +40,7 @@ PROBE = """
 import ctypes, sys
 import numpy as np
 from tlm_probe.allocator import keep_freed_memory
-from tlm_probe.probe.engine import probe
+from tlm_probe.api.library import probe
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p

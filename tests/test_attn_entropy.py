@@ -16,13 +16,13 @@ import torch
 from families_zoo import build_family
 from models_zoo import CORPUS, build_model
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model, wrap_model
 from tlm_probe.capture.attention import implementation
-from tlm_probe.capture.sequences import token_sequences
+from tlm_probe.data.sequences import token_sequences
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe.engine import probe
 
 TEXTS = CORPUS * 3
 SEQ_LEN = 24
@@ -113,7 +113,7 @@ def test_attn_entropy_matches_output_attentions(tmp_path, family):
     folder = tmp_path / family
     auto = _sharpened(family, folder)
     pm = load_probe_model(folder)
-    seqs = list(token_sequences(pm, TEXTS, SEQ_LEN))
+    seqs = list(token_sequences(TEXTS, SEQ_LEN, pm.tokenizer, pm.vocab_size))
     assert len({len(s) for s in seqs}) > 1  # sequences of different lengths: the probe's batches are padded
     ref = _reference(auto, folder, seqs, exclude_bos=True)
     _sharp(ref, _uniform(seqs, FAMILIES[family][1], exclude_bos=True))
@@ -131,7 +131,7 @@ def test_handed_model_switches_to_eager_and_back(tmp_path):
     pm = load_probe_model(folder)
     was = implementation(pm.model)
     assert was != "eager"
-    seqs = list(token_sequences(pm, TEXTS, SEQ_LEN))
+    seqs = list(token_sequences(TEXTS, SEQ_LEN, pm.tokenizer, pm.vocab_size))
     kw = dict(seq_len=SEQ_LEN, batch_size=4, max_tokens=None, full=True)
     res = probe(pm, TEXTS, stats="attn_entropy,align_mlp_mid", **kw)
     assert implementation(pm.model) == was
@@ -244,6 +244,6 @@ def test_every_family_row_maps_its_attention(tmp_path, variant):
         assert rows.empty and NO_ATTENTION[variant] in res.provenance["refused"]["attn_entropy"]
         return
     pm = load_probe_model(folder)
-    seqs = list(token_sequences(pm, TEXTS, 16))
+    seqs = list(token_sequences(TEXTS, 16, pm.tokenizer, pm.vocab_size))
     bound = _uniform(seqs, pm.is_causal, exclude_bos=False)
     assert len(rows) == pm.n_layers and rows.value.between(0, bound + TOL).all(), (rows.value, bound)

@@ -99,10 +99,10 @@ def test_a_deep_device_map_file_is_one_error(tmp_path):
 
 
 def test_a_deep_file_at_the_schedule_out_is_not_a_schedule_file(tmp_path):
-    from tlm_probe.commands.schedule_from_probe import check_out
+    from tlm_probe.commands.schedule_from_probe import check_schedule_out
 
     out = _write(tmp_path / "s.json", DEEP)
-    _deep_refused(lambda: check_out(out), "is not a schedule file")
+    _deep_refused(lambda: check_schedule_out(out), "is not a schedule file")
     assert out.read_bytes() == DEEP
 
 
@@ -190,7 +190,7 @@ def test_every_received_table_is_size_checked_before_reading(tmp_path, monkeypat
     big = b"model,layer,statistic,value\n" + b"m,0,s,0.5\n" * 200  # 2,028 bytes
     for name in ("probe/results.csv", "paired.csv", "eval/results.csv", "cmp/summary.csv"):
         _write(tmp_path / name, big)
-    monkeypatch.setattr(tablefile, "MAX_BYTES", 1000)
+    monkeypatch.setattr(tablefile, "TABLE_MAX_BYTES", 1000)
     _no_pandas(monkeypatch)
     readers = {"read_results": lambda: read_results(tmp_path / "probe"),
                "plotting": lambda: read_table(tmp_path / "cmp" / "summary.csv", ("model", "statistic")),

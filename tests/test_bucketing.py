@@ -5,7 +5,8 @@ import pytest
 from models_zoo import CORPUS, build_model
 
 from tlm_probe.data.bucketing import bucket_by_length, padding_fraction
-from tlm_probe.probe.engine import ProbeOptions, _order_free, run_probe
+from tlm_probe.probe.engine import ProbeOptions, run_probe
+from tlm_probe.probe.stream import order_free
 from tlm_probe.stats.alignment import build_accumulators
 
 DOCS = [" ".join(CORPUS[i % len(CORPUS)] for i in range(n)) for n in range(1, 12, 2)] * 2
@@ -27,10 +28,10 @@ def test_same_sequences_sorted_within_bounded_windows():
 
 def test_only_order_free_statistics_are_bucketed():
     accs = build_accumulators("alignment", 2, (8, 8))
-    assert _order_free(ProbeOptions(), accs)
-    assert not _order_free(ProbeOptions(length_bucketing=False), accs)
-    assert not _order_free(ProbeOptions(), [*accs, object()])  # one without the promise: reading order
-    assert not _order_free(ProbeOptions(), accs, keep=512)  # the importance pass keeps the first sequences
+    assert order_free(ProbeOptions(), accs)
+    assert not order_free(ProbeOptions(length_bucketing=False), accs)
+    assert not order_free(ProbeOptions(), [*accs, object()])  # one without the promise: reading order
+    assert not order_free(ProbeOptions(), accs, keep=512)  # the importance pass keeps the first sequences
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert"])

@@ -8,6 +8,7 @@ import torch
 from models_zoo import CORPUS, build_model
 from torch import nn
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import ADAPTERS, adapter_for, load_probe_model
 from tlm_probe.capture.guardrails import GuardrailError, NonFiniteError, capture_set
 from tlm_probe.capture.native import NativeBackend
@@ -16,7 +17,6 @@ from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe.engine import probe
 from tlm_probe.stats.alignment import PER_TOKEN, build_accumulators
 from tlm_probe.stats.pieces import TokenIndex
 

@@ -326,7 +326,7 @@ def test_a_whole_device_map_still_loads(gpt2, models, tmp_path):
 
 @pytest.fixture(scope="module")
 def half_a(models, tmp_path_factory):
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
     from tlm_probe.results import write_results
 
     out = tmp_path_factory.mktemp("halves") / "a"

@@ -83,7 +83,7 @@ def _pickle_checkpoint(folder):
 def test_probe_api_has_the_cli_names_unsafe_pickle_and_threads():
     import inspect
 
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     params = inspect.signature(probe).parameters
     cli_names = {p.name for p in _commands()["probe"].params}
@@ -97,9 +97,9 @@ def test_probe_threads_and_unsafe_pickle_work_and_the_old_keyword_warns(tmp_path
     import pytest
     import torch
 
+    from tlm_probe.api.library import probe
     from tlm_probe.errors import UserError
     from tlm_probe.models.io import load_tlm
-    from tlm_probe.probe.engine import probe
 
     model = _pickle_checkpoint(tmp_path / "ck")
     ids = np.random.default_rng(0).integers(0, 64, size=(2, 16))

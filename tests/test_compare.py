@@ -11,7 +11,8 @@ from scipy import stats
 from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
 from tlm_probe.tokenizer import ByteTokenizer
-from tlm_probe.train.compare import check_budget, compare, run_name
+from tlm_probe.train.arms import check_budget, run_name
+from tlm_probe.train.compare import compare
 from tlm_probe.train.config import TrainConfig
 
 BASE = TrainConfig(d_model=32, n_layers=4, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
@@ -86,11 +87,11 @@ def test_rerun_continues_where_it_stopped(tmp_path):
 
 def test_unequal_budget_is_refused(monkeypatch):
     # every real schedule keeps the budget, so fake an accounting in which the taper costs more
-    import tlm_probe.train.compare as cmp
+    import tlm_probe.train.arms as arms
 
-    real = cmp.train_flops_per_token
+    real = arms.train_flops_per_token
     monkeypatch.setattr(
-        cmp, "train_flops_per_token", lambda cfg, T: real(cfg, T) + (cfg.d_ff[0] != cfg.d_ff[-1])
+        arms, "train_flops_per_token", lambda cfg, T: real(cfg, T) + (cfg.d_ff[0] != cfg.d_ff[-1])
     )
     with pytest.raises(UserError, match="not a fair comparison"):
         check_budget(BASE, ["uniform", "cosine:1.5:0.5"], 256)

@@ -165,7 +165,7 @@ def test_refusals_are_one_line(tmp_path):
 
 
 def test_tlm_probe_reads_the_converted_folder(tmp_path):
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     tokens = write_tok_bin(tmp_path / "tok.bin")
     write_bin(tmp_path / "model.bin", vocab=len(tokens), layers=3)

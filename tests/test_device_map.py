@@ -13,9 +13,9 @@ from models_zoo import build_model
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.api.library import probe
 from tlm_probe.capture.dispatch import parse_max_memory
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import probe
 
 STATS = "alignment,ablation_dnll_mlp_zero,logit_lens_kl,dead_neuron_frac"
 EPS32 = float(np.finfo(np.float32).eps)

@@ -14,13 +14,13 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.api.library import probe
 from tlm_probe.capture import wrap_model
 from tlm_probe.diff.engine import run_diff
 from tlm_probe.diff.options import DiffOptions
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe.engine import probe
 from tlm_probe.results import read_results
 
 V, D, S, T = 64, 32, 12, 24

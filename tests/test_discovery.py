@@ -20,10 +20,10 @@ from test_families import PAR, SEQ, SEQ_LEN, _reference_values
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.api.library import probe
 from tlm_probe.capture import adapters, load_probe_model
 from tlm_probe.capture.discovery import DiscoveryError
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import probe
 
 runner = CliRunner()
 TOL = 1e-5

@@ -22,9 +22,9 @@ from test_families import SEQ_LEN, _reference_values
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.api.library import probe
 from tlm_probe.capture import adapters, load_probe_model
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import probe
 
 REASON = "encoder-decoder model: two stacks"
 T5_LAYOUT = ("sequential", {"mlp": "layer.1.DenseReluDense"})  # T5LayerFF: x + DenseReluDense(norm(x))

@@ -87,6 +87,6 @@ def test_env_corpus_is_a_frozen_list_and_refuses_another_environment(monkeypatch
     assert "import-linter" not in names and "grimp" not in names  # dev tools added after the study began
     manifest = tmp_path / "m.txt"
     manifest.write_text("# test\ntorch==0.0.1\n")
-    monkeypatch.setattr(env_corpus, "MANIFEST", manifest)
+    monkeypatch.setattr(env_corpus, "DISTRIBUTIONS", manifest)
     with pytest.raises(UserError, match=r"builtin:env reads torch==0.0.1 \(2\.13"):
         next(env_corpus.env_documents())

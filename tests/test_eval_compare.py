@@ -11,7 +11,8 @@ import pytest
 
 from tlm_probe.data.stream import TokenData
 from tlm_probe.tokenizer import ByteTokenizer
-from tlm_probe.train.compare import compare, run_name
+from tlm_probe.train.arms import run_name
+from tlm_probe.train.compare import compare
 from tlm_probe.train.config import TrainConfig
 
 BASE = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,

@@ -142,8 +142,8 @@ def test_gguf_tensors_rebuild_the_model_with_equal_logits(tmp_path):
 
 
 def test_uniform_gguf_loads_in_transformers_and_the_probe_with_our_logits_and_tokens(tmp_path):
+    from tlm_probe.api.library import probe
     from tlm_probe.capture.gguf import load_gguf
-    from tlm_probe.probe.engine import probe
 
     model, tok, folder = _checkpoint(tmp_path, "bpe", d_ff=(64, 64, 64))
     out = tmp_path / "u.gguf"

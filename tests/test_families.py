@@ -32,12 +32,13 @@ from families_zoo import ENCODERS, FAMILY_MODELS, build_family
 from models_zoo import CORPUS
 from test_probe_reference import _stats  # the independent float64 per-token statistics
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model, wrap_model
 from tlm_probe.capture.guardrails import GuardrailError
 from tlm_probe.capture.native import first_tensor
-from tlm_probe.capture.sequences import token_sequences
+from tlm_probe.data.sequences import token_sequences
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import ProbeOptions, probe, run_probe
+from tlm_probe.probe.engine import ProbeOptions, run_probe
 
 TEXTS = CORPUS
 SEQ_LEN = 16
@@ -170,7 +171,7 @@ def _reference_values(variant, model, pm, layers, values, layout=None, texts=TEX
     """Fill values[(layer, statistic)] with per-sequence arrays; layout defaults to the variant's."""
     kind, mods = layout or REFERENCE_LAYOUT[variant]
     with torch.no_grad():
-        for seq in token_sequences(pm, texts, SEQ_LEN):
+        for seq in token_sequences(texts, SEQ_LEN, pm.tokenizer, pm.vocab_size):
             rec = _Layers(layers)
             try:
                 ids, mask = torch.tensor([seq]), torch.ones(1, len(seq), dtype=torch.long)

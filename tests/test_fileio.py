@@ -17,7 +17,7 @@ import torch
 
 from tlm_probe.data.tokens import write_shard
 from tlm_probe.errors import UserError
-from tlm_probe.files import fileio, folder_lock
+from tlm_probe.files import fileio, folder_lock, out_folder
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -94,23 +94,23 @@ def test_remove_owned_keeps_foreign_files_and_nested_folders(tmp_path):
 
 def test_claim_rules(tmp_path, capsys):
     out = tmp_path / "o"
-    assert fileio.claim(out, overwrite=False) == []  # new folder
+    assert out_folder.claim(out, overwrite=False) == []  # new folder
     out.mkdir()
-    assert fileio.claim(out, overwrite=False) == []  # empty folder
+    assert out_folder.claim(out, overwrite=False) == []  # empty folder
     (out / "notes.txt").write_text("x")
     with pytest.raises(UserError, match="not empty and tlm did not write it"):
-        fileio.claim(out, overwrite=False)
-    assert fileio.claim(out, overwrite=True, writes=("a.csv",)) == ["notes.txt"]
+        out_folder.claim(out, overwrite=False)
+    assert out_folder.claim(out, overwrite=True, writes=("a.csv",)) == ["notes.txt"]
     assert "keeps 1 file(s) tlm did not write: notes.txt" in capsys.readouterr().err
     with pytest.raises(UserError, match="refusing to replace .*notes.txt"):
-        fileio.claim(out, overwrite=True, writes=("notes.txt",))
+        out_folder.claim(out, overwrite=True, writes=("notes.txt",))
     fileio.record(out, ["a.csv"], "probe")
     with pytest.raises(UserError, match="already exists; pass --overwrite"):
-        fileio.claim(out, overwrite=False)
-    assert fileio.claim(out, overwrite=False, own_needs_overwrite=False) == ["notes.txt"]
+        out_folder.claim(out, overwrite=False)
+    assert out_folder.claim(out, overwrite=False, own_needs_overwrite=False) == ["notes.txt"]
     (tmp_path / "f").write_text("x")
     with pytest.raises(UserError, match="is a file"):
-        fileio.claim(tmp_path / "f" / "sub", overwrite=True)
+        out_folder.claim(tmp_path / "f" / "sub", overwrite=True)
 
 
 def test_second_writer_gets_the_holders_pid(tmp_path):

@@ -11,10 +11,10 @@ from tiny_flags import TINY
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.api.library import probe
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe.engine import probe
 from tlm_probe.results import write_results
 from tlm_probe.schedules.rules import Rule, isotonic, widths_from_statistic
 from tlm_probe.schedules.widths import ScheduleError, make_schedule, parse_schedule

@@ -14,7 +14,7 @@ from test_from_probe import _model as scaled_model
 from typer.testing import CliRunner
 
 from cli import app
-from tlm_probe.probe.engine import probe
+from tlm_probe.api.library import probe
 from tlm_probe.results import write_results
 from tlm_probe.schedules.rules import Rule, widths_from_statistic
 

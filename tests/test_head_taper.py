@@ -172,8 +172,8 @@ def test_resume_of_a_head_tapered_run_is_bit_identical(tmp_path):
 
 
 def test_probe_backends_agree_on_a_head_tapered_model(tmp_path):
+    from tlm_probe.api.library import probe
     from tlm_probe.capture import load_probe_model
-    from tlm_probe.probe.engine import probe
 
     torch.manual_seed(0)
     folder = save_tlm(TaperedLM(_cfg(init_scale=0.02, max_seq_len=32)), tmp_path / "tlm")
@@ -236,7 +236,7 @@ def test_train_with_heads_and_mlp_schedules_and_a_bad_spec(tmp_path):
 
 
 def test_compare_budget_includes_heads_and_kv():
-    from tlm_probe.train.compare import check_budget
+    from tlm_probe.train.arms import check_budget
     from tlm_probe.train.config import TrainConfig
 
     base = TrainConfig(steps=1, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64, multiple_of=16)

@@ -247,7 +247,7 @@ def test_one_allocation_spelled_twice_is_refused_before_training(work, arms, fir
 
 
 def test_distinct_arms_are_not_taken_for_one(work):
-    from tlm_probe.train.compare import as_arms
+    from tlm_probe.train.arms import as_arms
     from tlm_probe.train.config import TrainConfig
 
     base = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, steps=1)
@@ -306,7 +306,7 @@ def test_a_full_disk_while_compare_sets_up_leaves_the_folder_as_it_was(work, mon
     real = cmp.atomic_write_text
 
     def full(path, text):
-        if Path(path).name == cmp.SETTINGS:
+        if Path(path).name == cmp.SETTINGS_FILE:
             raise fileio.disk_full_error(Path(path), len(text))
         return real(path, text)
 

@@ -24,7 +24,7 @@ from families_zoo import FAMILY_MODELS, build_family
 from models_zoo import CORPUS
 
 from tlm_probe.capture import load_probe_model
-from tlm_probe.capture.sequences import token_sequences
+from tlm_probe.data.sequences import token_sequences
 from tlm_probe.probe.engine import ProbeOptions, run_probe
 
 SEQ_LEN = 16
@@ -83,7 +83,8 @@ def test_zero_ablation_dnll_matches_an_independent_computation(tmp_path, variant
     pm = load_probe_model(folder)
     opts = ProbeOptions(data=CORPUS, stats="ablation_dnll_mlp_zero", seq_len=SEQ_LEN, max_tokens=None)
     table = run_probe(pm, opts).table.sort_values("layer")
-    expect, n = reference_dnll(variant, folder, list(token_sequences(pm, CORPUS, SEQ_LEN)))
+    seqs = list(token_sequences(CORPUS, SEQ_LEN, pm.tokenizer, pm.vocab_size))
+    expect, n = reference_dnll(variant, folder, seqs)
     assert list(table.n_tokens) == [n] * pm.n_layers
     worst = float(np.abs(table.value.to_numpy() - np.array(expect)).max())
     print(f"ablation_dnll_mlp_zero {variant}: max |probe - reference| {worst:.1e}, values {expect}")

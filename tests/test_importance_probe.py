@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 from models_zoo import build_model
 
+from tlm_probe.api.library import probe
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import ProbeOptions, probe, run_probe
+from tlm_probe.probe.engine import ProbeOptions, run_probe
 from tlm_probe.results import AGREEMENT_COLUMNS, read_agreement, read_results, write_probe, write_results
 
 KW = dict(seq_len=24, max_tokens=192, batch_size=4, importance={"sample_size": 64, "grad_sequences": 4})

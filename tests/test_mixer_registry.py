@@ -25,7 +25,7 @@ from tlm_probe.models.config import SETTINGS, TLMConfig
 from tlm_probe.models.mixer_registry import MIXER_HELP, MIXERS
 from tlm_probe.models.mixer_spec import MLPS, MixerSpec, TrainingHooks
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.registry import load
+from tlm_probe.registry import import_entry
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.model_options import MIXER_FIELDS
 
@@ -47,9 +47,10 @@ def test_a_row_has_every_part(mixer):
         value = getattr(row, f.name)
         if f.type.startswith("Callable"):
             assert callable(value), (mixer, f.name)
-    assert issubclass(load(row.module), torch.nn.Module) and issubclass(load(row.training), TrainingHooks)
+    assert issubclass(import_entry(row.module), torch.nn.Module)
+    assert issubclass(import_entry(row.training), TrainingHooks)
     if row.mlp_module:
-        assert issubclass(load(row.mlp_module), torch.nn.Module)
+        assert issubclass(import_entry(row.mlp_module), torch.nn.Module)
     assert (f"{mixer} ({row.help})" if row.help else mixer) in MIXER_HELP.split(" | ")
     if row.settings is not None:
         assert is_dataclass(row.settings) and callable(row.settings.validate)
@@ -120,8 +121,8 @@ def test_a_mixer_builds_through_every_path(mixer):
     with torch.device("meta"):
         meta = TaperedLM(cfg)
     row = MIXERS[mixer]
-    assert type(meta.blocks[0].attn) is load(row.module)
-    mlp = load(row.mlp_module) if row.mlp_module else MLPS[cfg.mlp]
+    assert type(meta.blocks[0].attn) is import_entry(row.module)
+    mlp = import_entry(row.mlp_module) if row.mlp_module else MLPS[cfg.mlp]
     assert type(meta.blocks[0].mlp) is mlp and cfg.mlp_levels == row.mlp_levels(cfg)
     if type(meta.blocks[0].attn) is attention.Attention:  # the G1 gate: the row says so
         assert (meta.blocks[0].attn.W_G is not None) == row.output_gate

@@ -220,9 +220,9 @@ def test_contract_hooks_and_extra_hook_points(mixer):
 def test_probe_guardrail_passes_on_every_backend(tmp_path, mixer):
     """The probe's decomposition guardrail (pieces add up, every tap fires) runs on each backend, and the
     backends agree on every statistic."""
+    from tlm_probe.api.library import probe
     from tlm_probe.capture import load_probe_model
     from tlm_probe.capture.guardrails import GuardrailError
-    from tlm_probe.probe.engine import probe
 
     torch.manual_seed(0)
     folder = save_tlm(TaperedLM(tiny(mixer, vocab_size=128)), tmp_path / mixer)

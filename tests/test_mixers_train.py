@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from cli import app
 from tlm_probe.data.stream import TokenData
 from tlm_probe.tokenizer import ByteTokenizer
-from tlm_probe.train.compare import compare, make_arms, run_name
+from tlm_probe.train.arms import make_arms, run_name
+from tlm_probe.train.compare import compare
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.loop import Trainer
 from tlm_probe.train.run import plan_run

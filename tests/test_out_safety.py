@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from cli import app
 from tlm_probe.data.prepare import prepare
 from tlm_probe.errors import UserError
-from tlm_probe.files import fileio, folder_lock
+from tlm_probe.files import fileio, folder_lock, out_folder
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
@@ -170,7 +170,7 @@ def test_the_same_kind_still_replaces_its_own(work):
     fileio.record(work / "cmp", ["sweep.csv"], "sweep")  # a sweep adds its table to its comparison
     doc = json.loads((work / "cmp" / fileio.MANIFEST).read_text())
     assert (doc["kind"], doc["command"]) == ("compare", "sweep")
-    assert fileio.claim(work / "cmp", overwrite=True, own_needs_overwrite=False, kind="demo") == []
+    assert out_folder.claim(work / "cmp", overwrite=True, own_needs_overwrite=False, kind="demo") == []
     with pytest.raises(UserError, match="holds the output of `tlm compare`; `tlm eval`"):
         write_results(work / "cmp", TABLE, None, {}, kind="eval")
 
@@ -197,13 +197,13 @@ def test_old_manifests_without_a_kind(tmp_path):
     pr = _legacy(tmp_path / "p", "probe", {"model": "m", "backend": "native"})
     assert (fileio.manifest_kind(ev), fileio.manifest_kind(pr)) == ("eval", "probe")
     with pytest.raises(UserError, match="holds the output of `tlm eval`"):
-        fileio.claim(ev, overwrite=True, kind="probe")
+        out_folder.claim(ev, overwrite=True, kind="probe")
     with pytest.raises(UserError, match="records no content hash"):  # a probe's files, unhashed: not replaced
-        fileio.claim(pr, overwrite=False, own_needs_overwrite=False, kind="probe")
-    assert fileio.claim(_legacy(tmp_path / "c", "compare"), overwrite=False, own_needs_overwrite=False,
+        out_folder.claim(pr, overwrite=False, own_needs_overwrite=False, kind="probe")
+    assert out_folder.claim(_legacy(tmp_path / "c", "compare"), overwrite=False, own_needs_overwrite=False,
                         kind="compare") == []  # a comparison's files are never hashed: the name rules decide
     with pytest.raises(UserError, match="manifest does not name"):
-        fileio.claim(_legacy(tmp_path / "n", None), overwrite=True, kind="probe")
+        out_folder.claim(_legacy(tmp_path / "n", None), overwrite=True, kind="probe")
     fileio.record(pr, ["matrices.csv"], "probe")  # the next write records the kind
     assert json.loads((pr / fileio.MANIFEST).read_text())["kind"] == "probe"
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from models_zoo import CORPUS, build_model
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
 from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe.engine import probe
 
 TEXTS = CORPUS * 2
 BACKENDS = ("native", "transformer-lens", "nnsight")

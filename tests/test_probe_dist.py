@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from models_zoo import build_model
 
-from tlm_probe.probe.engine import probe
+from tlm_probe.api.library import probe
 from tlm_probe.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]

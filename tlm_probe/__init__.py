@@ -27,9 +27,9 @@ so that the durations a command prints count its start-up (progress.since_start)
 
 def register_with_transformers() -> None:
     """Register model_type "tlm" with AutoConfig, AutoModelForCausalLM and AutoTokenizer (idempotent)."""
-    from tlm_probe.models.hf import register
+    from tlm_probe.models.hf import register_auto_classes
 
-    register()
+    register_auto_classes()
 
 
 PUBLIC = {

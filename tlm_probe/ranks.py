@@ -1,7 +1,7 @@
 """`tlm probe` and `tlm diff` under torchrun: which rank this process is, and the gloo group its sums are
 reduced over.
 
-Each rank streams the sequences i % world == rank (capture.sequences.shard); every state of a probe or a
+Each rank streams the sequences i % world == rank (data.sequences.shard); every state of a probe or a
 diff is a sum (the statistics' moments, Gram sums, drift sums, token sums), all-reduced with one SUM, so
 two ranks give one process's numbers up to the order of float64 additions. Only rank 0 writes. (Training
 has its own process group, with NCCL on GPUs: train/distributed.py.)"""

@@ -15,7 +15,7 @@ from tlm_probe.errors import UserError
 T = TypeVar("T")
 
 
-def load(path: str) -> Any:
+def import_entry(path: str) -> Any:
     """The object at "package.module:attr"."""
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -53,7 +53,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         entry = self._entries[self.check(name)]
         if self.lazy and isinstance(entry, str):  # imported on first use, then kept
-            entry = self._entries[name] = load(entry)
+            entry = self._entries[name] = import_entry(entry)
         return entry
 
     def items(self) -> Iterator[tuple[str, T]]:

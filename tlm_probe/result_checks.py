@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tlm_probe.files.value_checks import MAX_LAYERS, column_in, max_rows, one_row_each
+from tlm_probe.files.value_checks import MAX_PLOTTED_LAYERS, column_in, max_rows, one_row_each
 from tlm_probe.result_files import AGREEMENT, MATRICES, RESULTS
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _finite(df: pd.DataFrame, where: Path, skip: tuple[str, ...]) -> None:
 def _results(df: pd.DataFrame, where: Path) -> None:
     """Layer -1 rows are an older folder's agreement rows (read_results sets them apart)."""
     max_rows(df, MAX_PROBE_ROWS, where)
-    column_in(df, "layer", -1, MAX_LAYERS - 1, where, integer=True, nan=False)
+    column_in(df, "layer", -1, MAX_PLOTTED_LAYERS - 1, where, integer=True, nan=False)
     if "depth" in df.columns:
         column_in(df[df["layer"] >= 0], "depth", 0.0, 1.0, where, nan=False)
     for col, lo, hi, whole in (("n_tokens", 0, 2**62, True), ("d_ff", 0, WIDEST, True), ("std", 0, math.inf,
@@ -58,7 +58,7 @@ def _results(df: pd.DataFrame, where: Path) -> None:
 def _matrices(df: pd.DataFrame, where: Path) -> None:
     max_rows(df, MAX_PROBE_ROWS, where)
     for col in ("layer_i", "layer_j"):
-        column_in(df, col, 0, MAX_LAYERS - 1, where, integer=True, nan=False)
+        column_in(df, col, 0, MAX_PLOTTED_LAYERS - 1, where, integer=True, nan=False)
     _finite(df, where, ("layer_i", "layer_j"))
     one_row_each(df, _keys(df, ("model", "statistic", "layer_i", "layer_j")), where)
 
@@ -69,7 +69,7 @@ def _agreement(df: pd.DataFrame, where: Path) -> None:
         if col in df.columns:
             column_in(df, col, -1.0, 1.0, where)  # a Spearman correlation
     if "n_layers" in df.columns:
-        column_in(df, "n_layers", 0, MAX_LAYERS, where, integer=True)
+        column_in(df, "n_layers", 0, MAX_PLOTTED_LAYERS, where, integer=True)
     _finite(df, where, ("value", "ci_low", "ci_high", "n_layers"))
 
 
@@ -84,7 +84,7 @@ def check_probe_table(stem: str, df: pd.DataFrame, where: Path) -> None:
 def check_layers_of(df: pd.DataFrame, provenance: dict, where: Path) -> None:
     """The layers of a results table against the number its provenance records (when it records one)."""
     n = (provenance.get("architecture") or {}).get("n_layers") if isinstance(provenance, dict) else None
-    if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_LAYERS and len(df):
+    if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_PLOTTED_LAYERS and len(df):
         column_in(df, "layer", 0, n - 1, where, integer=True, nan=False)
 
 

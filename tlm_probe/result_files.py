@@ -2,6 +2,6 @@
 `tlm probe` checks its --out folder before its seconds of imports (tlm_probe.results re-exports them)."""
 
 RESULTS, MATRICES, AGREEMENT, PROVENANCE = "results", "matrices", "agreement", "provenance.json"
-OURS = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES, AGREEMENT) for ext in ("csv", "parquet")}
-OURS |= {PROVENANCE}
+PROBE_FILES = {f"{stem}.{ext}" for stem in (RESULTS, MATRICES, AGREEMENT) for ext in ("csv", "parquet")}
+PROBE_FILES |= {PROVENANCE}
 """Every file a probe writes into its folder: the ones it may replace there."""

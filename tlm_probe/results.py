@@ -32,7 +32,7 @@ MATRIX_COLUMNS = ["model", "layer_i", "layer_j", "statistic", "value"]
 # one row per model and proxy: the Spearman rank agreement across layers of the proxy with the ablation
 # effect (target), with its 95% CI over n_layers; a per-model number, so not a row of the per-layer table
 AGREEMENT_COLUMNS = ["model", "statistic", "proxy", "target", "value", "ci_low", "ci_high", "n_layers"]
-METRICS = "metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"
 METRICS_MAX_BYTES = 256 * 2**20
 """The largest metrics.jsonl read (a line per logged step: a long run's is a few megabytes)."""
 TRUST_FILES = ("trust.json", "trust.csv", "values.csv")
@@ -140,14 +140,14 @@ def _write_all(folder: Path, tables: dict[str, pd.DataFrame | None], provenance)
 READERS = SUFFIXES  # the table formats of a result folder, preferred first
 NUMERIC = ("layer", "depth", "value", "ci_low", "ci_high", "n_tokens", "d_ff", "layer_i", "layer_j",
            "n_layers")
-REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value"),
+_REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("model", "statistic", "value"),
             AGREEMENT: ("model", "statistic", "value")}
 
 
 def _read_file(path: Path, stem: str) -> pd.DataFrame:
     """One table file, checked: an empty, corrupt or non-numeric file is one UserError naming it."""
     df = read_table_file(path)  # bounded: size, and what a Parquet footer declares
-    missing = [c for c in REQUIRED[stem] if c not in df.columns]
+    missing = [c for c in _REQUIRED[stem] if c not in df.columns]
     if missing:
         raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
     numeric_columns(df, path, [c for c in NUMERIC if c in df.columns])
@@ -210,7 +210,7 @@ def read_metrics(run: str | Path) -> list[dict]:
     """A run folder's metrics.jsonl, one dict per line ([] if there is none); a bad line is a UserError
     naming it. A last line cut short (no newline, not JSON) is left out: the writer was killed mid-line,
     or is still writing it."""
-    return [rec for _, rec in metrics_lines(Path(run) / METRICS)]
+    return [rec for _, rec in metrics_lines(Path(run) / METRICS_FILE)]
 
 
 def metrics_lines(path: Path) -> list[tuple[str, dict]]:
@@ -218,7 +218,7 @@ def metrics_lines(path: Path) -> list[tuple[str, dict]]:
     "step" (what resume, plots and reports rely on)."""
     if not path.is_file():
         return []
-    raw = read_bounded(path, METRICS_MAX_BYTES, f"a {METRICS}")
+    raw = read_bounded(path, METRICS_MAX_BYTES, f"a {METRICS_FILE}")
     lines = raw.split(b"\n")
     out = []
     for number, line in enumerate(lines, start=1):

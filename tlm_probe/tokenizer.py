@@ -17,11 +17,11 @@ import numpy as np
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import read_bounded
-from tlm_probe.files.jsonfile import MAX_BYTES as MAX_JSON_BYTES
+from tlm_probe.files.jsonfile import JSON_MAX_BYTES as MAX_JSON_BYTES
 from tlm_probe.files.jsonfile import loads_bounded, read_json
 from tlm_probe.files.vocab_count import count_entries
+from tlm_probe.models.tokenizer_meta import TOKENIZER_META
 
-META = "tlm_tokenizer.json"
 EOS = "<|endoftext|>"
 DEFAULT_BPE_VOCAB = 4096
 TOKENIZER_KINDS = ("byte", "bpe", "hf")
@@ -59,7 +59,7 @@ class ByteTokenizer:
         from tlm_probe.models.hf_tokenizer import byte_fast_tokenizer
 
         byte_fast_tokenizer().save_pretrained(str(folder))
-        (folder / META).write_text(json.dumps({"kind": "byte"}) + "\n")
+        (folder / TOKENIZER_META).write_text(json.dumps({"kind": "byte"}) + "\n")
 
 
 class HFTokenizer:
@@ -92,7 +92,7 @@ class HFTokenizer:
 
     def save(self, folder: Path) -> None:
         self.tok.save_pretrained(str(folder))
-        (folder / META).write_text(json.dumps({"kind": self.kind, "name": self.name}) + "\n")
+        (folder / TOKENIZER_META).write_text(json.dumps({"kind": self.kind, "name": self.name}) + "\n")
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_BPE_VOCAB) -> HFTokenizer:
@@ -167,7 +167,7 @@ def load_hf_tokenizer(name_or_path: str) -> HFTokenizer:
 
 def read_meta(folder: Path) -> dict:
     """tlm_tokenizer.json of a folder, with a `kind` we know; one line for a corrupt or foreign file."""
-    path = folder / META
+    path = folder / TOKENIZER_META
     try:
         meta = read_json(path)
     except UserError as e:
@@ -182,7 +182,7 @@ def read_meta(folder: Path) -> dict:
 def load_saved_tokenizer(folder: str | Path) -> ByteTokenizer | HFTokenizer | None:
     """The tokenizer a run folder or prepared-data folder was made with; None when it records none."""
     folder = Path(folder)
-    if not (folder / META).is_file():
+    if not (folder / TOKENIZER_META).is_file():
         return None
     meta = read_meta(folder)
     if meta["kind"] == "byte":

@@ -73,7 +73,7 @@ def _as_layer_rows(agreement: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def golden_tables(root: Path, families=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.api.library import probe
 
     tables, mats = [], []
     for family, (folder, vocab) in build_all(root, families).items():

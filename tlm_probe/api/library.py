@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tlm_probe.api.handle import Handle
+from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, as_probe_model, load_probe_model
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
@@ -55,24 +56,36 @@ def _model_arg(model, tokenizer) -> str | Path | ProbeModel:
     return as_probe_model(model, tokenizer)
 
 
+@renamed_keywords(allow_pickle="unsafe_pickle")
 def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=None, progress: bool = False,
           trust_remote_code: bool = False, unsafe_pickle: bool = False, full: bool = False, threads: int = 0,
           **fields):
     """Probe a model: per-layer statistics streamed over a corpus, as `tlm probe` computes them.
 
-    model: anything `tp.load` takes (folder, hub name, .gguf, our run, loaded nn.Module, Handle).
-    data: the corpus (`--data`; default builtin:pydoc). options: a ProbeOptions; keywords of its fields
-    (stats=, max_tokens=, seq_len=, batch_size=, exclude_bos=, backend=, device=, dtype=, importance={...},
-    ...) replace those of `options`. tokenizer: for a loaded module without one. threads: torch's CPU
-    threads for this call (0 leaves them). Returns the tidy result table (model, layer, depth, statistic,
-    value, ci_low, ci_high, n_tokens, d_ff) with its provenance in df.attrs["provenance"]; with
-    full=True the ProbeResult (table, matrices, provenance, agreement), which
+    model: anything `tp.load` takes (folder, hub name, .gguf, our run, loaded nn.Module, Handle,
+    ProbeModel). data: the corpus (`--data`; default builtin:pydoc). options: a ProbeOptions; keywords of
+    its fields (stats=, max_tokens=, seq_len=, batch_size=, exclude_bos=, backend=, device=, dtype=,
+    split=, importance={...}, ...) replace those of `options`. tokenizer: for a loaded module without one.
+    unsafe_pickle: --unsafe-pickle (allow_pickle= is its deprecated name). threads: torch's CPU threads for
+    this call (0 leaves them). Returns the tidy result table (model, layer, depth, statistic, value,
+    ci_low, ci_high, n_tokens, d_ff) with its provenance in df.attrs["provenance"]; with full=True the
+    ProbeResult (table, matrices, provenance, agreement: the spearman_* rows, one per model and proxy,
+    which are not rows of the per-layer table): the matrices and agreement are not put in attrs, because
+    pandas compares attrs when concatenating tables of several models.
     `tlm_probe.results.write_probe(folder, result)` writes as `tlm probe --out` does."""
-    from tlm_probe.probe.engine import probe as run
+    from tlm_probe.probe.engine import run_probe
+    from tlm_probe.threads import torch_threads
 
-    return run(_model_arg(model, tokenizer), data, options, progress=progress,
-               trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle, full=full, threads=threads,
-               **fields)
+    if data is not None:
+        fields["data"] = data
+    if "importance" in fields:
+        fields["importance"] = dict(fields["importance"] or {})
+    opts = dataclasses.replace(options or ProbeOptions(), **fields)
+    with torch_threads(threads, "threads"):
+        res = run_probe(_model_arg(model, tokenizer), opts, progress=progress,
+                        trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+    res.table.attrs["provenance"] = res.provenance
+    return res if full else res.table
 
 
 def plot(inputs, options=None, *, out: str | Path | None = None, **fields):
@@ -107,15 +120,15 @@ def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overw
     (data=, max_tokens=, seq_len=, stats=, device=, ...), or its fields as keywords. out: also write the
     folder the command writes (diff.json, cka.csv, layers.csv, tokens.csv, stats.csv), under the same
     rules: never replacing files it did not write, overwrite=True to replace its own."""
-    from tlm_probe.commands.diff import OURS
+    from tlm_probe.commands.diff import DIFF_FILES
     from tlm_probe.diff.engine import run_diff, write_diff
     from tlm_probe.diff.options import DiffOptions
-    from tlm_probe.files.fileio import claim
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.out_folder import claim
 
     options = dataclasses.replace(options or DiffOptions(), **fields)
     if out is not None:
-        claim(Path(out), overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+        claim(Path(out), overwrite=overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
     with folder_lock(Path(out)) if out is not None else contextlib.nullcontext():
         res = run_diff(_model_arg(model_a, None), _model_arg(model_b, None), options,
                        trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)

@@ -29,7 +29,7 @@ UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_size(text: str, where: str) -> int:
+def _parse_bytes(text: str, where: str) -> int:
     m = _SIZE.match(text)
     if not m or (m.group(2).upper() not in UNITS and m.group(2)):
         raise UserError(f"{where}: {text!r} is not a size (e.g. 200MB, 1.5GiB, 4096)")
@@ -46,7 +46,7 @@ def parse_max_memory(spec: str) -> dict | None:
         if not sep or not key.strip():
             raise UserError(f"--max-memory: {item!r} is not DEVICE=SIZE (e.g. cpu=200MB,0=10GiB)")
         key = key.strip()
-        out[int(key) if key.isdigit() else key] = parse_size(size, f"--max-memory {key}")
+        out[int(key) if key.isdigit() else key] = _parse_bytes(size, f"--max-memory {key}")
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tlm_probe.errors import UserError
 
-MAGIC = b"GGUF"
+_MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 MAX_DIMS = 4  # GGML_MAX_DIMS
 STRING, ARRAY = 8, 9
@@ -87,7 +87,7 @@ def check_gguf(path: Path) -> None:
             raise UserError(f"{path} is not a GGUF file ({path.stat().st_size} bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             cur = _Cursor(buf, path)
-            if buf[:4] != MAGIC:
+            if buf[:4] != _MAGIC:
                 raise UserError(f"{path} is not a GGUF file (no GGUF magic)")
             cur.pos = 4
             version = cur.take("<I", "the version")

@@ -63,7 +63,7 @@ def guardrail_pieces(kind: str) -> set[str]:
 
 
 # the layer output: its tap fires last in every block, so it is what tells a backend the layer is complete
-ALWAYS = {"resid_post"}
+_ALWAYS = {"resid_post"}
 
 
 def capture_set(kind: str, needs: set[str]) -> set[str]:
@@ -74,7 +74,7 @@ def capture_set(kind: str, needs: set[str]) -> set[str]:
     direct = {p for p in needs if p not in derived}
     for p in needs & set(derived):
         direct |= set(derived[p])
-    return direct | guardrail_pieces(kind) | ALWAYS
+    return direct | guardrail_pieces(kind) | _ALWAYS
 
 
 def add_derived(kind: str, raw: dict[str, torch.Tensor]) -> None:

@@ -1,4 +1,5 @@
-"""A handle's inputs as one right-padded batch: text (one string or several), token ids (a 1-D or 2-D
+"""What a model takes: its positions (max_positions, check_seq_len: the probe's and diff's sequence length),
+and a handle's inputs as one right-padded batch: text (one string or several), token ids (a 1-D or 2-D
 tensor, a list of ids or of id lists), a tokenizer's output (input_ids and attention_mask) or the
 (input_ids, attention_mask) pair that encode returns."""
 
@@ -8,9 +9,27 @@ from collections.abc import Mapping
 
 import torch
 
-from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.dispatch import input_device
+from tlm_probe.data.sequences import batches, pad_id
 from tlm_probe.errors import UserError
+
+
+def max_positions(pm) -> int | None:
+    """The most positions the model (a ProbeModel) takes, from its config; None if it says none."""
+    cfg = getattr(pm.model, "config", None) or pm.model.cfg
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int):
+            return value - pm.adapter.position_offset  # RoBERTa: position ids start after the pad index
+    return None
+
+
+def check_seq_len(pm, seq_len: int) -> None:
+    limit = max_positions(pm)
+    if seq_len < 2:
+        raise UserError(f"--seq-len must be >= 2, got {seq_len}")
+    if limit is not None and seq_len > limit:
+        raise UserError(f"--seq-len {seq_len} exceeds the model's maximum of {limit} positions")
 
 
 def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,7 +52,7 @@ def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
     rows = _rows(pm, [inputs] if isinstance(inputs, str) or _is_ids(inputs) else list(inputs))
     if not rows or not all(rows):
         raise UserError("no tokens to run: every input must hold at least one token")
-    ids, mask = next(sq.batches(rows, len(rows), sq.pad_id(pm), device))
+    ids, mask = next(batches(rows, len(rows), pad_id(pm.tokenizer), device))
     return ids, mask
 
 

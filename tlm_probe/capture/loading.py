@@ -32,14 +32,14 @@ from tlm_probe.capture.widths import check_declared, declared_widths, layer_mlp,
 from tlm_probe.errors import UserError
 from tlm_probe.models.config_file import read_config_json
 from tlm_probe.models.device import check_device
+from tlm_probe.models.tokenizer_meta import TOKENIZER_META
 from tlm_probe.models.verify import PICKLE_WEIGHTS
 from tlm_probe.progress import Phase
-from tlm_probe.tokenizer import META as TOKENIZER_META
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 GGUF_SUFFIX = ".gguf"
 GENERIC_NAMES = ("model", "models", "checkpoint", "final", "hf")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
 
 
 def wrap_model(
@@ -161,6 +161,17 @@ def load_probe_model(
     return pm
 
 
+def _load_gguf_model(path: Path, dtype: str, device: str) -> ProbeModel:
+    """A .gguf file, dequantized; its MLP widths checked against the ones its header declares."""
+    from tlm_probe.capture.gguf import load_gguf
+    from tlm_probe.capture.widths import gguf_widths
+
+    model, tokenizer = load_gguf(path, DTYPES[dtype])
+    pm = wrap_model(model.to(device), tokenizer, path.stem, path)
+    check_declared(list(pm.mlp_layers), gguf_widths(path).get("d_ff"), str(path))
+    return pm
+
+
 def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pickle, device_map, max_memory,
                       attn_implementation=None):
     dispatch = from_pretrained_kwargs(device_map, max_memory) if device_map else {}
@@ -177,14 +188,7 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
         raise UserError("--device-map serves checkpoint folders and hub models, not a .gguf file or one "
                         "stack of an encoder-decoder")
     if str(path_or_name).endswith(GGUF_SUFFIX):
-        from tlm_probe.capture.gguf import load_gguf
-        from tlm_probe.capture.widths import gguf_widths
-
-        path = Path(path_or_name)
-        model, tokenizer = load_gguf(path, DTYPES[dtype])
-        pm = wrap_model(model.to(device), tokenizer, path.stem, path)
-        check_declared(list(pm.mlp_layers), gguf_widths(path).get("d_ff"), str(path))
-        return pm
+        return _load_gguf_model(Path(path_or_name), dtype, device)
     folder = Path(path_or_name)
     if folder.is_dir():
         raw = read_config_json(folder)
@@ -203,16 +207,8 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
         raise UserError(f"checkpoint folder not found: {path_or_name} (a path: not looked up on the hub)")
     else:
         name = str(path_or_name)
-    return _load_hf(
-        str(path_or_name),
-        name,
-        device,
-        dtype,
-        trust_remote_code,
-        unsafe_pickle,
-        folder if folder.is_dir() else None,
-        dispatch={**dispatch, **kernel},
-    )
+    return _load_hf(str(path_or_name), name, device, dtype, trust_remote_code, unsafe_pickle,
+                    folder if folder.is_dir() else None, dispatch={**dispatch, **kernel})
 
 
 def _load_tlm_dispatched(folder: Path, name: str, dtype: str, unsafe_pickle: bool, dispatch: dict):
@@ -265,16 +261,8 @@ def _load_stack(
         raise UserError(f"checkpoint folder not found: {source} (a path: not looked up on the hub)")
     else:
         name = source
-    pm = _load_hf(
-        source,
-        f"{name}{STACK_SEP}{stack}",
-        device,
-        dtype,
-        trust_remote_code,
-        allow_pickle,
-        folder if folder.is_dir() else None,
-        stack=stack,
-    )
+    pm = _load_hf(source, f"{name}{STACK_SEP}{stack}", device, dtype, trust_remote_code, allow_pickle,
+                  folder if folder.is_dir() else None, stack=stack)
     decoder_start(pm.model.config)  # refused now, not at the first batch
     return pm
 
@@ -359,7 +347,7 @@ def load_tokenizer(source: str | Path) -> Any | None:
 
         saved = load_saved_tokenizer(folder)
         return saved if saved is None or saved.kind == "byte" else saved.tok
-    if folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+    if folder.is_dir() and not any((folder / f).is_file() for f in _TOKENIZER_FILES):
         return None
     from transformers import AutoTokenizer
 

@@ -24,7 +24,7 @@ def decoder_start(config: Any) -> int:
 def decoder_call(ids: torch.Tensor, mask: torch.Tensor, config: Any) -> tuple[tuple, dict]:
     """One sequence as an encoder-decoder's source and target: the decoder reads it shifted right after
     decoder_start_token_id, so position t sees tokens < t (and the whole encoded sequence). Right padding
-    (capture.sequences.batches) keeps the decoder's real positions where the mask is 1; position t's own
+    (data.sequences.batches) keeps the decoder's real positions where the mask is 1; position t's own
     mask serves the decoder too, as a real position's shifted inputs are all real."""
     dec = torch.cat([torch.full_like(ids[:, :1], decoder_start(config)), ids[:, :-1]], dim=1)  # (B, T)
     return (), {

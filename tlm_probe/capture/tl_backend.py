@@ -49,7 +49,7 @@ TL_NAMES = {
 }
 
 
-def refusal(adapter, config) -> None:
+def _refuse_if_unsupported(adapter, config) -> None:
     """One line naming the backend and what to use instead, where the row says TransformerLens cannot
     serve this configuration."""
     why = adapter.tl_refusal(config) if adapter is not None and adapter.tl_refusal else None
@@ -81,11 +81,11 @@ class TransformerLensBackend:
         load report, 11 lines for a DistilBERT checkpoint with its masked-LM head)."""
         found = config_of(source)
         if found is not None:
-            refusal(*found)
+            _refuse_if_unsupported(*found)
 
     def __init__(self, sink: StatSink):
         self.sink, self.pm = sink, sink.pm
-        refusal(self.pm.adapter, getattr(self.pm.model, "config", None))
+        _refuse_if_unsupported(self.pm.adapter, getattr(self.pm.model, "config", None))
         # TransformerLens' hook_attn_out / hook_mlp_out are by its convention what the block adds to the
         # stream (its Granite bridge multiplies by residual_multiplier itself): no Adapter.scale here
         sink.scales = {}

@@ -9,7 +9,7 @@ of the last block's output give the logits (where not, the logit lens is refused
 
 Tolerance: the re-run repeats the same operations on the same inputs, so the only difference is the
 rounding of one subtraction (post - mid vs the tapped mlp_out): at most one float eps times the magnitude
-of the terms. FACTOR = 16 leaves room for other kernels; a wrong tap is off by the size of a sublayer's
+of the terms. _FACTOR = 16 leaves room for other kernels; a wrong tap is off by the size of a sublayer's
 output (Granite's multiplier 0.5: half of it), ~1e6 times more in float32.
 """
 
@@ -23,9 +23,9 @@ from tlm_probe.capture.native import first_tensor, register_taps
 from tlm_probe.capture.rows import PARALLEL, SEQUENTIAL, split_tap
 from tlm_probe.errors import UserError
 
-FACTOR = 16.0
-PROBE_TOKENS = 16
-SEED = 0
+_FACTOR = 16.0
+_PROBE_TOKENS = 16
+_SEED = 0
 
 
 class VerificationError(UserError):
@@ -35,8 +35,8 @@ class VerificationError(UserError):
 def probe_ids(config) -> torch.Tensor:
     """(1, T) token ids, fixed by a seed: random ids exercise every block as real text does."""
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    length = min(PROBE_TOKENS, int(limit)) if limit else PROBE_TOKENS
-    gen = torch.Generator().manual_seed(SEED)
+    length = min(_PROBE_TOKENS, int(limit)) if limit else _PROBE_TOKENS
+    gen = torch.Generator().manual_seed(_SEED)
     return torch.randint(0, int(config.vocab_size), (1, length), generator=gen)
 
 
@@ -102,7 +102,7 @@ class _Checks:
                 f"invariant {name} fails at layer {layer}: shapes {tuple(got.shape)} and {tuple(want.shape)}"
             )
         eps = torch.finfo(terms[0].dtype).eps
-        tol = FACTOR * eps * max(float(t.double().abs().max()) for t in terms) + 1e-30
+        tol = _FACTOR * eps * max(float(t.double().abs().max()) for t in terms) + 1e-30
         err = float((got - want).abs().max())
         if err > tol:
             raise VerificationError(

@@ -12,12 +12,12 @@ from torch import nn
 from tlm_probe.errors import UserError
 
 DENSE = "dense"
-MOE = "moe"
+_MOE = "moe"
 NONE = "none"
 MEANING = {
     NONE: "no MLP in the block: 0",
     DENSE: "input width of the MLP down projection",
-    MOE: "active width per token: top_k x expert width + shared expert widths (routed experts fused in one "
+    _MOE: "active width per token: top_k x expert width + shared expert widths (routed experts fused in one "
     "parameter; width read from its shape)",
 }
 
@@ -57,7 +57,7 @@ def layer_mlp(adapter: Any, layer: nn.Module, config: Any, d_model: int) -> dict
         down_width(m.down_proj) for p in adapter.shared_experts if (m := _submodule(layer, p)) is not None
     ]
     return {
-        "kind": MOE,
+        "kind": _MOE,
         "d_ff": top_k * width + sum(shared),
         "experts": n,
         "expert_width": width,
@@ -68,7 +68,7 @@ def layer_mlp(adapter: Any, layer: nn.Module, config: Any, d_model: int) -> dict
 
 def neuron_refusal(mlps: list[dict]) -> str | None:
     """Why neuron statistics (mlp_post, the down projection's weights) cannot be computed, or None."""
-    moe = [l for l, m in enumerate(mlps) if m["kind"] == MOE]
+    moe = [l for l, m in enumerate(mlps) if m["kind"] == _MOE]
     if not moe:
         return None
     m = mlps[moe[0]]

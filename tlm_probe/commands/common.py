@@ -15,14 +15,10 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
 from tlm_probe.errors import Interrupted, UserError
+from tlm_probe.progress import say  # one line on stderr, as is (a path may hold brackets)
 
 console = Console(soft_wrap=True)  # a line of text is never broken mid-sentence in a log; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)
-
-
-def say(line: str) -> None:
-    """One line on stderr, printed as is (no rich markup: paths may hold brackets)."""
-    err_console.print(line, markup=False, highlight=False)
 
 
 def interrupt_code(e: KeyboardInterrupt) -> int:

@@ -11,7 +11,7 @@ import typer
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.flags import JsonOut
-from tlm_probe.commands.options import MIXER_FIELDS, Config, with_config_options, with_options
+from tlm_probe.commands.options import MIXER_FLAGS, Config, with_config_options, with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
@@ -54,9 +54,9 @@ COMPARE_FIELDS = (
     "n_kv_heads", "d_ff", "multiple_of", "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr",
     "warmup", "eval_interval", "eval_tokens", "eval_sample", "data", "tokenizer", "device", "threads",
     "norm_scaling",
-    *MIXER_FIELDS,
+    *MIXER_FLAGS,
 )
-SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}
+_SHOWN = {**TRAIN_SHOWN, "steps": {"help": "Optimizer steps per run.", "show": "300"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +86,7 @@ class CompareRun(JsonOut):
 
 
 def _compare_command():
-    @with_config_options(TrainConfig, COMPARE_FIELDS, SHOWN)
+    @with_config_options(TrainConfig, COMPARE_FIELDS, _SHOWN)
     @with_options(run=CompareRun)
     def compare_cmd(
         config: Config = None,
@@ -99,7 +99,7 @@ def _compare_command():
         a grid also: sweep.csv, sweep_heatmap.png).
 
         Re-running the same command continues an interrupted comparison where it stopped."""
-        from tlm_probe.train.compare import make_arms, parse_list, parse_seeds
+        from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
 
         base = build_config(config, config_flags)
         mixers, out = run.mixers, run.out
@@ -126,7 +126,7 @@ def _compare_command():
 def arm_list(schedules: str | None, shapes: str | None, ratios: str) -> list[str]:
     """The arms: --schedules as given (default PAPER_ARMS), or uniform + the --shapes x --ratios grid
     followed by any --schedules arms."""
-    from tlm_probe.train.compare import parse_list
+    from tlm_probe.train.arms import parse_list
     from tlm_probe.train.sweep import grid_arms, parse_ratios
 
     if not shapes:
@@ -172,7 +172,7 @@ def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -
 
     try:
         result = compare(base, arms, seeds, out, overwrite=overwrite, after_run=after_run)
-        result["rank"] = dist.rank()
+        result["rank"] = dist.group_rank()
         dist.shutdown()
         return result
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM

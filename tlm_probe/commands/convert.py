@@ -42,12 +42,13 @@ def register(app: typer.Typer) -> None:
         """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama folder (verified)."""
         from transformers.utils import logging as hf_logging
 
-        from tlm_probe.convert.llama2c import FILES, check_inputs, write_folder
-        from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
+        from tlm_probe.convert.llama2c import FILES, check_llama2c_inputs, write_folder
+        from tlm_probe.files.fileio import publish, temp_folder
         from tlm_probe.files.folder_lock import folder_lock
+        from tlm_probe.files.out_folder import check_apart, claim
 
         out = run.out
-        _, tok_blob = check_inputs(checkpoint, run.tokenizer)
+        _, tok_blob = check_llama2c_inputs(checkpoint, run.tokenizer)
         check_apart(out, [checkpoint, run.tokenizer])
         claim(out, overwrite=run.overwrite, writes=FILES, kind="convert llama2c")
         hf_logging.disable_progress_bar()

@@ -9,13 +9,13 @@ import typer
 
 from tlm_probe.commands.common import command, console, err_console, interrupt_code, print_json
 from tlm_probe.commands.flags import JsonOut
-from tlm_probe.commands.options import MIXER_FIELDS, with_config_options, with_options
+from tlm_probe.commands.options import MIXER_FLAGS, with_config_options, with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.train.config import TrainConfig
 
 # the TrainConfig fields `tlm demo` offers (the mixer and its settings, steps, device, threads)
-DEMO_FIELDS = ("mixer", "steps", "device", "threads", *MIXER_FIELDS)
-SHOWN = {"steps": {"help": "Training steps per model.", "show": "300; 20 with --quick"}}
+DEMO_FIELDS = ("mixer", "steps", "device", "threads", *MIXER_FLAGS)
+_SHOWN = {"steps": {"help": "Training steps per model.", "show": "300; 20 with --quick"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,12 +36,12 @@ class DemoRun(JsonOut):
 
 def register(app: typer.Typer) -> None:
     @command(app, "demo", "tlm demo --out demo")
-    @with_config_options(TrainConfig, DEMO_FIELDS, SHOWN)
+    @with_config_options(TrainConfig, DEMO_FIELDS, _SHOWN)
     @with_options(run=DemoRun)
     def demo_cmd(*, run: DemoRun, config_flags: dict):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
-        from tlm_probe.train.compare import parse_seeds
+        from tlm_probe.train.arms import parse_seeds
         from tlm_probe.workflows.demo import run_demo
 
         flags = dict(config_flags)

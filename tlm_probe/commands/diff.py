@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
         layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
         from tlm_probe.diff.options import check_models
-        from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.files.out_folder import check_apart, claim
 
         pairs = _pairs(model_a, model_b, run)
         for _, a, b in pairs:  # before anything is read or loaded: paths, vocabularies (config.json)
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
         main = rank() == 0
         if main:
-            claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="diff")
+            claim(run.out, overwrite=run.overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
         with folder_lock(run.out) if main else contextlib.nullcontext(), \
                 torch_threads(run.threads, "--threads"), process_group():
             load = dict(trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)
@@ -96,7 +96,7 @@ def _report(s: dict, run: DiffRun) -> None:
     console.print(f"wrote {run.out}/diff.json, cka.csv, layers.csv, tokens.csv{extra}", highlight=False)
 
 
-OURS = ("diff.json", "cka.csv", "layers.csv", "tokens.csv", "stats.csv")
+DIFF_FILES = ("diff.json", "cka.csv", "layers.csv", "tokens.csv", "stats.csv")
 
 
 def _pairs(model_a: str, model_b: str, run: DiffRun) -> list[tuple]:

@@ -97,7 +97,8 @@ def register(app: typer.Typer) -> None:
 def check_output(out: Path, inputs=()) -> None:
     """Before any work: DIR may be new, empty or an earlier eval result; nothing else is replaced, and
     nothing the command reads (model, data, task files) is inside, around or at DIR."""
-    from tlm_probe.files.fileio import check_apart, check_kind, foreign
+    from tlm_probe.files.fileio import check_kind, foreign
+    from tlm_probe.files.out_folder import check_apart
 
     check_apart(out, inputs)
     check_kind(out, "eval")  # a probe's results.csv is not an earlier eval result

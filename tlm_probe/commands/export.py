@@ -8,11 +8,12 @@ from pathlib import Path
 
 import typer
 
-from tlm_probe.commands.common import command, console, err_console, print_json, say
+from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
+from tlm_probe.progress import say
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +74,8 @@ def _load(checkpoint: Path):
 def _export_gguf(checkpoint: Path, out: Path, overwrite: bool) -> dict:
     from tlm_probe.export.gguf_writer import check_gguf_out, write_gguf
     from tlm_probe.export.support import check_exportable
-    from tlm_probe.files.fileio import check_apart
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.out_folder import check_apart
 
     check_exportable(_source(checkpoint), "GGUF")
     check_apart(out, [checkpoint])
@@ -93,8 +94,9 @@ def _export_hf_llama(checkpoint: Path, out: Path, overwrite: bool) -> dict:
     from transformers.utils import logging as hf_logging
 
     from tlm_probe.export.hf_llama import HF_FILES, build_llama, check_hf_llama, save_llama, verify_folder
-    from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
+    from tlm_probe.files.fileio import publish, temp_folder
     from tlm_probe.files.folder_lock import folder_lock
+    from tlm_probe.files.out_folder import check_apart, claim
 
     check_hf_llama(_source(checkpoint))
     check_apart(out, [checkpoint])

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field, replace
 
 import typer
 
-from tlm_probe.commands.common import command, console, device_option, print_json, say
+from tlm_probe.commands.common import command, console, device_option, print_json
 from tlm_probe.commands.flags import JsonOut, Threads
 from tlm_probe.commands.options import with_options
 from tlm_probe.generation import GenerateOptions
+from tlm_probe.progress import say
 
 
 @dataclass(frozen=True, kw_only=True)

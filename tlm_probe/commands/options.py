@@ -35,7 +35,7 @@ SHORT = {"out": "-o", "statistic": "-s"}
 """field -> a one-letter alias."""
 HIDDEN = "hidden"
 """Field metadata key: the option exists but is left out of --help (a deprecated alias)."""
-MIXER_FIELDS = (*MIXER_SETTINGS, "match_params")
+MIXER_FLAGS = (*MIXER_SETTINGS, "match_params")
 """The TrainConfig fields of the mixers' settings, offered by train, compare, sweep and demo."""
 Config = Annotated[Path, typer.Option(help="YAML or TOML file of training options (flags override it).")]
 
@@ -184,7 +184,7 @@ def _shown_default(kind, default, shown: dict) -> tuple[object, object]:
     return None, str(value)
 
 
-DEFAULTS = ("DEFAULT", "DEFAULT_MAP")
+_DEFAULTS = ("DEFAULT", "DEFAULT_MAP")
 """Names of the parameter sources that mean "not given" (typer's Context.get_parameter_source)."""
 CTX = "_tlm_ctx"
 
@@ -194,7 +194,7 @@ def _given(kwargs: dict, names: Sequence[str], ctx: typer.Context | None) -> dic
     --help is left to the config file or the dataclass default."""
     given = [n for n in names if kwargs.get(n) is not None]
     if ctx is not None:
-        given = [n for n in given if getattr(ctx.get_parameter_source(n), "name", None) not in DEFAULTS]
+        given = [n for n in given if getattr(ctx.get_parameter_source(n), "name", None) not in _DEFAULTS]
     return {n: kwargs[n] for n in given}
 
 

@@ -1,14 +1,14 @@
 """The one meaning of --overwrite, said the same way on every command that has it (issue 22).
 
-What it always means (tlm_probe/ownership.py, fileio.claim): replace only what an earlier command of the
-same kind wrote in --out (the entries its manifest names), and write beside the files tlm did not write
-there, never onto one of them. What differs between commands is only when it is NEEDED, because some
-commands refresh their own earlier output on a rerun and others refuse to: that is the second sentence
-of each help, taken from this table so that it cannot drift from one command to the next."""
+What it always means (files/ownership.py, files/out_folder.py's claim): replace only what an earlier command
+of the same kind wrote in --out (the entries its manifest names), and write beside the files tlm did not
+write there, never onto one of them. What differs between commands is only when it is NEEDED, because some
+commands refresh their own earlier output on a rerun and others refuse to: that is the second sentence of
+each help, taken from this table so that it cannot drift from one command to the next."""
 
 from __future__ import annotations
 
-ALWAYS = ("--overwrite replaces only what an earlier `tlm {kind}` wrote in --out, and writes beside files "
+_ALWAYS = ("--overwrite replaces only what an earlier `tlm {kind}` wrote in --out, and writes beside files "
           "tlm did not write, never onto them.")
 
 WHEN_NEEDED = {
@@ -35,4 +35,4 @@ WHEN_NEEDED = {
 
 
 def overwrite_help(kind: str) -> str:
-    return f"{ALWAYS.format(kind=kind)} {WHEN_NEEDED[kind]}"
+    return f"{_ALWAYS.format(kind=kind)} {WHEN_NEEDED[kind]}"

@@ -15,7 +15,6 @@ import typer
 from tlm_probe.commands.common import (
     command,
     console,
-    device_option,
     err_console,
     interrupt_code,
     print_json,
@@ -95,8 +94,8 @@ def register(app: typer.Typer) -> None:
         # a missing path, an offline hub name, an unsupported architecture, a partial --device-map: first
         check_model_source(model, device_map=options.device_map)
         check_not_weights(options.data)
-        check_out(run.out, run.overwrite, options.max_tokens, options.exclude_bos,
-                  inputs=(model, options.data))
+        _check_out(run.out, run.overwrite, options.max_tokens, options.exclude_bos,
+                   inputs=(model, options.data))
         _probe(model, options, run)
 
 
@@ -111,8 +110,8 @@ def _probe(model: str, options: ProbeOptions, run: ProbeRun) -> None:
         from tlm_probe.results import write_probe
 
         import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
-    opts = replace(options, device=device_option(options.device),
-                   importance=parse_pairs(list(run.importance_option)))
+    # the device is resolved once, by run_probe (for the library's callers too)
+    opts = replace(options, importance=parse_pairs(list(run.importance_option)))
     steps = _steps(model, run.checkpoints)
     lock = folder_lock(out) if main else contextlib.nullcontext()
     with lock, torch_threads(run.threads), _interrupt(out):
@@ -149,7 +148,7 @@ def _steps(model: str, checkpoints: str | None):
     return select_steps(model, checkpoints)
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
+_WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pth", ".ckpt", ".onnx")
 
 
 def import_loaders(model: str) -> None:
@@ -170,24 +169,25 @@ def import_loaders(model: str) -> None:
 def check_not_weights(data: str) -> None:
     """A weights file (or a model folder) given as --data would be read as text or token ids: refuse."""
     path = Path(data)
-    if path.is_file() and path.suffix.lower() in WEIGHT_SUFFIXES:
+    if path.is_file() and path.suffix.lower() in _WEIGHT_SUFFIXES:
         raise UserError(f"--data {data} is a model weights file, not text or token ids; "
                         "give the model as the first argument and the data with --data")
     if path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors")):
         raise UserError(f"--data {data} is a model folder (config.json and weights), not text or token ids")
 
 
-def check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
+def _check_out(out: Path, overwrite: bool, max_tokens: int, exclude_bos: bool, inputs=()) -> None:
     """Before loading anything: --out can be written, is apart from the model and data it reads, and
     holds no file of the user's (or of another command) we would replace."""
-    from tlm_probe.files.fileio import check_apart, claim, read_manifest
-    from tlm_probe.result_files import OURS
+    from tlm_probe.files.fileio import read_manifest
+    from tlm_probe.files.out_folder import check_apart, claim
+    from tlm_probe.result_files import PROBE_FILES
 
     if exclude_bos and max_tokens == 1:
         raise UserError("--max-tokens 1 with --exclude-bos leaves no token to measure")
     check_apart(out, inputs)
-    claim(out, overwrite=overwrite, writes=OURS, own_needs_overwrite=False, kind="probe")
-    earlier = sorted(e for e in read_manifest(out) if e in OURS) if out.is_dir() else []
+    claim(out, overwrite=overwrite, writes=PROBE_FILES, own_needs_overwrite=False, kind="probe")
+    earlier = sorted(e for e in read_manifest(out) if e in PROBE_FILES) if out.is_dir() else []
     if earlier and int(os.environ.get("RANK", "0")) == 0:  # replaced without --overwrite: say so, once
         say(f"note: {out} holds the results of an earlier probe{_earlier(out)}; this probe replaces them "
             f"({', '.join(earlier)})")

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
-        from tlm_probe.files.fileio import check_apart
+        from tlm_probe.files.out_folder import check_apart
         from tlm_probe.plotting.folder_checks import check_summaries
 
         out = run.out
@@ -47,10 +47,10 @@ def register(app: typer.Typer) -> None:
         check_apart(out, inputs)
         check_summaries(inputs)  # a diff's or trust's JSON, before pandas and matplotlib are imported
         from tlm_probe.files.folder_lock import folder_lock
-        from tlm_probe.report.html import check_out, render_figures, write_report
+        from tlm_probe.report.html import check_report_out, render_figures, write_report
         from tlm_probe.report.sections import build_document
 
-        check_out(out, run.overwrite)
+        check_report_out(out, run.overwrite)
         with folder_lock(out):  # from reading the inputs to the last file: a second report waits its turn
             doc = build_document(inputs, options=options)
             if not doc.figures() and not doc.sections:

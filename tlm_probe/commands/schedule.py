@@ -25,7 +25,7 @@ from tlm_probe.schedules.widths import FILE, SCHEDULES, ScheduleSpec, make_sched
 @dataclass(frozen=True, kw_only=True)
 class ScheduleArch:
     """The model a schedule is accounted on: a --preset, or these fields. A field left at None is derived:
-    from --from-probe (its layers, its mean width) where there is one, else ARCH_DEFAULTS."""
+    from --from-probe (its layers, its mean width) where there is one, else SCHEDULE_ARCH."""
 
     n_layers: int | None = None
     """Number of layers L (default: 24; with --from-probe the probe's)."""
@@ -69,7 +69,7 @@ class ScheduleArch:
 
 # defaults of the architecture flags without --preset (the flags are None when not given; their help
 # states them, and tests/test_schedules.py checks that it states these)
-ARCH_DEFAULTS = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
+SCHEDULE_ARCH = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
 ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
                   mlp="--mlp", seq_len="--seq-len", n_heads="--heads", n_kv_heads="--kv-heads")
 CONFIG_NAMES = {"seq_len": "max_seq_len"}
@@ -121,7 +121,7 @@ def schedule_result(spec: ScheduleSpec, arch: ScheduleArch, component: str) -> t
         tapered = preset_config(arch.preset, mlp_spec, arch.mixer, **taper, **gqa)
         uniform = preset_config(arch.preset, flat, arch.mixer, **gqa)
     else:
-        base = {**ARCH_DEFAULTS, **given, "mixer": arch.mixer}
+        base = {**SCHEDULE_ARCH, **given, "mixer": arch.mixer}
         d_ff = base.pop("d_ff")
         base.setdefault("n_heads", max(1, base["d_model"] // 64))
         tapered = config_with_schedule(mlp_spec, d_ff, **base, **taper)

@@ -29,7 +29,7 @@ from tlm_probe.schedules.rules import Rule, check_rule, weights, widths_from_sta
 from tlm_probe.schedules.widths import FILE, SCHEDULE_FORMAT, ScheduleSpec, schedule_file_dict
 
 
-def check_out(out: Path | None) -> Path:
+def check_schedule_out(out: Path | None) -> Path:
     """--out must be a .json path in an existing folder, new or a schedule file (ours to replace)."""
     if out is None:
         raise UserError("--from-probe writes a schedule file: give --out FILE.json")
@@ -150,7 +150,7 @@ class Derived:
         return ScheduleSpec(name=FILE, widths=tuple(d["widths"]), multiple_of=d["multiple_of"], source=source)
 
     def write(self) -> Path:
-        check_out(self.out)  # again: the check and the write are apart in time
+        check_schedule_out(self.out)  # again: the check and the write are apart in time
         atomic_write_text(self.out, json.dumps(self.data, indent=2) + "\n")
         return self.out
 
@@ -174,7 +174,7 @@ def derive_from_probe(opts: FromProbeOptions, d_ff: int | None = None,
     if opts.from_probe is None:
         raise UserError("derive_from_probe needs a probe folder (from_probe=)")
     probe_dir = Path(opts.from_probe)
-    out = check_out(opts.out)
+    out = check_schedule_out(opts.out)
     rule = opts.how
     table, prov, results = _read_source(probe_dir)
     model, values, probed = per_layer_values(table, opts.statistic, opts.model, probe_dir)

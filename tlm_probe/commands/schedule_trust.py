@@ -99,7 +99,7 @@ def _check_model(derived, doc: dict, folder: Path) -> None:
                         f"{ours[:12]}); run tlm trust on the probed model")
 
 
-WHAT = {"corpora": "the corpora", "halves": "the two halves of the tokens"}
+_WHAT = {"corpora": "the corpora", "halves": "the two halves of the tokens"}
 
 
 def check_trust_stability(derived, opts, folder, unit: int):
@@ -123,11 +123,11 @@ def check_trust_stability(derived, opts, folder, unit: int):
         widths = {label: widths_from_statistic(v, derived.d_ff, unit, rule)[0] for label, v in found}
         units, moved = _spread(widths, unit)
         stable = units <= opts.max_unstable
-        print(f"stability of {stat} across {WHAT[group]} ({', '.join(widths)}): widths differ by at most "
+        print(f"stability of {stat} across {_WHAT[group]} ({', '.join(widths)}): widths differ by at most "
               f"{units:g} rounding unit(s) of {unit} ({moved} of {derived.n_layers} layers move): "
               f"{'stable' if stable else 'NOT stable'} (limit {opts.max_unstable})", file=sys.stderr)
         record[group] = {"widths": widths, "max_diff_units": units, "layers_moved": moved, "stable": stable}
-        unstable += [] if stable else [f"{WHAT[group]} ({units:g} rounding units apart)"]
+        unstable += [] if stable else [f"{_WHAT[group]} ({units:g} rounding units apart)"]
     if not groups:
         print(f"stability: not checked: {folder} holds neither two corpora nor halves.csv", file=sys.stderr)
     if unstable and not opts.allow_unstable:

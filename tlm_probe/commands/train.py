@@ -9,7 +9,7 @@ import typer
 
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
-from tlm_probe.commands.options import MIXER_FIELDS, Config, with_config_options, with_options
+from tlm_probe.commands.options import MIXER_FLAGS, Config, with_config_options, with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
@@ -20,7 +20,7 @@ TRAIN_FIELDS = (
     "n_heads", "n_kv_heads", "d_ff", "multiple_of", "vocab_size",
     "seq_len", "batch_size", "grad_accum", "steps", "tokens", "lr", "warmup", "eval_interval", "log_interval",
     "eval_tokens", "eval_sample", "ckpt_interval", "keep_last", "seed", "data", "tokenizer", "device",
-    "threads", "compile", "peak_flops", "norm_scaling", *MIXER_FIELDS,
+    "threads", "compile", "peak_flops", "norm_scaling", *MIXER_FLAGS,
 )
 # what the help states where the CLI's default is not the dataclass's (model fields: ARCH_DEFAULTS)
 SHOWN = {**{k: {"default": v} for k, v in ARCH_DEFAULTS.items()},

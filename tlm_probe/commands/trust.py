@@ -15,7 +15,7 @@ from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.trust.options import TrustOptions
 
-OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
+_OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         with the ablation target and with the accuracy lost on --task when each layer's MLP (or block) is
         ablated; flagged where the ranking changes with the corpus or disagrees."""
         from tlm_probe.capture.model_source import check_model_source
-        from tlm_probe.files.fileio import check_apart, claim
+        from tlm_probe.files.out_folder import check_apart, claim
         from tlm_probe.trust.halves import check_halves
         from tlm_probe.trust.options import eval_options, wanted
 
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         if wanted(options.task):
             eval_options(options)  # task names, files and data: before torch is imported
         check_apart(run.out, [model, *options.data])
-        claim(run.out, overwrite=run.overwrite, writes=OURS, own_needs_overwrite=False, kind="trust")
+        claim(run.out, overwrite=run.overwrite, writes=_OURS, own_needs_overwrite=False, kind="trust")
         from tlm_probe.files.folder_lock import folder_lock  # torch below: after the checks
         from tlm_probe.threads import torch_threads
         from tlm_probe.trust.engine import run_trust, write_trust
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
             print_json({"out": str(run.out), **res.summary})
             return
         print_summary(model, options, res)
-        written = ", ".join(n for n in OURS if (run.out / n).is_file())
+        written = ", ".join(n for n in _OURS if (run.out / n).is_file())
         console.print(f"wrote {run.out}: {written}", highlight=False)
 
 

@@ -20,10 +20,10 @@ from tlm_probe.errors import UserError
 
 FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.model", "tokenizer.json",
          "tokenizer_config.json", "special_tokens_map.json", "llama2c.json")
-CHECK_TEXT = "Once upon a time, there was a little girl named Lily. She liked  to play\nin the park."
+_CHECK_TEXT = "Once upon a time, there was a little girl named Lily. She liked  to play\nin the park."
 
 
-def check_inputs(model_bin: Path, tokenizer: Path):
+def check_llama2c_inputs(model_bin: Path, tokenizer: Path):
     """Everything that can refuse the conversion, before a file is written: (config, tokenizer bytes)."""
     if not model_bin.is_file():
         raise UserError(f"llama2.c checkpoint not found: {model_bin}")
@@ -42,14 +42,14 @@ def write_folder(model_bin: Path, tok_blob: bytes, folder: Path) -> dict:
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}) + "\n")
     write_hf_tokenizer(tok_blob, folder)
     (folder / "llama2c.json").write_text(json.dumps({"source": str(model_bin), **vars(cfg)}, indent=2) + "\n")
-    verify(folder, state, tok_blob)
+    _verify(folder, state, tok_blob)
     return {"layers": cfg.n_layers, "d_model": cfg.dim, "d_ff": cfg.hidden_dim, "heads": cfg.n_heads,
             "kv_heads": cfg.n_kv_heads, "vocab_size": cfg.vocab_size, "context": cfg.seq_len,
             "shared_classifier": cfg.shared_classifier, "parameters": int(sum(
                 v.size for k, v in state.items() if "freq" not in k))}
 
 
-def verify(folder: Path, state: dict[str, np.ndarray], tok_blob: bytes) -> None:
+def _verify(folder: Path, state: dict[str, np.ndarray], tok_blob: bytes) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,8 +62,8 @@ def verify(folder: Path, state: dict[str, np.ndarray], tok_blob: bytes) -> None:
         logits = model(torch.arange(min(8, model.config.vocab_size))[None]).logits
     if not torch.isfinite(logits).all():
         raise UserError("the converted model gives non-finite logits; nothing written")
-    ours = AutoTokenizer.from_pretrained(str(folder))(CHECK_TEXT)["input_ids"]
-    theirs = sentencepiece_ids(tok_blob, CHECK_TEXT)
+    ours = AutoTokenizer.from_pretrained(str(folder))(_CHECK_TEXT)["input_ids"]
+    theirs = sentencepiece_ids(tok_blob, _CHECK_TEXT)
     if ours != theirs:
         raise UserError(f"the Hugging Face tokenizer encodes a check sentence as {ours[:12]}..., "
                         f"SentencePiece as {theirs[:12]}...; nothing written")

@@ -24,7 +24,7 @@ from tlm_probe.errors import UserError
 
 HEADER = np.dtype("<i4")
 FLOAT = np.dtype("<f4")
-FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
+_FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
 VERSIONED_MAGIC = 0x616B3432  # "ak42": llama2.c's newer export versions 1 and 2 (a 256-byte header)
 NORM_EPS = 1e-5  # run.c's rmsnorm
 ROPE_THETA = 10000.0  # run.c's frequency base
@@ -74,7 +74,7 @@ def read_config(path: Path) -> Llama2cConfig:
     if int(head[0]) == VERSIONED_MAGIC:
         raise UserError(f"{path} is a versioned llama2.c export (magic ak42); only the legacy format that "
                         "run.c reads is supported (export.py --version 0)")
-    values = dict(zip(FIELDS, (int(v) for v in head), strict=True))
+    values = dict(zip(_FIELDS, (int(v) for v in head), strict=True))
     shared = values["vocab_size"] > 0
     values["vocab_size"] = abs(values["vocab_size"])
     bad = [k for k, v in values.items() if not 0 < v <= MAX_SIDE]

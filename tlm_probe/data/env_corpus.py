@@ -10,7 +10,7 @@ different corpus.
 A document is one file (.py, .pyi, .md, .rst, .txt) listed in a distribution's RECORD, read as UTF-8.
 The list left out the bootstrap tools that come with the interpreter rather than the pins (pip,
 setuptools, wheel) and tlm_probe itself (it changes with every commit); *.dist-info metadata and files over
-MAX_BYTES (generated tables, not prose or code) are skipped. Files are visited in (distribution name,
+_MAX_BYTES (generated tables, not prose or code) are skipped. Files are visited in (distribution name,
 path) order and a file whose text was already seen (same BLAKE2b digest) is skipped: vendored copies are
 one document.
 `corpus_manifest()` names the distributions and versions, which `tlm data prepare` records in meta.json
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from tlm_probe.errors import UserError
 
-SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
-MAX_BYTES = 1_000_000
-MANIFEST = Path(__file__).with_name("env_corpus_v1.txt")
+_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
+_MAX_BYTES = 1_000_000
+DISTRIBUTIONS = Path(__file__).with_name("env_corpus_v1.txt")
 
 
 def _canonical(name: str) -> str:
@@ -36,13 +36,13 @@ def _canonical(name: str) -> str:
 
 
 def pinned() -> list[tuple[str, str]]:
-    """(name, version) of every distribution the corpus reads, in reading order (MANIFEST)."""
-    lines = [ln.strip() for ln in MANIFEST.read_text().splitlines()]
+    """(name, version) of every distribution the corpus reads, in reading order (DISTRIBUTIONS)."""
+    lines = [ln.strip() for ln in DISTRIBUTIONS.read_text().splitlines()]
     return [tuple(ln.split("==")) for ln in lines if ln and not ln.startswith("#")]
 
 
 def _distributions() -> list[metadata.Distribution]:
-    """The installed distributions of MANIFEST (first of each name on sys.path), in its order."""
+    """The installed distributions of DISTRIBUTIONS (first of each name on sys.path), in its order."""
     installed: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions():
         installed.setdefault(_canonical(dist.metadata["Name"] or ""), dist)
@@ -63,10 +63,10 @@ def corpus_manifest() -> list[str]:
 
 
 def _files(dist: metadata.Distribution) -> Iterator[Path]:
-    paths = [p for p in dist.files or () if p.suffix in SUFFIXES and ".dist-info" not in p.parts[0]]
+    paths = [p for p in dist.files or () if p.suffix in _SUFFIXES and ".dist-info" not in p.parts[0]]
     for rel in sorted(paths, key=lambda p: p.as_posix()):
         path = Path(dist.locate_file(rel))
-        if path.is_file() and path.stat().st_size <= MAX_BYTES:
+        if path.is_file() and path.stat().st_size <= _MAX_BYTES:
             yield path
 
 

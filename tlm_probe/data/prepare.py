@@ -18,8 +18,9 @@ from tlm_probe.data.env_corpus import corpus_manifest
 from tlm_probe.data.options import PrepareOptions
 from tlm_probe.data.sources import has_test_split, iter_documents
 from tlm_probe.data.tokens import SHARD_SUFFIX, write_shard
-from tlm_probe.files.fileio import check_apart, claim, publish, temp_folder
+from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.folder_lock import folder_lock
+from tlm_probe.files.out_folder import check_apart, claim
 from tlm_probe.tokenizer import make_tokenizer, parse_bpe
 
 

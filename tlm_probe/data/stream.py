@@ -21,7 +21,7 @@ from tlm_probe.data.tokens import check_shard_ids, is_prepared, lazy_token_ids, 
 from tlm_probe.data.windows import documents_covered, pick
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import int_field, read_json_object
-from tlm_probe.tokenizer import META as TOKENIZER_META
+from tlm_probe.models.tokenizer_meta import TOKENIZER_META
 from tlm_probe.tokenizer import load_saved_tokenizer, make_tokenizer
 
 TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")

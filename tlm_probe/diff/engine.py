@@ -29,10 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from tlm_probe.capture import load_probe_model
-from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.finite import refuse_non_finite
+from tlm_probe.capture.inputs import check_seq_len, max_positions
 from tlm_probe.capture.native import first_tensor, register_taps
 from tlm_probe.capture.probe_model import ProbeModel
+from tlm_probe.data import sequences as sq
 from tlm_probe.data.sources import resolve_split
 from tlm_probe.diff.options import DiffOptions, diff_statistics
 from tlm_probe.diff.paired_stats import CI_OVER_SEQUENCES, PairedStats
@@ -46,7 +47,7 @@ POSITION_EDGES = (0, 1, 4, 16, 64, 256, 1024)
 """Position buckets [0,1), [1,4), ..., [1024, inf): the first token, the first few, and so on."""
 COUNT_EDGES = (1, 3, 11, 101)
 """Frequency buckets of a target token by its count in the probed text: 1-2, 3-10, 11-100, > 100."""
-CHECK_TEXT = "The quick brown fox, 1234 — ünïcode."
+_CHECK_TEXT = "The quick brown fox, 1234 — ünïcode."
 BUCKETS = (("position", POSITION_EDGES), ("target_count", COUNT_EDGES))
 
 
@@ -89,7 +90,7 @@ def check_pair(pa: ProbeModel, pb: ProbeModel) -> None:
     if pa.vocab_size != pb.vocab_size:
         raise UserError(f"the models read different vocabularies ({pa.vocab_size} vs {pb.vocab_size} ids)")
     ta, tb = pa.tokenizer, pb.tokenizer
-    if ta is not None and tb is not None and _ids(ta, CHECK_TEXT) != _ids(tb, CHECK_TEXT):
+    if ta is not None and tb is not None and _ids(ta, _CHECK_TEXT) != _ids(tb, _CHECK_TEXT):
         raise UserError("the models' tokenizers give different ids for the same text; diff needs one "
                         "tokenizer")
     lacking = [pm.name for pm in (pa, pb) if pm.tokenizer is None]
@@ -153,12 +154,13 @@ def run_diff(model_a, model_b, opts: DiffOptions, *, trust_remote_code: bool = F
         split = "val"  # either model may have trained on the source: held-out text only
     opts = replace(opts, split=split, device=device)
     source = sq.read_source(opts.data, split)  # a token file is read once
-    limits = [m for m in (sq.max_positions(pa), sq.max_positions(pb)) if m]
+    limits = [m for m in (max_positions(pa), max_positions(pb)) if m]
     seq_len = opts.seq_len or sq.row_length(source, split) or min([256, *limits])
     for pm in (pa, pb):
-        sq.check_seq_len(pm, seq_len)
-    seqs = list(sq.limit_tokens(sq.token_sequences(pa, source, seq_len, split, str(opts.data)[:80]),
-                                opts.max_tokens or None))
+        check_seq_len(pm, seq_len)
+    ids = sq.token_sequences(source, seq_len, pa.tokenizer, pa.vocab_size, split, str(opts.data)[:80],
+                             model=pa.name)
+    seqs = list(sq.limit_tokens(ids, opts.max_tokens or None))
     if not seqs:
         raise UserError(f"no tokens to compare in {str(opts.data)[:80]!r}")
     with process_group():  # torchrun: this rank's share of the sequences, then every sum all-reduced
@@ -205,7 +207,7 @@ def _stream(pa: ProbeModel, pb: ProbeModel, seqs: list[list[int]], opts: DiffOpt
     mine = sq.shard(seqs, rank(), world())
     try:
         with torch.no_grad(), acc.stats.held() if acc.stats else contextlib.nullcontext():
-            for ids, mask in sq.batches(mine, opts.batch_size, sq.pad_id(pa), opts.device):
+            for ids, mask in sq.batches(mine, opts.batch_size, sq.pad_id(pa.tokenizer), opts.device):
                 _batch(pa, pb, taps, ids, mask, opts, acc)
     finally:
         for t in taps:

@@ -90,7 +90,7 @@ class IdsOnly:
     encode_batch = decode = encode
 
 
-def is_token_source(source: str) -> bool:
+def is_prepared_or_token_file(source: str) -> bool:
     return is_prepared(source) or (Path(source).suffix in TOKEN_SUFFIXES and Path(source).is_file())
 
 
@@ -100,7 +100,7 @@ def source_ids(source: str, split: str, codec) -> np.ndarray:
         if split != "all" and not (Path(source) / split).is_dir():
             raise UserError(f"the prepared folder {source} has no {split} split")
         return np.asarray(load_token_ids(source, split), dtype=np.int64)
-    if is_token_source(source):
+    if is_prepared_or_token_file(source):
         data = load_token_data(source)
         parts = {"train": [data.train], "val": [data.val], "all": [data.train, data.val]}[split]
         return np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])

@@ -140,13 +140,14 @@ def resolved_device(opts: EvalOptions) -> EvalOptions:
 @renamed_keywords(allow_pickle="unsafe_pickle")
 def load_scorer(model: str, opts: EvalOptions, unsafe_pickle: bool = False, trust_remote_code: bool = False):
     from tlm_probe.capture.loading import load_probe_model
-    from tlm_probe.eval.perplexity import IdsOnly, is_token_source
+    from tlm_probe.eval.perplexity import IdsOnly, is_prepared_or_token_file
     from tlm_probe.eval.scorer import Scorer, TextCodec
 
     opts = resolved_device(opts)
     pm = load_probe_model(model, opts.device, opts.dtype, trust_remote_code, unsafe_pickle,
                           device_map=opts.device_map, max_memory=opts.max_memory)
-    ids_only = not opts.tasks and all(is_token_source(s) for s in opts.ppl_data)  # no text to encode
+    # no text to encode
+    ids_only = not opts.tasks and all(is_prepared_or_token_file(s) for s in opts.ppl_data)
     codec = IdsOnly() if pm.tokenizer is None and ids_only else TextCodec(pm.tokenizer)
     return Scorer(pm, codec, batch_size=opts.batch_size)
 
@@ -270,9 +271,9 @@ def _config_hash(config: dict) -> str:
 
 def _ppl(scorer, source: str, split: str, opts: EvalOptions, progress=None):
     """The perplexity of one source, on `split` (--split resolved for this source)."""
-    from tlm_probe.eval.perplexity import is_prepared, is_token_source, perplexity, source_ids
+    from tlm_probe.eval.perplexity import is_prepared, is_prepared_or_token_file, perplexity, source_ids
 
-    if split == "test" and is_token_source(source) and not is_prepared(source):
+    if split == "test" and is_prepared_or_token_file(source) and not is_prepared(source):
         raise UserError(f"--split test: {source} is a token file, which has only train and val")
     ids = source_ids(source, split, scorer.codec)
     return perplexity(

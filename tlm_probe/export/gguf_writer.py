@@ -32,7 +32,7 @@ from tlm_probe.files.fileio import atomic_path
 MARKER = "tlm_probe.exported_by"
 ALL_F32 = 0  # general.file_type: LLAMA_FTYPE_ALL_F32
 # our per-block weight -> llama.cpp's name (blk.N.<name>)
-LAYER_NAMES = {
+_LAYER_NAMES = {
     "ln1.weight": "attn_norm.weight",
     "attn.W_Q.weight": "attn_q.weight",
     "attn.W_K.weight": "attn_k.weight",
@@ -51,7 +51,7 @@ def gguf_tensors(state: dict, cfg, shapes: LayerShapes) -> dict[str, np.ndarray]
     arr = {k: v.detach().to("cpu").float().contiguous().numpy() for k, v in state.items()}
     out = {"token_embd.weight": arr["embed.weight"]}
     for l in range(cfg.n_layers):
-        for ours, theirs in LAYER_NAMES.items():
+        for ours, theirs in _LAYER_NAMES.items():
             w = arr[f"blocks.{l}.{ours}"]
             if theirs in PERMUTED:
                 w = rope_interleave(w, getattr(shapes, PERMUTED[theirs])[l])

@@ -20,7 +20,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.export.support import LayerShapes, check_exportable, check_state_shapes
 
 # our per-block weight -> LlamaForCausalLM's (model.layers.N.<name>)
-LAYER_NAMES = {
+_LAYER_NAMES = {
     "ln1.weight": "input_layernorm.weight",
     "attn.W_Q.weight": "self_attn.q_proj.weight",
     "attn.W_K.weight": "self_attn.k_proj.weight",
@@ -33,7 +33,7 @@ LAYER_NAMES = {
 }
 # LayerShapes field -> LlamaConfig attribute; with the value a two-layer probe gives its layer 1 and the
 # weight (and its expected shape in that probe) that shows whether layer 1 got it
-PER_LAYER = {
+_PER_LAYER = {
     "d_ff": ("intermediate_size", 16, "mlp.gate_proj.weight", (16, 16)),
     "heads": ("num_attention_heads", 2, "self_attn.q_proj.weight", (8, 16)),
     "kv_heads": ("num_key_value_heads", 1, "self_attn.k_proj.weight", (4, 16)),
@@ -51,7 +51,7 @@ def per_layer_problem(field: str) -> str:
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    attr, value, weight, shape = PER_LAYER[field]
+    attr, value, weight, shape = _PER_LAYER[field]
     where = f"transformers {transformers.__version__}"
     try:
         config = LlamaConfig(**PROBE, per_layer_config={1: {attr: value}})
@@ -69,7 +69,7 @@ def llama_config(cfg, shapes: LayerShapes, tokenizer):
     from transformers import LlamaConfig
 
     overrides: dict[int, dict] = {}
-    for field, (attr, *_rest) in PER_LAYER.items():
+    for field, (attr, *_rest) in _PER_LAYER.items():
         values = getattr(shapes, field)
         for l, v in enumerate(values):
             if v != values[0]:
@@ -94,7 +94,7 @@ def llama_state(state: dict, cfg) -> dict[str, torch.Tensor]:
     out = {"model.embed_tokens.weight": state["embed.weight"],
            "model.norm.weight": state["ln_final.norm.weight"]}
     for l in range(cfg.n_layers):
-        for ours, theirs in LAYER_NAMES.items():
+        for ours, theirs in _LAYER_NAMES.items():
             out[f"model.layers.{l}.{theirs}"] = state[f"blocks.{l}.{ours}"]
     if not cfg.tie_embeddings:
         out["lm_head.weight"] = state["unembed.weight"]

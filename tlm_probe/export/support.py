@@ -11,7 +11,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.models.config import TLMConfig
 
 # config field -> (the value a Llama block has, why another value has no stock equivalent)
-REQUIRED = {
+_REQUIRED = {
     "mixer": ("attention", "its token mixer is {v!r}; Llama-style formats hold plain softmax attention only "
                            "(no output gate, neural memory or continuum memory)"),
     "mlp": ("swiglu", "its MLP is {v!r}; a Llama MLP is SwiGLU"),
@@ -51,7 +51,7 @@ class LayerShapes:
 
 def check_exportable(cfg: TLMConfig, target: str) -> LayerShapes:
     """The model's per-layer shapes, or one UserError line saying why `target` cannot hold it."""
-    for key, (want, why) in REQUIRED.items():
+    for key, (want, why) in _REQUIRED.items():
         if getattr(cfg, key) != want:
             raise UserError(f"cannot export to {target}: {why.format(v=getattr(cfg, key))}")
     shapes = LayerShapes(tuple(cfg.d_ff), layer_heads(cfg), layer_kv_heads(cfg), cfg.d_head)

@@ -1,5 +1,6 @@
 """Writing files safely: atomic writes and manifests of written files (the one copy of each; the folder
-lock that guards them is tlm_probe/files/folder_lock.py).
+lock that guards them is tlm_probe/files/folder_lock.py; the checks of an output folder before any work,
+claim among them, are tlm_probe/files/out_folder.py).
 
 - Atomic: a file (or folder) is written under a temporary name next to its final one and renamed into
   place, so a crash never leaves it half-written; a failed write removes its temporary. Outputs follow the
@@ -11,14 +12,9 @@ lock that guards them is tlm_probe/files/folder_lock.py).
   create, and leaves every other file where it is. The manifest is data from disk, not an instruction:
   an entry that is absolute, holds '..', names the folder itself or passes through a symbolic link is
   refused, and only regular files and real folders strictly inside OUT are ever deleted.
-- Content hashes: publish records the sha256 of every file it writes, and a file whose manifest records
-  one is deleted or replaced (remove_owned, publish, and checked at once by claim) only while its bytes
-  still hash to it, else one line names it and nothing is touched. A file entry without a hash is refused
-  too in the folders tlm always hashes (probe, eval, report, export, diff, trust, data prepare: so also
-  their folders from a tlm before hashes, which the user clears by hand); folders, and the files of train,
-  compare, sweep and demo (rewritten or appended to while a run lives), go by the name and kind rules
-  alone. The rule and its reasons: tlm_probe/files/ownership.py.
-- Inputs: --out may not be, contain or lie inside an input of the same command (check_apart).
+- Content hashes: publish records the sha256 of every file it writes; remove_owned and publish replace or
+  delete a file only while its bytes still hash to what its manifest records (the rule, and the folders
+  where a file without a hash is refused too: tlm_probe/files/ownership.py).
 """
 
 from __future__ import annotations
@@ -29,16 +25,14 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.ownership import (  # noqa: F401 (check_apart, manifest_kind: for the commands)
+from tlm_probe.files.ownership import (  # noqa: F401 (manifest_kind: for the commands)
     HASHES,
     MANIFEST,
-    check_apart,
     check_kind,
     check_unchanged,
     entry_problem,
@@ -346,78 +340,3 @@ def _publish_into(tmp: Path, out: Path, command: str, entries: list[str], hashes
     for name in entries:
         replace_entry(tmp / name, out / name)
     _write_manifest(out, kind, command, entries, hashes)
-
-
-# ---- checking an output folder before any work ----------------------------------------------------
-def ensure_writable(out: str | Path) -> None:
-    """Raise a UserError unless `out` could be created: probe the nearest existing ancestor by actually
-    making (and removing) a folder there, since permission bits say nothing when running as root."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"output {out} exists and is not a folder")
-    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-    if not parent.is_dir():
-        raise UserError(f"output folder {out} cannot be created: {parent} is a file")
-    try:
-        probe = Path(tempfile.mkdtemp(dir=parent, prefix=".tlm-write-test-"))
-        probe.rmdir()
-    except OSError as e:
-        raise UserError(f"output folder {out} cannot be written ({e.strerror}: {parent})") from None
-
-
-def check_entries_are_ours(out: Path, writes: Iterable[str], kind: str | None) -> None:
-    """A manifest whose entries name files this kind of command never writes was not written by it (a
-    forged or hand-edited manifest, e.g. one that lists a checkpoint's model.safetensors in a probe
-    folder): refuse before anything is deleted or replaced, naming the entry (issue 36)."""
-    allowed = set(writes)
-    for entry in read_manifest(out):
-        top = PurePosixPath(entry).parts[0]
-        if top not in allowed:
-            what = f"`tlm {kind}`" if kind else "this command"
-            raise UserError(f"the manifest of {out} lists {entry!r}, which {what} never writes: it is not a "
-                            "manifest tlm wrote for this command; nothing will be replaced or deleted there "
-                            "(choose another folder)")
-
-
-def claim(
-    out: str | Path,
-    *,
-    overwrite: bool,
-    writes: Iterable[str] = (),
-    own_needs_overwrite: bool = True,
-    hint: str = "",
-    kind: str | None = None,
-    owned: Iterable[str] = (),
-) -> list[str]:
-    """Check, before any expensive work, that a command may write `out`; returns the names of the files
-    it will leave alone there. A non-empty folder that tlm did not write is refused without --overwrite;
-    with it, tlm writes beside those files but never onto one of them (`writes`: the top-level names the
-    command may write). A folder tlm wrote is refused without --overwrite when `own_needs_overwrite`, and
-    always when another kind of command than `kind` wrote it (None: no kind check, for library callers
-    that write plain files). A manifest entry outside `writes` and `owned` (what else a folder of this kind
-    holds, e.g. a sweep's files in a comparison) is refused: that manifest is not this command's."""
-    out = Path(out)
-    ensure_writable(out)
-    check_kind(out, kind)
-    others = foreign(out)
-    ours = bool(read_manifest(out))
-    if ours and writes:
-        check_entries_are_ours(out, (*writes, *owned), kind)
-    if not others and not ours:
-        return []
-    if not overwrite and not ours:
-        raise UserError(
-            f"output folder {out} is not empty and tlm did not write it ({others[0]}, ...); "
-            "choose another folder, or pass --overwrite to write beside its files"
-        )
-    if not overwrite and own_needs_overwrite:
-        raise UserError(f"output folder {out} already exists; pass --overwrite to replace it{hint}")
-    if ours:  # what the command will replace or delete still holds the bytes tlm wrote
-        check_unchanged(out, read_manifest(out))
-    clash = sorted(set(others) & set(writes))
-    if clash:
-        raise UserError(f"refusing to replace {out / clash[0]}: tlm did not write it (move it away first)")
-    if others:
-        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        print(f"note: {out} keeps {len(others)} file(s) tlm did not write: {shown}", file=sys.stderr)
-    return others

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.fileio import clean_stale_temps, ensure_writable, file_mode
+from tlm_probe.files.fileio import clean_stale_temps, file_mode
+from tlm_probe.files.out_folder import ensure_writable
 
 _held: dict[Path, tuple[int, int]] = {}
 """Locks this process holds: path -> (file descriptor, depth), so that nested writers (demo -> compare

@@ -12,7 +12,7 @@ from pathlib import Path
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import read_bounded
 
-MAX_BYTES = 256 * 2**20
+JSON_MAX_BYTES = 256 * 2**20
 """The largest JSON file tlm reads (its own files are kilobytes; a tokenizer.json some megabytes)."""
 MAX_DEPTH = 64
 """The deepest nesting accepted: tlm's files nest a few levels; 100,000 would exhaust Python's stack."""
@@ -71,8 +71,8 @@ def jsonl_records(path: str | Path, max_line: int = MAX_LINE_BYTES) -> Iterator[
 
 
 def read_json(path: str | Path):
-    """The JSON document in `path`, read within MAX_BYTES (checked before reading) and MAX_DEPTH."""
-    return loads_bounded(read_bounded(path, MAX_BYTES, "a JSON file tlm reads"), str(path))
+    """The JSON document in `path`, read within JSON_MAX_BYTES (checked before reading) and MAX_DEPTH."""
+    return loads_bounded(read_bounded(path, JSON_MAX_BYTES, "a JSON file tlm reads"), str(path))
 
 
 def read_json_object(path: str | Path) -> dict:

@@ -1,7 +1,7 @@
 """Who owns an output folder, and what a command may touch in it: the manifest's kind of command, the
-safety of each entry it names, the bytes of each file it names, and an --out kept apart from the
-command's inputs. Pure checks on paths and manifests (fileio does the writing); every refusal is one
-UserError line.
+safety of each entry it names and the bytes of each file it names. Pure checks on paths and manifests
+(fileio does the writing, out_folder checks an --out before any work); every refusal is one UserError
+line.
 
 Content hashes (issue 36): the manifest records the sha256 of every file written whole through
 fileio.publish (`sha256`: entry -> digest). A file whose manifest records a digest is deleted or replaced
@@ -12,7 +12,7 @@ so for the kinds of folder tlm always hashes (HASHED_KINDS: probe, eval, report,
 data prepare) a file entry WITHOUT a digest is refused too. That includes folders written before digests
 were recorded (tlm before issue 36): `--overwrite` then stops with one line naming the file, and the user
 moves or deletes it (nothing is lost either way). Not hashed, and deleted by the name and kind rules
-alone (check_kind, fileio.check_entries_are_ours, entry_problem): folder entries (runs/…, checkpoints,
+alone (check_kind, out_folder.check_entries_are_ours, entry_problem): folder entries (runs/…, checkpoints,
 shards) and the folders of train, compare, sweep and demo, whose files are rewritten in place or appended
 to while a run lives (metrics.jsonl gets a line per logged step)."""
 
@@ -159,28 +159,3 @@ def check_kind(folder: str | Path, kind: str | None) -> None:
                         "will not replace anything there: choose another folder")
     raise UserError(f"{folder} holds the output of `tlm {found}`; `tlm {kind}` will not replace or mix "
                     "with it: choose another folder")
-
-
-def check_apart(out: str | Path, inputs: Iterable[str | Path]) -> None:
-    """Refuse an --out that is, contains or lies inside one of the command's inputs, symbolic links
-    resolved: writing there would replace or delete what the command reads. Inputs that name nothing on
-    disk (hub names, builtin: sources, globs) are skipped."""
-    target = Path(out).resolve()
-    for given in inputs:
-        path = _on_disk(str(given))
-        if path is None:
-            continue
-        src = path.resolve()
-        relation = ("is" if src == target else "lies inside" if src in target.parents
-                    else "contains" if target in src.parents else "")
-        if relation:
-            raise UserError(f"--out {out} {relation} the input {given}; choose an output folder apart from "
-                            "the inputs")
-
-
-def _on_disk(given: str) -> Path | None:
-    """The file or folder an argument names (a source FILE:FIELD names FILE), or None."""
-    for candidate in (given, given.rpartition(":")[0]):
-        if candidate and os.path.lexists(candidate):
-            return Path(candidate)
-    return None

@@ -1,11 +1,12 @@
 """Reading a received table (results.csv/.parquet, matrices, eval results, paired.csv), bounded (issue 36):
 the one place tlm calls pandas' CSV and Parquet readers on a file from disk.
 
-Bounds, checked before pandas allocates anything: a regular file of at most MAX_BYTES (files/bounded.py);
-for Parquet, whose pages are compressed, also what its footer declares: at most MAX_BYTES uncompressed and
-at most MAX_CELLS cells (rows x columns: a column of a billion nulls is a few bytes on disk and 8 GB in
-memory). A CSV's cells are bounded by its size (each takes at least its separator). Whatever pandas or
-pyarrow raise on a malformed file (they raise many types) is one UserError naming the file."""
+Bounds, checked before pandas allocates anything: a regular file of at most TABLE_MAX_BYTES
+(files/bounded.py); for Parquet, whose pages are compressed, also what its footer declares: at most
+TABLE_MAX_BYTES uncompressed and at most MAX_CELLS cells (rows x columns: a column of a billion nulls is a
+few bytes on disk and 8 GB in memory). A CSV's cells are bounded by its size (each takes at least its
+separator). Whatever pandas or pyarrow raise on a malformed file (they raise many types) is one UserError
+naming the file."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import checked_size
 
-MAX_BYTES = 256 * 2**20
+TABLE_MAX_BYTES = 256 * 2**20
 """The largest table file read (a probe of many models is a few megabytes)."""
 MAX_CELLS = 64 * 2**20
 """The most cells (rows x columns) a Parquet table may declare (half a gigabyte of float64)."""
@@ -30,7 +31,7 @@ def read_table_file(path: str | Path, **kwargs):
     path = Path(path)
     if path.suffix not in SUFFIXES:
         raise UserError(f"{path} is not a table tlm reads (a .csv or .parquet file)")
-    checked_size(path, MAX_BYTES, WHAT)
+    checked_size(path, TABLE_MAX_BYTES, WHAT)
     try:
         if path.suffix == ".parquet":
             _check_parquet_footer(path)
@@ -65,6 +66,6 @@ def _check_parquet_footer(path: Path) -> None:
         raise UserError(f"{path} declares {meta.num_rows:,} rows x {meta.num_columns:,} columns, more than "
                         f"the {MAX_CELLS:,} cells allowed for {WHAT}")
     unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    if unpacked > MAX_BYTES:
-        raise UserError(f"{path} declares {unpacked:,} bytes uncompressed, more than the {MAX_BYTES:,} "
+    if unpacked > TABLE_MAX_BYTES:
+        raise UserError(f"{path} declares {unpacked:,} bytes uncompressed, more than the {TABLE_MAX_BYTES:,} "
                         f"allowed for {WHAT}")

@@ -16,7 +16,7 @@ from tlm_probe.errors import UserError
 if TYPE_CHECKING:  # pandas is not imported here: JSON fields are checked before `tlm plot` imports it
     import pandas as pd
 
-MAX_LAYERS = 4096
+MAX_PLOTTED_LAYERS = 4096
 """The most layers a model diffed or probed may have (the deepest released models have ~100)."""
 MAX_STATISTICS = 256
 """The most statistics one folder may hold rows of (the catalogue holds a few dozen)."""

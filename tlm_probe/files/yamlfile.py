@@ -1,7 +1,7 @@
 """Reading received YAML, bounded (issue 36): the one YAML reader of bytes from disk (`tlm train --config`,
 `tlm eval --tasks` and the files those include).
 
-Bounds: the size (at most MAX_BYTES, checked before reading, and no more read: files/bounded.py), UTF-8,
+Bounds: the size (at most YAML_MAX_BYTES, checked before reading, and no more read: files/bounded.py), UTF-8,
 nesting at most MAX_DEPTH (counted while composing, before PyYAML's recursion could overflow the stack: a
 file nested 50,000 deep was a RecursionError traceback), at most MAX_NODES nodes once every alias is
 expanded (an alias bomb of 400 bytes is 387 million nodes, which the harness and tlm's provenance would
@@ -16,12 +16,10 @@ from pathlib import Path
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import read_bounded
-from tlm_probe.files.jsonfile import decode_utf8
+from tlm_probe.files.jsonfile import MAX_DEPTH, decode_utf8
 
-MAX_BYTES = 2**20
+YAML_MAX_BYTES = 2**20
 """The largest YAML file read (tlm's configs and lm-eval's task configs are a few kilobytes)."""
-MAX_DEPTH = 64
-"""The deepest nesting accepted (configs nest a few levels)."""
 MAX_NODES = 100_000
 """The most YAML nodes of one document with every alias expanded."""
 
@@ -44,7 +42,7 @@ def load_file(path: str | Path, label: str = ""):
 
 
 def loads(text: str, label: str):
-    """The Python value of the YAML document `text` (read from `label` within MAX_BYTES: load_file, or
+    """The Python value of the YAML document `text` (read from `label` within YAML_MAX_BYTES: load_file, or
     read_bounded), SafeLoader's types only, within the depth and alias bounds."""
     import yaml
 
@@ -59,7 +57,7 @@ def loads(text: str, label: str):
 
 
 def _read_text(path: str | Path, label: str, what: str) -> str:
-    return decode_utf8(read_bounded(path, MAX_BYTES, what, label), label)
+    return decode_utf8(read_bounded(path, YAML_MAX_BYTES, what, label), label)
 
 
 def _invalid(label: str, e: Exception) -> UserError:

@@ -29,7 +29,7 @@ class Ablation:
     kind: str
 
 
-def first_tensor(output) -> torch.Tensor:
+def first_output(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
@@ -100,7 +100,7 @@ def calibrating(modules: list[nn.Module], calib: Calibration, mask_ref: dict):
     """Record outputs of `modules` into `calib`; mask_ref["mask"] holds the current (B, T) valid mask."""
 
     def hook(module, args, output):
-        calib.add(module, first_tensor(output), mask_ref["mask"])
+        calib.add(module, first_output(output), mask_ref["mask"])
 
     handles = [m.register_forward_hook(hook) for m in modules]
     try:
@@ -122,7 +122,7 @@ def _replacement(ab: Ablation, out: torch.Tensor, inp: torch.Tensor | None, cali
 
 def _hook_for(ab: Ablation, rows: slice, calib: Calibration | None, seq_len: int):
     def hook(module, args, kwargs, output):
-        out = first_tensor(output)
+        out = first_output(output)
         inp = as_tokens(block_input(args, kwargs), seq_len)[rows] if ab.kind == "skip" else None
         new = as_tokens(out, seq_len).clone()
         new[rows] = _replacement(ab, new[rows], inp, calib)

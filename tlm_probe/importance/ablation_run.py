@@ -68,7 +68,7 @@ def hidden_shift(clean, ablated, batch, mask):
 
 
 # metric -> (what of the clean output every ablation is compared with, computed once per batch; the metric)
-METRICS: dict[str, tuple[Reference, Metric]] = {
+_METRICS: dict[str, tuple[Reference, Metric]] = {
     "dnll": (lambda clean, batch: lse_nll(clean, batch["input_ids"]), lm_dnll),
     "shift": (lambda clean, batch: clean, hidden_shift),
 }
@@ -106,7 +106,7 @@ class AblationEffects:
         """forward(batch) runs the model; with `restart`, forward(batch, share) also counts `share` forwards
         per row (restart.py)."""
         self.forward, self.ablations, self.calib, self.restart = forward, ablations, calib, restart
-        self.metric_name, (self.reference, self.metric) = metric, METRICS[metric]
+        self.metric_name, (self.reference, self.metric) = metric, _METRICS[metric]
         self.max_rows = max_rows
         names = dict.fromkeys(ab.name for ab in ablations)
         self.means = {f"ablation_{metric}_{n}": TokenMean(n_layers) for n in names}

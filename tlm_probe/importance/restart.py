@@ -31,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from tlm_probe.importance.ablation import first_tensor, with_first
+from tlm_probe.importance.ablation import first_output, with_first
 
 # the same kernels on the same inputs: differences can only come from a nondeterministic reduction order
 SELF_CHECK_EPS = 64
@@ -80,7 +80,7 @@ class Restart:
             def hook(module, args, kwargs, output):
                 if isinstance(output, tuple) and any(o is not None for o in output[1:]):
                     self.refuse(f"layer {l} returns more than its hidden state")
-                self.outputs[l], self.templates[l] = first_tensor(output), output  # no_grad: no graph held
+                self.outputs[l], self.templates[l] = first_output(output), output  # no_grad: no graph held
 
             return hook
 
@@ -133,7 +133,7 @@ class Restart:
         last, got = len(self.layers) - 1, {}
 
         def stop(module, args, output):
-            got["out"] = first_tensor(output)
+            got["out"] = first_output(output)
             raise _Stop
 
         handle = self.layers[last].register_forward_hook(stop)

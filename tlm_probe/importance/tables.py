@@ -22,7 +22,7 @@ from tlm_probe.importance.geometry import (
 )
 from tlm_probe.importance.linear_probes import PROBE_MODEL, majority_baseline, probe_accuracy, top_k_filter
 from tlm_probe.importance.utilisation import stable_rank, weight_matrix
-from tlm_probe.registry import load
+from tlm_probe.registry import import_entry
 from tlm_probe.statistic_names import STATISTICS
 
 MATRIX_INDEX = "r = l: residual stream entering block l (r = 0: embeddings); r = L: output of the last block"
@@ -170,7 +170,7 @@ def finish_tables(pm, opts, wanted: set[str], first, effects, grads):
         stats.update(grads.rows())
     for path, names in _computed(wanted).items():  # a function that makes several rows runs once
         try:
-            stats.update(load(path)(pm, opts, first))
+            stats.update(import_entry(path)(pm, opts, first))
         except (ValueError, ArithmeticError, RuntimeError) as e:  # e.g. too few tokens for a probe
             skipped.update({n: f"cannot be computed on this input ({_first_line(e)})" for n in names})
     info = _info(opts, first, effects, grads, skipped)

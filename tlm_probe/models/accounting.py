@@ -71,7 +71,7 @@ class ParamCount:
         return self.total - self.embedding - self.positions - self.unembedding
 
 
-def attention_params(cfg: TLMConfig, layer: int = 0) -> int:
+def mixer_params(cfg: TLMConfig, layer: int = 0) -> int:
     """Parameters of block `layer`'s token mixer (named `attention` in the tables for every mixer)."""
     return MIXERS[cfg.mixer].params(cfg, layer)
 
@@ -88,7 +88,7 @@ def count_params(cfg: TLMConfig) -> ParamCount:
     per_width = cfg.mlp_levels * mlp_matrices(cfg) * d
     rates = adaptive_levels(cfg)
     norms = (1 + cfg.mlp_levels) * norm  # ln1, ln2 (level 1's for Hope), Hope's levels 2..K
-    layers = tuple(LayerParams(l, w, attention_params(cfg, l), per_width * w + rates, norms)
+    layers = tuple(LayerParams(l, w, mixer_params(cfg, l), per_width * w + rates, norms)
                    for l, w in enumerate(cfg.d_ff))
     return ParamCount(
         embedding=cfg.vocab_size * d,

@@ -10,7 +10,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from tlm_probe.models.config import TLMConfig
-from tlm_probe.models.hooks import edit, hooked
+from tlm_probe.models.hooks import edit, has_hooks
 from tlm_probe.models.layers import Rotary
 from tlm_probe.models.mixer_registry import MIXERS
 
@@ -69,7 +69,7 @@ class Attention(nn.Module):
             z = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True, enable_gqa=gqa)
         else:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, enable_gqa=gqa)
-        if hooked(self.hook_attn_scores) or hooked(self.hook_pattern):  # form them, beside SDPA
+        if has_hooks(self.hook_attn_scores) or has_hooks(self.hook_pattern):  # form them, beside SDPA
             z = self._through_pattern_hook(q, k, v, mask, drop, z)
         z = z.transpose(1, 2)  # (B, T, H, dh)
         if self.W_G is not None:

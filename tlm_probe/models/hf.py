@@ -121,7 +121,7 @@ class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
 
 
-def register() -> None:
+def register_auto_classes() -> None:
     try:
         AutoConfig.register("tlm", TLMHFConfig)
         AutoModelForCausalLM.register(TLMHFConfig, TLMForCausalLM)
@@ -132,4 +132,4 @@ def register() -> None:
 
 
 # idempotent; needed when this module is imported before tlm_probe's hook could run (tlm_probe/__init__.py)
-register()
+register_auto_classes()

@@ -18,11 +18,9 @@ from transformers import PreTrainedTokenizerFast
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json
+from tlm_probe.models.tokenizer_meta import TOKENIZER_META
 
-META = "tlm_tokenizer.json"
-"""tokenizer.META (which kind of tokenizer a run was trained with); spelled here because models/ sits below
-tokenizer.py and cannot import it."""
-EOS = "\x00"
+_EOS = "\x00"
 
 
 def _byte_backend():
@@ -36,7 +34,7 @@ def _byte_backend():
 
 def byte_fast_tokenizer() -> PreTrainedTokenizerFast:
     """A fresh fast tokenizer whose ids are ByteTokenizer's (save_pretrained writes its files)."""
-    return PreTrainedTokenizerFast(tokenizer_object=_byte_backend(), eos_token=EOS)
+    return PreTrainedTokenizerFast(tokenizer_object=_byte_backend(), eos_token=_EOS)
 
 
 class TLMByteTokenizer(PreTrainedTokenizerFast):
@@ -45,18 +43,18 @@ class TLMByteTokenizer(PreTrainedTokenizerFast):
 
     @classmethod
     def from_pretrained(cls, path, *args, **kwargs):
-        meta = Path(path) / META
+        meta = Path(path) / TOKENIZER_META
         try:
             kind = read_json(meta).get("kind")
         except (UserError, AttributeError):
             kind = None
         if kind != "byte":
             raise OSError(f"{path} has no tokenizer files (tokenizer.json, tokenizer_config.json) and no "
-                          f"byte tokenizer recorded in {META}")
-        return cls(tokenizer_object=_byte_backend(), eos_token=EOS)
+                          f"byte tokenizer recorded in {TOKENIZER_META}")
+        return cls(tokenizer_object=_byte_backend(), eos_token=_EOS)
 
 
-TOKENIZER_FILES = (META, "tokenizer_config.json", "tokenizer.json")
+_TOKENIZER_FILES = (TOKENIZER_META, "tokenizer_config.json", "tokenizer.json")
 """Any of these in a folder means it carries a tokenizer."""
 
 
@@ -67,7 +65,7 @@ def folder_tokenizer(folder: str | Path):
     from transformers import AutoTokenizer
 
     folder = Path(folder)
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         return None
     files = (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
     try:  # with tokenizer files AutoTokenizer needs no model type; without, the byte tokenizer it is

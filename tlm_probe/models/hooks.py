@@ -12,14 +12,14 @@ import torch
 from transformer_lens.hook_points import HookPoint
 
 
-def hooked(hook: HookPoint) -> bool:
+def has_hooks(hook: HookPoint) -> bool:
     """Whether a forward or backward hook is attached (names_filter leaves out the rest)."""
     return bool(hook._forward_hooks or hook._backward_hooks)
 
 
 def edit(hook: HookPoint, value: torch.Tensor) -> torch.Tensor | None:
     """The hooked value when the forward must use it; None when the hooks (if any) only read `value`."""
-    if not hooked(hook):
+    if not has_hooks(hook):
         return None
     if hook._backward_hooks:  # its gradient flows only through a tensor the forward uses
         return hook(value)

@@ -23,7 +23,7 @@ from tlm_probe.models.safetensors_header import read_safetensors_header  # noqa:
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.models.verify import (  # noqa: F401 (check_weights, weights_path: re-exported)
     PICKLE_WEIGHTS,
-    WEIGHTS,
+    WEIGHTS_FILE,
     check_weights,
     verify_checkpoint,
     weights_path,
@@ -35,7 +35,7 @@ def save_tlm(model: TaperedLM, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     need = sum(p.numel() * p.element_size() for p in model.parameters())
-    with atomic_path(folder / WEIGHTS, need) as tmp:
+    with atomic_path(folder / WEIGHTS_FILE, need) as tmp:
         save_model(model, str(tmp), metadata={"format": "pt", "model_type": "tlm"})  # drops tied copies
     atomic_write_text(folder / CONFIG, json.dumps(model.cfg.to_dict(), indent=2) + "\n")
     return folder

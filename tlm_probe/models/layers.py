@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from tlm_probe.models.hooks import edit, hooked
+from tlm_probe.models.hooks import edit, has_hooks
 
 
 class RMSNorm(nn.Module):
@@ -29,7 +29,7 @@ class RMSNorm(nn.Module):
         hook = self.hook_scale if hook_scale is None else hook_scale
         x32 = x.float()
         ms = x32.pow(2).mean(-1, keepdim=True) + self.eps  # (B, T, 1)
-        scale = edit(hook, ms.sqrt()) if hooked(hook) else None
+        scale = edit(hook, ms.sqrt()) if has_hooks(hook) else None
         x32 = x32 * torch.rsqrt(ms) if scale is None else x32 / scale
         return _scaled(x32.type_as(x) * self.weight, self.out_scale)
 
@@ -47,7 +47,7 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor, hook_scale: HookPoint | None = None) -> torch.Tensor:
         hook = self.hook_scale if hook_scale is None else hook_scale
         scale = None
-        if hooked(hook):
+        if has_hooks(hook):
             x32 = x.float()
             centred = x32 - x32.mean(-1, keepdim=True)
             scale = edit(hook, (centred.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())  # (B, T, 1)

@@ -13,22 +13,22 @@ from torch import nn
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.mixer_spec import MLPS, TrainingHooks
-from tlm_probe.registry import load
+from tlm_probe.registry import import_entry
 
 
 def make_mixer(cfg: TLMConfig, layer: int) -> nn.Module:
     """Layer `layer`'s mixer (its heads: cfg.heads_at(layer), cfg.kv_heads_at(layer)): its row's `module`."""
-    return load(MIXERS.get(cfg.mixer).module)(cfg, layer)
+    return import_entry(MIXERS.get(cfg.mixer).module)(cfg, layer)
 
 
 def make_mlp(cfg: TLMConfig, layer: int) -> nn.Module:
     """The row's `mlp_module` where it replaces the block's MLP, else cfg.mlp's MLP of width d_ff[layer]."""
     row = MIXERS.get(cfg.mixer)
     if row.mlp_module:
-        return load(row.mlp_module)(cfg, layer)
+        return import_entry(row.mlp_module)(cfg, layer)
     return MLPS.get(cfg.mlp)(cfg.d_model, cfg.d_ff[layer])
 
 
 def training_hooks(cfg: TLMConfig, model: nn.Module, fsdp: bool) -> TrainingHooks:
     """What the trainer calls on the mixer's behalf (its row's `training`)."""
-    return load(MIXERS.get(cfg.mixer).training)(model, fsdp)
+    return import_entry(MIXERS.get(cfg.mixer).training)(model, fsdp)

@@ -13,14 +13,14 @@ from tlm_probe.models.config_file import read_tlm_config
 from tlm_probe.models.safetensors_header import read_safetensors_header
 from tlm_probe.models.shapes import required_groups, state_shapes
 
-WEIGHTS = "model.safetensors"
+WEIGHTS_FILE = "model.safetensors"
 PICKLE_WEIGHTS = ("pytorch_model.bin", "model.pt", "model.pth", "model.bin")
 
 
 def weights_path(folder: Path, allow_pickle: bool = False) -> Path:
     """The safetensors file of a folder; pickle-only folders are refused unless allow_pickle."""
-    if (folder / WEIGHTS).is_file():
-        return folder / WEIGHTS
+    if (folder / WEIGHTS_FILE).is_file():
+        return folder / WEIGHTS_FILE
     pickles = [folder / p for p in PICKLE_WEIGHTS if (folder / p).is_file()]
     if pickles and not allow_pickle:
         raise UserError(
@@ -35,9 +35,9 @@ def weights_path(folder: Path, allow_pickle: bool = False) -> Path:
 def check_weights(folder: Path, cfg: TLMConfig) -> None:
     """The tensors of folder/model.safetensors are exactly the weights config.json describes (names and
     shapes; tied weights may be stored under either name). One line naming the first difference."""
-    path = folder / WEIGHTS
+    path = folder / WEIGHTS_FILE
     if not path.is_file():
-        raise UserError(f"no {WEIGHTS} in {folder}")
+        raise UserError(f"no {WEIGHTS_FILE} in {folder}")
     header = read_safetensors_header(path)
     expected = state_shapes(cfg)
     for name, info in header.items():

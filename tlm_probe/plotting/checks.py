@@ -14,7 +14,6 @@ PER_MODEL = ("has one value per model, not per layer: nothing to draw against de
 
 # the result columns a figure draws from (results.RESULT_COLUMNS less the optional ones)
 DRAWN_COLUMNS = ("model", "layer", "depth", "statistic", "value", "ci_low", "ci_high", "n_tokens", "d_ff")
-MATRIX_COLUMNS = ("model", "layer_i", "layer_j", "statistic", "value")
 CURVE_COLUMNS = ("arm", "metric", "tokens", "mean", "std", "n_seeds")
 SCHEDULE_COLUMNS = ("schedule", "layer", "width")
 

@@ -12,10 +12,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.plotting.folder_checks import MAX_BUCKETS, MAX_LAYERS
+from tlm_probe.plotting.folder_checks import MAX_BUCKETS, MAX_PLOTTED_LAYERS
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
 
-CMAP = "viridis"
+_CMAP = "viridis"
 MAX_TICKS = (9, 16)  # layer ticks of the CKA panel, across and down
 LEGEND_ROOM = 0.25  # of a panel's height, kept free of data at the top for its legend
 
@@ -24,8 +24,8 @@ def cka_grid(cka: pd.DataFrame, statistic: str = "cka_resid") -> np.ndarray:
     """The (L_A, L_B) matrix of one CKA statistic from cka.csv's tidy rows."""
     rows = cka[cka["statistic"] == statistic]
     i, j = rows["layer_i"].to_numpy(int), rows["layer_j"].to_numpy(int)
-    if not len(rows) or min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= MAX_LAYERS:
-        raise UserError(f"no {statistic} grid to draw: its layers must be 0..{MAX_LAYERS - 1} (found "
+    if not len(rows) or min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= MAX_PLOTTED_LAYERS:
+        raise UserError(f"no {statistic} grid to draw: its layers must be 0..{MAX_PLOTTED_LAYERS - 1} (found "
                         f"{len(rows)} rows)")  # bounded before the grid is allocated
     grid = np.full((int(i.max()) + 1, int(j.max()) + 1), np.nan)
     grid[i, j] = rows["value"].to_numpy(float)
@@ -33,7 +33,7 @@ def cka_grid(cka: pd.DataFrame, statistic: str = "cka_resid") -> np.ndarray:
 
 
 def _cka_panel(ax, grid: np.ndarray, names: tuple[str, str]) -> None:
-    image = ax.imshow(grid, cmap=CMAP, vmin=0.0, vmax=1.0, origin="upper", interpolation="nearest",
+    image = ax.imshow(grid, cmap=_CMAP, vmin=0.0, vmax=1.0, origin="upper", interpolation="nearest",
                       aspect="auto")
     best = np.nanargmax(np.where(np.isfinite(grid), grid, -1.0), axis=1)
     ax.scatter(best, np.arange(len(best)), marker="o", s=18, facecolors="none", edgecolors="white",

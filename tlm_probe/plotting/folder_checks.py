@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import read_json
-from tlm_probe.files.value_checks import MAX_LAYERS, MAX_STATISTICS
+from tlm_probe.files.value_checks import MAX_PLOTTED_LAYERS, MAX_STATISTICS
 from tlm_probe.files.value_checks import column_in as _column_in
 from tlm_probe.files.value_checks import is_int as _int
 from tlm_probe.files.value_checks import is_num as _num
@@ -38,8 +38,8 @@ def check_diff_summary(s: dict, where: Path) -> tuple[int, int]:
     for key in ("model_a", "model_b"):
         _need(isinstance(s.get(key), str), where, key, "a string", s.get(key))
     _need(_int(s.get("n_tokens"), 0, 2**62), where, "n_tokens", "an integer >= 0", s.get("n_tokens"))
-    _list(s.get("n_layers"), 2, lambda x: _int(x, 1, MAX_LAYERS + 1), where, "n_layers",
-          f"an integer in 1..{MAX_LAYERS}")
+    _list(s.get("n_layers"), 2, lambda x: _int(x, 1, MAX_PLOTTED_LAYERS + 1), where, "n_layers",
+          f"an integer in 1..{MAX_PLOTTED_LAYERS}")
     n_a, n_b = s["n_layers"]
     for key in ("cka", "cka_mlp"):
         if key == "cka" or s.get(key) is not None:

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from tlm_probe.plotting.checks import MATRIX_COLUMNS, models_in_order, require_columns, select_statistic
+from tlm_probe.plotting.checks import models_in_order, require_columns, select_statistic
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure, stat_label
+from tlm_probe.results import MATRIX_COLUMNS
 
-CMAP = "viridis"  # perceptually uniform and colour-blind safe
+_CMAP = "viridis"  # perceptually uniform and colour-blind safe
 MAX_ANNOTATED = 12  # write the numbers into the cells only while they stay legible
 
 
@@ -55,7 +56,7 @@ def _grid(one: pd.DataFrame) -> np.ndarray:
 
 
 def _panel(ax, grid: np.ndarray, model: str, vmin: float, vmax: float, tokens: float | None):
-    image = ax.imshow(grid, cmap=CMAP, vmin=vmin, vmax=vmax, origin="upper", interpolation="nearest")
+    image = ax.imshow(grid, cmap=_CMAP, vmin=vmin, vmax=vmax, origin="upper", interpolation="nearest")
     n = grid.shape[0]
     ax.set_xlabel("layer j")
     ax.set_ylabel("layer i")

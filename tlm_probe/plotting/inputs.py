@@ -18,7 +18,7 @@ import pandas as pd
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import checked_size
 from tlm_probe.files.jsonfile import read_json, read_json_object
-from tlm_probe.files.tablefile import MAX_BYTES, WHAT, numeric_columns, read_table_file
+from tlm_probe.files.tablefile import TABLE_MAX_BYTES, WHAT, numeric_columns, read_table_file
 from tlm_probe.plotting.arms import RUN_NAME
 from tlm_probe.plotting.folder_checks import (
     check_diff_tables,
@@ -28,7 +28,7 @@ from tlm_probe.plotting.folder_checks import (
 )
 from tlm_probe.result_checks import check_compare_table, check_losses
 from tlm_probe.results import (
-    METRICS,
+    METRICS_FILE,
     ProbeResult,
     is_trust_folder,
     read_agreement,
@@ -161,7 +161,8 @@ def loss_table(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
         arm, seed = (match["arm"], int(match["seed"])) if match else (run.name, 0)
         for key in LOSS_KEYS:
             if key in metrics.columns and {"step", "tokens"} <= set(metrics.columns):
-                frames.append(_losses(metrics, key, run / METRICS).assign(arm=arm, seed=seed, metric=key))
+                losses = _losses(metrics, key, run / METRICS_FILE)
+                frames.append(losses.assign(arm=arm, seed=seed, metric=key))
     if not frames:
         return pd.DataFrame(columns=["arm", "seed", "step", "tokens", "metric", "value"])
     return pd.concat(frames, ignore_index=True)[["arm", "seed", "step", "tokens", "metric", "value"]]
@@ -221,7 +222,8 @@ def read_table(path: Path, text: Sequence[str], required: Sequence[str] = ()) ->
     """A CSV whose every column outside `text` holds numbers (empty cells are NaN): a corrupt file, a
     missing column or a word where a number belongs is one UserError naming the file, the column and
     the cell, not a table drawn or printed as if nothing were wrong."""
-    small = checked_size(path, MAX_BYTES, WHAT) <= 64  # compare writes a table with no rows as a blank line
+    # compare writes a table with no rows as a blank line
+    small = checked_size(path, TABLE_MAX_BYTES, WHAT) <= 64
     if not required and small and not path.read_bytes().strip():
         return pd.DataFrame()
     df = read_table_file(path)  # bounded: size before reading; a corrupt file is one UserError

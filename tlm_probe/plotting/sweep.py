@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
 
-CMAP = "RdBu_r"  # diverging, centred on 0: blue = lower loss than uniform (better), red = worse
+_CMAP = "RdBu_r"  # diverging, centred on 0: blue = lower loss than uniform (better), red = worse
 
 
 def significance(p: float) -> str:
@@ -56,7 +56,7 @@ def _panel(ax, rows: pd.DataFrame, mixer: str, limit: float):
         i, j = shapes.index(r.shape), ratios.index(r.ratio)
         values[i, j] = r.delta
         labels[i, j] = f"{r.delta:+.4f}\n{significance(r.p)}"
-    image = ax.imshow(values, cmap=CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    image = ax.imshow(values, cmap=_CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
     for (i, j), text in labels.items():
         dark = abs(values[i, j]) > 0.6 * limit
         ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")

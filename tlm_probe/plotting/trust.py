@@ -17,7 +17,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.plotting.folder_checks import MAX_STATISTICS
 from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure
 
-CMAP = "RdBu"
+_CMAP = "RdBu"
 COLUMNS = (  # trust.csv column, its label, the threshold that flags it
     ("kendall_w", "W across\ncorpora", "min_w"),
     ("min_pairwise_spearman", "lowest ρ\nbetween corpora", "min_spearman"),
@@ -52,7 +52,7 @@ def plot_trust(table: pd.DataFrame, *, thresholds: dict, model: str, corpora: Se
     with figure_style():
         fig = new_figure(size, dpi)
         ax = fig.subplots()
-        image = ax.imshow(values, cmap=CMAP, vmin=-1.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        image = ax.imshow(values, cmap=_CMAP, vmin=-1.0, vmax=1.0, aspect="auto", interpolation="nearest")
         for i, j in np.ndindex(values.shape):
             _cell(ax, i, j, values[i, j], bool(flags[i, j]))
         ax.grid(False)

@@ -1,5 +1,6 @@
-"""The probe: ProbeOptions -> load -> stream -> reduce -> write (engine.py), the rows computed after the
-stream (rows.py), and probing a run's kept checkpoints (checkpoints.py)."""
+"""The probe: ProbeOptions -> load -> stream -> reduce -> write (engine.py; what is computed: plan.py; the
+first pass: stream.py; the importance pass: second_pass.py), the rows computed after the stream (rows.py),
+and probing a run's kept checkpoints (checkpoints.py)."""
 
 from tlm_probe.public_call import make_callable
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from tlm_probe.errors import UserError
+from tlm_probe.files.content_hash import WEIGHT_SUFFIXES
 from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.results import ProbeResult
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 STEP_PREFIX = "step_"
 
 

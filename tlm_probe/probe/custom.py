@@ -1,5 +1,5 @@
 """The probe's first pass with a caller's accumulators (a handle's `stream`): the same sequences, batches,
-backend, sink, guardrails and torchrun merging as `probe()`, one engine (probe/engine.py's Stream)."""
+backend, sink, guardrails and torchrun merging as `probe()`, one engine (probe/stream.py's Stream)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import torch
 
 from tlm_probe import ranks
 from tlm_probe.capture import ProbeModel
-from tlm_probe.capture import sequences as sq
 from tlm_probe.capture.dispatch import input_device
 from tlm_probe.capture.sink import StatSink
+from tlm_probe.data import sequences as sq
 from tlm_probe.errors import UserError
-from tlm_probe.probe.engine import Stream, backend_class, read_sequences
 from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.probe.rows import result_table
+from tlm_probe.probe.stream import Stream, backend_class, read_sequences
 from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.reduce import all_reduce_int
 

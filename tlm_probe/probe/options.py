@@ -51,10 +51,10 @@ class ProbeOptions:
 
     def __post_init__(self):
         check_values(self)
-        check_options(self)
+        _check_options(self)
 
 
-def check_options(opts: ProbeOptions) -> None:
+def _check_options(opts: ProbeOptions) -> None:
     """Values no probe can run with (numbers and choices: check_values): one UserError line each, before
     anything is loaded."""
     asked_statistics(opts.stats)  # a typo in --stats is refused here, before torch is imported

@@ -44,7 +44,7 @@ def headline(summary: dict) -> pd.DataFrame:
     return pd.DataFrame([row])
 
 
-def per_layer(summary: dict) -> pd.DataFrame:
+def per_layer_table(summary: dict) -> pd.DataFrame:
     columns = zip(summary["cka"], summary["best_match"], paired_layers(summary), cka_diagonal(summary),
                   summary["drift"], strict=True)
     rows = []
@@ -75,7 +75,7 @@ def diff_section(path: Path, k: int, size, dpi) -> Section:
         Table("KL(A‖B) and ΔNLL = NLL_A − NLL_B in nats per prediction; the mean CKA of each layer of A "
               "with its paired layer of B", headline(s)),
         Table("per layer of A: linear CKA (residual stream) with its paired layer and with B's best match, "
-              "and the drift ‖h_A − h_B‖/‖h_B‖", per_layer(s)),
+              "and the drift ‖h_A − h_B‖/‖h_B‖", per_layer_table(s)),
     ])
     if s.get("stats"):
         section.blocks.append(Table(f"probe statistics A − B per layer of A ({s.get('stats_ci', '')})",

@@ -22,8 +22,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.errors import UserError
-from tlm_probe.files.fileio import claim, publish, temp_folder
+from tlm_probe.files.fileio import publish, temp_folder
 from tlm_probe.files.folder_lock import folder_lock
+from tlm_probe.files.out_folder import claim
 from tlm_probe.plotting.style import figure_style
 
 
@@ -226,7 +227,7 @@ def write_report(doc: Document, out: Path, overwrite: bool = False) -> dict:
     go to a temporary sibling folder and are renamed into place at the end; in a folder holding an
     earlier report only that report's files are replaced (fileio manifest), every other file stays."""
     out = Path(out)
-    check_out(out, overwrite)
+    check_report_out(out, overwrite)
     with folder_lock(out), temp_folder(out) as tmp:
         (tmp / "figures").mkdir()
         for f in doc.figures():
@@ -248,7 +249,7 @@ def _summary(doc: Document, out: Path) -> dict:
 REPORT_FILES = ("report.html", "report.md", "report.json", "figures")
 
 
-def check_out(out: Path, overwrite: bool = False) -> None:
+def check_report_out(out: Path, overwrite: bool = False) -> None:
     """Before any drawing: --out can be written, and holds no files of the user's that it would replace."""
     if not out.parent.is_dir():
         raise UserError(f"parent folder of --out does not exist: {out.parent}")

@@ -206,7 +206,7 @@ def schedule_file_dict(widths: Sequence[int], d_ff: int, multiple_of: int, sourc
 
 
 MAX_STEEPNESS = 1000.0
-RANGES: dict[str, tuple[float, float, str]] = {
+PARAM_RANGES: dict[str, tuple[float, float, str]] = {
     "fraction": (0.0, 1.0, "in (0, 1]"),
     "waist": (0.0, 1.0, "in (0, 1]"),
 }
@@ -229,7 +229,7 @@ def check_params(spec: ScheduleSpec) -> None:
         val = getattr(spec, key)
         if not math.isfinite(val) or val <= 0:
             raise ScheduleError(f"{key} must be a finite positive number, got {val!r}")
-    for key, (lo, hi, text) in RANGES.items():
+    for key, (lo, hi, text) in PARAM_RANGES.items():
         if not lo < getattr(spec, key) <= hi:
             raise ScheduleError(f"{key} must be {text}, got {getattr(spec, key)!r}")
     if not 0.0 <= spec.waist_depth <= 1.0:  # also refuses nan

@@ -17,7 +17,7 @@ from tlm_probe.stats.reduce import all_reduce_
 
 # columns of the state: sequences, tokens, sum x, sum x^2 (tokens), sum x_s^2, sum x_s n_s, sum n_s^2
 S, N, X, X2, XX, XN, NN = range(7)
-WIDTH = 7
+_WIDTH = 7
 
 
 @functools.lru_cache(maxsize=4096)
@@ -31,7 +31,7 @@ class SequenceMoments:
     """Moments for `slots` independent quantities (e.g. statistic x layer), in float64."""
 
     def __init__(self, slots: int):
-        self.state = torch.zeros(slots, WIDTH, dtype=torch.float64)
+        self.state = torch.zeros(slots, _WIDTH, dtype=torch.float64)
 
     def add(self, slot: int, values: torch.Tensor, seq: torch.Tensor, n_seq: int) -> None:
         """values (n,) float64 for the counted tokens; seq (n,) the sequence index of each, in [0, n_seq)."""
@@ -61,7 +61,7 @@ class SequenceMoments:
                 n_s.square().sum().expand(k),
             ],
             dim=1,
-        )  # (k, WIDTH)
+        )  # (k, _WIDTH)
         self.state.index_add_(0, slots.to(self.state.device), rows.to(self.state.device))
 
     def merge(self, other: SequenceMoments) -> None:

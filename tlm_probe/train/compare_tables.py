@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-METRICS = ("val_loss", "val_ppl", "val_bpb")
+COMPARED_METRICS = ("val_loss", "val_ppl", "val_bpb")
 
 
 def paired_table(
-    results: pd.DataFrame, baseline: str | dict[str, str], metrics: tuple[str, ...] = METRICS
+    results: pd.DataFrame, baseline: str | dict[str, str], metrics: tuple[str, ...] = COMPARED_METRICS
 ) -> pd.DataFrame:
     """Each arm minus its mixer's baseline arm (one name for all, or mixer -> name), paired by seed, with
     scipy's paired t-test on each metric."""
@@ -64,7 +64,7 @@ def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
     }
 
 
-def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
+def summary_table(results: pd.DataFrame, metrics: tuple[str, ...] = COMPARED_METRICS) -> pd.DataFrame:
     g = results.groupby("arm", sort=False)
     out = g.agg(
         mixer=("mixer", "first"),

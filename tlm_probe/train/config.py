@@ -28,7 +28,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-FILE = "train_config.json"
+TRAIN_CONFIG_FILE = "train_config.json"
 # fields that only change where/how fast a run executes or how often it reports, never what it computes
 RESUME_MAY_CHANGE = {
     "device",
@@ -228,10 +228,10 @@ def _read_toml(path: Path, text: str) -> dict:
 def _config_text(path: Path) -> str:
     """The config file's text, read within the YAML reader's size bound (checked before reading)."""
     from tlm_probe.files.bounded import read_bounded
-    from tlm_probe.files.yamlfile import MAX_BYTES
+    from tlm_probe.files.yamlfile import YAML_MAX_BYTES
 
     where = f"config file {path}"
-    return decode_utf8(read_bounded(path, MAX_BYTES, "a config file", where), where)
+    return decode_utf8(read_bounded(path, YAML_MAX_BYTES, "a config file", where), where)
 
 
 def _read_yaml(path: Path, text: str) -> dict:

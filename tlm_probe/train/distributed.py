@@ -21,6 +21,8 @@ import torch
 import torch.distributed as td
 from torch import nn
 
+from tlm_probe.stats.reduce import world_size
+
 
 def launched() -> bool:
     """True under torchrun (it sets WORLD_SIZE for every process)."""
@@ -31,16 +33,13 @@ def active() -> bool:
     return td.is_available() and td.is_initialized()
 
 
-def rank() -> int:
+def group_rank() -> int:
+    """This process's rank in the process group (0 without one); ranks.rank() reads torchrun's RANK."""
     return td.get_rank() if active() else 0
 
 
-def world_size() -> int:
-    return td.get_world_size() if active() else 1
-
-
 def is_main() -> bool:
-    return rank() == 0
+    return group_rank() == 0
 
 
 def init(device_type: str) -> torch.device | None:

@@ -19,7 +19,7 @@ def summed_nll(model, windows: torch.Tensor, batch_size: int, device, autocast) 
     """(sum of NLL in nats, number of predicted tokens) over all ranks; rank r takes windows r, r+W, ...
     Every rank runs the same number of forward passes (FSDP needs them in lockstep): a rank with no
     windows left runs one window and discards it."""
-    rank, world = dist.rank(), dist.world_size()
+    rank, world = dist.group_rank(), dist.world_size()
     mine = windows[rank::world]
     n_batches = math.ceil(math.ceil(len(windows) / world) / batch_size)
     total = torch.zeros((), dtype=torch.float64, device=device)

@@ -66,7 +66,7 @@ class Trainer:
         self.plan, self.tc, self.stop_at = plan, plan.tc, stop_at
         device = resolve_device(self.tc.device)
         self.device = dist.init(device.type) or device
-        self.world, self.rank = dist.world_size(), dist.rank()
+        self.world, self.rank = dist.world_size(), dist.group_rank()
         if dist.is_main():
             prepare_folder(plan, overwrite)
         dist.barrier()

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tlm_probe.files.fileio import append_line, atomic_write_text
-from tlm_probe.results import METRICS as FILE
+from tlm_probe.results import METRICS_FILE as FILE
 from tlm_probe.results import metrics_lines
 
 

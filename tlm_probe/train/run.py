@@ -13,9 +13,7 @@ from tlm_probe.data.stream import BatchOrder, TokenData, eval_windows, load_toke
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import (
     atomic_write_text,
-    check_apart,
     check_kind,
-    claim,
     foreign,
     record,
     remove_owned,
@@ -24,12 +22,13 @@ from tlm_probe.files.fileio import (
 )
 from tlm_probe.files.folder_lock import folder_lock
 from tlm_probe.files.jsonfile import read_json_object
+from tlm_probe.files.out_folder import check_apart, claim
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
-from tlm_probe.models.io import CONFIG, WEIGHTS
-from tlm_probe.results import METRICS, metrics_lines
+from tlm_probe.models.io import CONFIG, WEIGHTS_FILE
+from tlm_probe.results import METRICS_FILE, metrics_lines
 from tlm_probe.train import checkpoint
-from tlm_probe.train.config import FILE, TrainConfig, config_differences
+from tlm_probe.train.config import TRAIN_CONFIG_FILE, TrainConfig, config_differences
 
 
 @dataclass
@@ -63,7 +62,7 @@ def plan_run(
     if has_state:
         check_resume(out, tc, cfg)
     else:
-        check_output(out, overwrite or (resume and not _has_files(out)))
+        _check_output(out, overwrite or (resume and not _has_files(out)))
     return RunPlan(tc, out, data, cfg, has_state)
 
 
@@ -120,12 +119,12 @@ def _has_files(out: Path) -> bool:
 
 # every top-level name a run may write (tokenizer files included): --overwrite refuses to write onto one
 # of these if tlm did not write it
-RUN_FILES = (FILE, "data.json", "metrics.jsonl", CONFIG, WEIGHTS, "run.json", checkpoint.STATE_DIR,
-             "tlm_tokenizer.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-             "vocab.json", "merges.txt")
+RUN_FILES = (TRAIN_CONFIG_FILE, "data.json", METRICS_FILE, CONFIG, WEIGHTS_FILE, "run.json",
+             checkpoint.STATE_DIR, "tlm_tokenizer.json", "tokenizer.json", "tokenizer_config.json",
+             "special_tokens_map.json", "vocab.json", "merges.txt")
 
 
-def check_output(out: Path, overwrite: bool) -> None:
+def _check_output(out: Path, overwrite: bool) -> None:
     claim(out, overwrite=overwrite, writes=RUN_FILES, hint=" or --resume to continue it", kind="train")
 
 
@@ -146,9 +145,11 @@ def _same_global_batch(out: Path, tc: TrainConfig) -> frozenset[str]:
 def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
     """Everything a resume reads, checked before it writes: the saved config matches, and the newest
     checkpoint (state.json, weights) and metrics.jsonl are sound; each fault is one line naming the file."""
-    if not (out / FILE).is_file():
-        raise UserError(f"{out} has checkpoints but no {FILE}; cannot check that the config matches")
-    diffs = config_differences(read_json_object(out / FILE), tc, free=_same_global_batch(out, tc))
+    if not (out / TRAIN_CONFIG_FILE).is_file():
+        raise UserError(f"{out} has checkpoints but no {TRAIN_CONFIG_FILE}; cannot check that the config "
+                        "matches")
+    saved = read_json_object(out / TRAIN_CONFIG_FILE)
+    diffs = config_differences(saved, tc, free=_same_global_batch(out, tc))
     if diffs:
         raise UserError(f"cannot resume {out} with a different config ({'; '.join(diffs)})")
     if (out / CONFIG).is_file():
@@ -158,7 +159,7 @@ def check_resume(out: Path, tc: TrainConfig, cfg: TLMConfig) -> None:
                 f"cannot resume {out}: its MLP widths {old.get('d_ff')} differ from {list(cfg.d_ff)}"
             )
     checkpoint.check_state(out, cfg)
-    metrics_lines(out / METRICS)  # raises on a bad line; a torn last line is dropped on resume
+    metrics_lines(out / METRICS_FILE)  # raises on a bad line; a torn last line is dropped on resume
 
 
 def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
@@ -170,7 +171,7 @@ def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
     if overwrite and out.exists():
         remove_owned(out)
     record(out, RUN_FILES[:7], "train")
-    atomic_write_text(out / FILE, json.dumps(plan.tc.to_dict(), indent=2) + "\n")
+    atomic_write_text(out / TRAIN_CONFIG_FILE, json.dumps(plan.tc.to_dict(), indent=2) + "\n")
     atomic_write_text(out / "data.json", json.dumps(_data_info(plan.data), indent=2, default=str) + "\n")
     if plan.data.tokenizer is not None:
         with temp_folder(out / "tokenizer") as tmp:

@@ -82,17 +82,9 @@ class PlainLines:
         sys.stderr.flush()  # a pipe is block-buffered: the line is for now, not for the run's end
 
 
-def run_training(
-    tc: TrainConfig,
-    out: str | Path,
-    *,
-    data: TokenData | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    fsdp: bool = False,
-    stop_at: int | None = None,
-    description: str = "train",
-) -> dict:
+def run_training(tc: TrainConfig, out: str | Path, *, data: TokenData | None = None, resume: bool = False,
+                 overwrite: bool = False, fsdp: bool = False, stop_at: int | None = None,
+                 description: str = "train") -> dict:
     """Check everything (before the first step), train, and return the run summary. The progress bar is
     drawn on rank 0 when tc.progress is set (TrainConfig(progress=False) trains quietly)."""
     if stop_at is not None and stop_at < 1:  # step 0 or below is never reached: it would be ignored
@@ -109,33 +101,38 @@ def run_training(
             trainer = Trainer(plan, overwrite=overwrite, fsdp=fsdp, stop_at=stop_at)
             at = f"step {trainer.step}/{trainer.total}"
             phase.result = f"{description}: model ready on {trainer.device}, {at}"
-        enabled = tc.progress and dist.is_main()
-        _announce_slow_steps(trainer, description, enabled)
-        plain = not (_stderr.is_terminal or _stderr.is_jupyter)
-        per_peak = trainer.flops_per_token / trainer.peak if trainer.peak else None
-        lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens,
-                           per_peak)
-        # in a notebook rich's bar wants ipywidgets (a warning per run without them): an HTML line instead
-        bar = (NotebookProgress(enabled) if _stderr.is_jupyter
-               else progress_bar(trainer.total, description, enabled and not plain, trainer.peak is not None))
-        with bar:
-            task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-",
-                                mfu="-")
-            last = {"loss": float("nan")}
+        summary = _train_shown(trainer, description, tc.progress and dist.is_main())
+    summary["rank"] = dist.group_rank()
+    return summary
 
-            def report(p) -> None:
-                loss, tps = p.last.get("train_loss", float("nan")), p.last.get("tokens_per_s", 0)
-                mfu = p.last.get("mfu")  # the step's, from _train_record; absent without a peak FLOP/s
-                last["loss"] = loss
-                bar.update(task, completed=p.step, loss=f"{loss:.3f}", tps=f"{tps:,.0f}",
-                           mfu="-" if mfu is None else f"{mfu:.1%}")
-                lines.update(p.step, loss, trainer.tokens, tps)
 
-            summary = trainer.run(report)
-            run_tps = summary.get("end_to_end_tokens_per_s")  # the whole run's rate, not the last step's
-            bar.update(task, tps="-" if run_tps is None else f"{run_tps:,.0f}")
-            lines.finish(summary["step"], last["loss"], run_tps)
-    summary["rank"] = dist.rank()
+def _train_shown(trainer: Trainer, description: str, enabled: bool) -> dict:
+    """trainer.run() with its progress shown (when enabled): a bar, plain lines in a log, or an HTML line in
+    a notebook; returns the run summary."""
+    _announce_slow_steps(trainer, description, enabled)
+    plain = not (_stderr.is_terminal or _stderr.is_jupyter)
+    per_peak = trainer.flops_per_token / trainer.peak if trainer.peak else None
+    lines = PlainLines(trainer.total, description, enabled and plain, trainer.step, trainer.tokens, per_peak)
+    # in a notebook rich's bar wants ipywidgets (a warning per run without them): an HTML line instead
+    bar = (NotebookProgress(enabled) if _stderr.is_jupyter
+           else progress_bar(trainer.total, description, enabled and not plain, trainer.peak is not None))
+    with bar:
+        task = bar.add_task(description, total=trainer.total, completed=trainer.step, loss="-", tps="-",
+                            mfu="-")
+        last = {"loss": float("nan")}
+
+        def report(p) -> None:
+            loss, tps = p.last.get("train_loss", float("nan")), p.last.get("tokens_per_s", 0)
+            mfu = p.last.get("mfu")  # the step's, from _train_record; absent without a peak FLOP/s
+            last["loss"] = loss
+            bar.update(task, completed=p.step, loss=f"{loss:.3f}", tps=f"{tps:,.0f}",
+                       mfu="-" if mfu is None else f"{mfu:.1%}")
+            lines.update(p.step, loss, trainer.tokens, tps)
+
+        summary = trainer.run(report)
+        run_tps = summary.get("end_to_end_tokens_per_s")  # the whole run's rate, not the last step's
+        bar.update(task, tps="-" if run_tps is None else f"{run_tps:,.0f}")
+        lines.finish(summary["step"], last["loss"], run_tps)
     return summary
 
 

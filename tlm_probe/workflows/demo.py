@@ -18,18 +18,20 @@ import numpy as np
 
 from tlm_probe.data.stream import load_token_data
 from tlm_probe.errors import UserError
-from tlm_probe.files.fileio import atomic_write_text, claim, record
+from tlm_probe.files.fileio import atomic_write_text, record
+from tlm_probe.files.out_folder import claim
 from tlm_probe.threads import torch_threads
-from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare, make_arms, run_name
+from tlm_probe.train.arms import make_arms, run_name
+from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
 # ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
-FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_size=16, steps=300, lr=3e-3,
+_FULL = dict(d_model=128, n_layers=4, n_heads=4, d_ff=512, seq_len=128, batch_size=16, steps=300, lr=3e-3,
             warmup=30, eval_interval=50, eval_tokens=16384, log_interval=5, ckpt_interval=100)
 # seconds: for tests and notebooks that only need the plumbing
-QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
+_QUICK = dict(d_model=64, n_layers=4, n_heads=2, d_ff=256, seq_len=64, batch_size=8, steps=20, lr=3e-3,
              warmup=5, eval_interval=10, eval_tokens=1024, log_interval=2)
 PROBE_TOKENS = {"full": 16384, "quick": 1024}
 DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")  # beside compare's files
@@ -39,7 +41,7 @@ def demo_config(quick: bool = False, steps: int | None = None, device: str = "au
                 threads: int = 0, mixer: str = "attention",
                 mixer_settings: dict | None = None) -> TrainConfig:
     """mixer_settings: TrainConfig mixer fields (window, cms_chunks, match_params, ...) given as flags."""
-    opts = dict(QUICK if quick else FULL, mixer=mixer, **(mixer_settings or {}))
+    opts = dict(_QUICK if quick else _FULL, mixer=mixer, **(mixer_settings or {}))
     if steps is not None and steps < 1:
         raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
@@ -109,7 +111,7 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
     import pandas as pd
 
     from tlm_probe.plotting import plot_depth, save_figure
-    from tlm_probe.probe.engine import probe
+    from tlm_probe.probe.engine import ProbeOptions, run_probe
     from tlm_probe.progress import Phase, say
     from tlm_probe.results import write_results
 
@@ -120,16 +122,10 @@ def _probe_and_plot(out: Path, val: np.ndarray, base: TrainConfig, arms: list[st
             name = run_name(arm, seed)
             if base.progress:
                 say(f"demo: probing {name} on the validation split ({PROBE_TOKENS[size]:,} tokens)")
-            res = probe(
-                out / "runs" / name,
-                ids,
-                seq_len=base.seq_len,
-                max_tokens=PROBE_TOKENS[size],
-                batch_size=base.batch_size,
-                split="val",  # the ids are the trainer's validation split: options and data.split say so
-                full=True,
-                progress=base.progress,
-            )
+            opts = ProbeOptions(data=ids, seq_len=base.seq_len, max_tokens=PROBE_TOKENS[size],
+                                batch_size=base.batch_size,
+                                split="val")  # the ids are the trainer's validation split: options say so
+            res = run_probe(out / "runs" / name, opts, progress=base.progress)
             # the ids came as an array: name the source they were cut from
             res.provenance["data"].update(source=str(base.data))
             folders[name] = str(write_results(out / "probe" / name, res.table, res.matrices, res.provenance))

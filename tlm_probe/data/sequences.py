@@ -1,4 +1,6 @@
-"""Data -> sequences of token ids -> padded batches with attention masks.
+"""Data -> sequences of token ids -> padded batches with attention masks (the probe's and diff's token
+preparation: model-free, it takes the tokenizer and the vocabulary size; what a model accepts, its
+positions, is capture/inputs.py's).
 
 Text is tokenised document by document with the model's tokenizer and each document is cut into chunks of
 seq_len tokens (document-aligned; the last chunk of a document is shorter and padded in its batch). Special
@@ -19,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tlm_probe.capture.probe_model import ProbeModel
+from tlm_probe.data.sources import iter_documents
+from tlm_probe.data.stream import TOKEN_SUFFIXES
+from tlm_probe.data.tokens import load_token_rows
 from tlm_probe.errors import UserError
-
-TOKEN_SUFFIXES = (".npy", ".pt", ".pth", ".tok")
 
 
 def is_token_source(data) -> bool:
@@ -36,42 +38,25 @@ def is_token_source(data) -> bool:
     )
 
 
-def max_positions(pm: ProbeModel) -> int | None:
-    cfg = getattr(pm.model, "config", None) or pm.model.cfg
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
-        value = getattr(cfg, key, None)
-        if isinstance(value, int):
-            return value - pm.adapter.position_offset  # RoBERTa: position ids start after the pad index
-    return None
-
-
-def check_seq_len(pm: ProbeModel, seq_len: int) -> None:
-    limit = max_positions(pm)
-    if seq_len < 2:
-        raise UserError(f"--seq-len must be >= 2, got {seq_len}")
-    if limit is not None and seq_len > limit:
-        raise UserError(f"--seq-len {seq_len} exceeds the model's maximum of {limit} positions")
-
-
 def token_sequences(
-    pm: ProbeModel, data, seq_len: int, split: str = "all", where: str | None = None
+    data, seq_len: int, tokenizer, vocab_size: int, split: str = "all", where: str | None = None,
+    model: str = "the model",
 ) -> Iterator[list[int]]:
-    """Sequences (lists of ids, length <= seq_len) from a source string, a token array, or texts.
-    where: the source's name in error messages (default: the data itself, cut to 80 characters)."""
+    """Sequences (lists of ids, length <= seq_len) from a source string, a token array, or texts (cut with
+    `tokenizer`; ids are checked against `vocab_size`). where: the source's name in error messages
+    (default: the data itself, cut to 80 characters); model: the model's name in them."""
     if is_token_source(data):
-        return _id_chunks(_load_ids(data, split), seq_len, pm.vocab_size, where or str(data)[:80])
-    if pm.tokenizer is None:
+        return _id_chunks(_load_ids(data, split), seq_len, vocab_size, where or str(data)[:80])
+    if tokenizer is None:
         raise UserError(
-            f"{pm.name} has no tokenizer: give token ids (.npy, .pt, .tok shards) instead of text "
+            f"{model} has no tokenizer: give token ids (.npy, .pt, .tok shards) instead of text "
             f"data {str(data)[:80]!r}"
         )
     if isinstance(data, (str, Path)):
-        from tlm_probe.data import iter_documents
-
         docs: Iterable[str] = iter_documents(str(data), split)
     else:
         docs = data
-    return _text_chunks(pm, docs, seq_len)
+    return _text_chunks(tokenizer, docs, seq_len)
 
 
 def read_source(data, split: str = "all"):
@@ -90,8 +75,6 @@ def _load_ids(data, split: str) -> np.ndarray:
                 f"token array of shape {tuple(data.shape)}: expected 1-D or 2-D (rows = sequences)"
             )
         return data
-    from tlm_probe.data.tokens import load_token_rows
-
     return load_token_rows(data, split)
 
 
@@ -119,8 +102,7 @@ def _id_chunks(ids: np.ndarray, seq_len: int, vocab: int, where: str) -> Iterato
             yield row[i : i + seq_len].astype(np.int64).tolist()
 
 
-def _text_chunks(pm: ProbeModel, docs: Iterable[str], seq_len: int) -> Iterator[list[int]]:
-    tok = pm.tokenizer
+def _text_chunks(tok, docs: Iterable[str], seq_len: int) -> Iterator[list[int]]:
     prefix, suffix = special_affixes(tok)
     body = seq_len - len(prefix) - len(suffix)
     if body < 1:
@@ -159,8 +141,8 @@ def shard(seqs: Iterable[list[int]], rank: int, world: int) -> Iterator[list[int
             yield s
 
 
-def pad_id(pm: ProbeModel) -> int:
-    tok = pm.tokenizer
+def pad_id(tok) -> int:
+    """The tokenizer's padding id (else its end-of-text id, else 0)."""
     for attr in ("pad_token_id", "eos_token_id"):
         value = getattr(tok, attr, None) if tok is not None else None
         if isinstance(value, int):
