@@ -17,6 +17,7 @@ from tlm_probe.files.fileio import (
     check_kind,
     claim,
     foreign,
+    read_manifest,
     record,
     remove_owned,
     replace_entry,
@@ -27,6 +28,7 @@ from tlm_probe.files.jsonfile import read_json_object
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import CONFIG, WEIGHTS
+from tlm_probe.models.remote_code import CODE_FILE
 from tlm_probe.results import METRICS, metrics_lines
 from tlm_probe.train import checkpoint
 from tlm_probe.train.config import FILE, TrainConfig, config_differences
@@ -120,7 +122,7 @@ def _has_files(out: Path) -> bool:
 
 # every top-level name a run may write (tokenizer files included): --overwrite refuses to write onto one
 # of these if tlm did not write it
-RUN_FILES = (FILE, "data.json", "metrics.jsonl", CONFIG, WEIGHTS, "run.json", checkpoint.STATE_DIR,
+RUN_FILES = (FILE, "data.json", "metrics.jsonl", CONFIG, WEIGHTS, "run.json", checkpoint.STATE_DIR, CODE_FILE,
              "tlm_tokenizer.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "vocab.json", "merges.txt")
 
@@ -166,10 +168,11 @@ def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
     --overwrite only the files of the earlier run (its manifest) are removed first."""
     out = plan.out
     if plan.resume:
+        _own_code_file(out)
         return
     if overwrite and out.exists():
         remove_owned(out)
-    record(out, RUN_FILES[:7], "train")
+    record(out, RUN_FILES[:8], "train")
     atomic_write_text(out / FILE, json.dumps(plan.tc.to_dict(), indent=2) + "\n")
     atomic_write_text(out / "data.json", json.dumps(_data_info(plan.data), indent=2, default=str) + "\n")
     if plan.data.tokenizer is not None:
@@ -182,6 +185,16 @@ def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
             record(out, names, "train")
             for name in names:
                 replace_entry(tmp / name, out / name)
+
+
+def _own_code_file(out: Path) -> None:
+    """A run resumed from before save_tlm wrote modeling_tlm.py gains it: recorded in its manifest (where it
+    has one) before it is written, and refused where someone else put a file of that name."""
+    if not read_manifest(out):  # a run from before manifests: nothing is recorded in it
+        return
+    if CODE_FILE in foreign(out):
+        raise UserError(f"refusing to replace {out / CODE_FILE}: tlm did not write it")
+    record(out, [CODE_FILE], "train")
 
 
 def _data_info(data: TokenData) -> dict:
