@@ -107,3 +107,28 @@ def test_auto_model_loads_a_trained_run_in_both_import_orders(tmp_path):
     refused = [x for x in res.stdout.splitlines() if x.startswith("REFUSED:")]
     assert refused and "trust_remote_code=True" in refused[0] and "upgrade" not in refused[0], res.stdout
     _close(np.load(tmp_path / "c.npy"), ref)
+
+
+def test_a_resumed_run_from_before_the_code_file_records_it_first(tmp_path):
+    """tlm train --resume of a run whose manifest predates modeling_tlm.py: the file is recorded before
+    save_tlm writes it (so a later --overwrite removes it as tlm's own); a file of that name someone else
+    put there is refused; a run without a manifest gains none."""
+    import pytest
+
+    from tlm_probe.errors import UserError
+    from tlm_probe.files.fileio import read_manifest, record
+    from tlm_probe.train.run import RUN_FILES, _own_code_file
+
+    old = tmp_path / "old"
+    record(old, RUN_FILES[:7], "train")  # what train recorded before
+    _own_code_file(old)
+    assert CODE_FILE in read_manifest(old)
+    theirs = tmp_path / "theirs"
+    record(theirs, RUN_FILES[:7], "train")
+    (theirs / CODE_FILE).write_text("# mine\n")
+    with pytest.raises(UserError, match="tlm did not write it"):
+        _own_code_file(theirs)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    _own_code_file(bare)
+    assert read_manifest(bare) == []
