@@ -35,11 +35,14 @@ def light():
 
 @pytest.mark.parametrize("name", HEAVY)
 def test_a_heavy_command_says_its_first_line_within_a_second(name, inputs, light, tmp_path):
+    # FIRST_LINE_S of CPU; on a machine so slow that a light command's whole start costs more, 1.5x that
+    # start (an import of torch before the line would add 2 s and more either way)
+    bound = max(FIRST_LINE_S, 1.5 * light.cpu)
     got = first_line(args_of(name, inputs, tmp_path), tmp_path)
-    if got.cpu > FIRST_LINE_S:  # a load spike (CPU time also grows when cores are shared): once more
+    if got.cpu > bound:  # a load spike (CPU time also grows when cores are shared): once more
         got = min(got, first_line(args_of(name, inputs, tmp_path / "again"), tmp_path), key=lambda r: r.cpu)
     assert got.line == PHASE, got
-    assert got.cpu <= FIRST_LINE_S, (got, light)
+    assert got.cpu <= bound, (got, light)
 
 
 def test_an_argument_refused_before_the_imports_is_one_line(inputs, tmp_path):
