@@ -1,33 +1,24 @@
 """Every notebook in analyses/ is committed without outputs and executes without error under nbclient,
-in a kernel that runs this very interpreter (the venv's python), from a temporary working folder."""
+in a kernel that runs this very interpreter (the venv's python), from a temporary working folder
+(tests/notebooks_exec.py). The site shows each executed: its copy under docs/notebooks/ has the committed
+code cells, every one run, none failed."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from notebooks_exec import ANALYSES, code_cells, execute, kernelspec, site_copy
 
-ANALYSES = Path(__file__).resolve().parents[1] / "analyses"
 NOTEBOOKS = sorted(ANALYSES.glob("*.ipynb"))
-KERNEL = "tlm-probe-test"
-TIMEOUT_PER_CELL = 240
 
 
 @pytest.fixture(scope="module")
 def kernel_dir(tmp_path_factory):
     """A kernelspec whose argv is sys.executable, found first through JUPYTER_PATH."""
-    root = tmp_path_factory.mktemp("jupyter")
-    spec = root / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": KERNEL, "language": "python",
-                                                  "env": {"MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}}))
-    return root
+    return kernelspec(tmp_path_factory.mktemp("jupyter"))
 
 
 def test_the_four_notebooks_exist():
@@ -51,9 +42,23 @@ def test_notebook_executes(path, kernel_dir, tmp_path, monkeypatch):
     # first cell (added here only): prove the kernel runs the interpreter that runs the tests
     check = f"import sys\nassert sys.executable == {sys.executable!r}, sys.executable"
     nb.cells.insert(0, nbformat.v4.new_code_cell(check))
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=TIMEOUT_PER_CELL,
-                            resources={"metadata": {"path": str(tmp_path)}})
     started = time.perf_counter()
-    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
+    execute(nb, tmp_path)  # raises CellExecutionError, with the cell and traceback, on any error
     seconds = time.perf_counter() - started
     print(f"{path.name}: {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_site_shows_the_notebook_executed_from_its_committed_code(path):
+    """docs/notebooks/NAME.ipynb (a page of the site) is tests/notebooks_exec.py's execution of this very
+    notebook: the same code cells, each executed in order, no error output, and outputs to show."""
+    copy = site_copy(path)
+    assert copy.is_file(), f"no {copy.name} in docs/notebooks: run tests/notebooks_exec.py {path.stem}"
+    ran = nbformat.read(copy, as_version=4)
+    nbformat.validate(ran)
+    assert code_cells(ran) == code_cells(nbformat.read(path, as_version=4)), (
+        f"{copy} is stale: run tests/notebooks_exec.py {path.stem}")
+    cells = [c for c in ran.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1))
+    outputs = [o for c in cells for o in c.outputs]
+    assert outputs and not [o for o in outputs if o.output_type == "error"]

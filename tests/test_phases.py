@@ -76,7 +76,7 @@ def test_probe_says_it_loads_the_model_then_probes(work):
 
 def test_train_says_its_first_phase_before_the_first_step(work):
     res = _tlm(work, "train", "--data", "ids.npy", "--out", "run", *TINY)
-    lines = res.stderr.splitlines()
+    lines = _without_import_lines(res.stderr.splitlines())
     first_step = next(k for k, line in enumerate(lines) if line.startswith("train step "))
     before = lines[:first_step]
     assert before[0] == "train: loading data ids.npy (tokenizer byte) ..."
@@ -106,7 +106,7 @@ def test_a_quick_phase_is_quiet_by_default(work):
 def test_eval_scoring_is_said_without_tqdm_frames_or_bootstrap_notes(work):
     res = _tlm(work, "eval", "ck", "--tasks", "pydoc-lastword,pydoc-mc", "--limit", "3", "--out", "ev",
                "--threads", "1")
-    lines = res.stderr.splitlines()
+    lines = _without_import_lines(res.stderr.splitlines())
     assert lines[:2] == ["loading ck ...", lines[1]] and re.fullmatch(LOADED, lines[1]), lines
     scoring = [line for line in lines if line.startswith("lm-eval: scoring")]
     assert re.fullmatch(r"lm-eval: scoring [\d,]+ loglikelihood requests: started", scoring[0]), lines
@@ -117,7 +117,7 @@ def test_eval_scoring_is_said_without_tqdm_frames_or_bootstrap_notes(work):
 
 def test_generate_says_it_loads_the_model(work):
     res = _tlm(work, "generate", "ck", "--prompt", "ab", "--max-new-tokens", "3", "--threads", "1")
-    lines = res.stderr.splitlines()
+    lines = _without_import_lines(res.stderr.splitlines())
     assert lines[0] == "loading ck ..." and re.fullmatch(LOADED, lines[1]), lines
     assert res.stdout.startswith("ab")
 

@@ -12,11 +12,16 @@ of those names, made callable: tlm_probe/public_call.py); tp.zero, tp.mean, tp.p
 make the edits of Handle.hooks (tlm_probe/capture/edits.py).
 
 `register_with_transformers()` makes transformers' Auto classes load tlm checkpoint folders (model_type
-"tlm"); tlm's own loaders call it. It is a function, not an import side effect, so that `import tlm_probe`
-never touches transformers (commands such as `tlm schedule` and `tlm --help` stay fast) and so that no
-module import order can form a circle through it.
+"tlm"); tlm's own loaders call it, and `import tlm_probe` calls it when transformers is already imported
+(a script that imports transformers is about to load models: registering costs it torch and transformers'
+model code, which a from_pretrained imports anyway). `import tlm_probe` never imports transformers itself:
+commands such as `tlm schedule` and `tlm --help` stay fast. With tlm_probe imported first and no tlm loader
+called, transformers does not know model_type "tlm" (without an import hook, which tlm_probe does not
+install, nothing can tell it); a folder that save_tlm wrote then loads with `trust_remote_code=True`
+(the auto_map it carries: models/remote_code.py), and without it transformers says to pass that.
 """
 
+import sys
 import time
 
 __version__ = "0.1.0"
@@ -60,3 +65,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *PUBLIC})
+
+
+if "transformers" in sys.modules:  # last: registering imports tlm_probe.models, which needs the names above
+    register_with_transformers()

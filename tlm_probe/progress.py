@@ -35,17 +35,20 @@ TLM_ANNOUNCE_AFTER_S replaces it (0: every phase says so as it starts)."""
 
 
 FIRST_LINE_S = 1.0
-"""A heavy command says what it is doing within this many seconds of its start (issue 47): importing torch
-and transformers alone takes seconds."""
+"""A heavy command says what it is doing within this many seconds of its start on an idle machine (issue
+47): importing torch and transformers alone takes seconds (importing_libraries; tests/test_first_line.py)."""
 
 
 def importing_libraries(enabled: bool = True) -> Phase:
-    """The Phase of a heavy command's library imports (torch, transformers): announced FIRST_LINE_S after
-    the command started (sooner if that has passed), or after TLM_ANNOUNCE_AFTER_S where that is set; says
-    nothing where both are imported already (a second command in one process)."""
-    after = announce_after_s() if "TLM_ANNOUNCE_AFTER_S" in os.environ else FIRST_LINE_S - since_start()
-    loaded = all(m in sys.modules for m in ("torch", "transformers"))
-    return Phase("importing torch and transformers", enabled=enabled and not loaded, after_s=max(after, 0.0))
+    """The Phase of a heavy command's library imports (torch, transformers), the one way every heavy
+    command keeps FIRST_LINE_S: each enters it after its argument checks, around its first import of
+    torch. Announced at once (or after TLM_ANNOUNCE_AFTER_S where that is set), not from a timer: an
+    extension module holds the interpreter lock while it loads, so a timer thread could speak only after
+    it. Says nothing where torch is imported already (a second command in one process, a test) and on
+    every torchrun rank but 0."""
+    after = announce_after_s() if "TLM_ANNOUNCE_AFTER_S" in os.environ else 0.0
+    quiet = "torch" in sys.modules or os.environ.get("RANK", "0") != "0"
+    return Phase("importing torch and transformers", enabled=enabled and not quiet, after_s=after)
 
 
 def since_start() -> float:

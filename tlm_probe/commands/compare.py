@@ -16,6 +16,7 @@ from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
 from tlm_probe.commands.train import SHOWN as TRAIN_SHOWN
 from tlm_probe.commands.train import build_config
+from tlm_probe.progress import importing_libraries
 from tlm_probe.train.config import TrainConfig
 
 PAPER_ARMS = "uniform,cosine:1.5:0.5,linear:1.5:0.5,sigmoid:1.5:0.5,wider-early,wider-late"
@@ -99,9 +100,10 @@ def _compare_command():
         a grid also: sweep.csv, sweep_heatmap.png).
 
         Re-running the same command continues an interrupted comparison where it stopped."""
-        from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
-
         base = build_config(config, config_flags)
+        with importing_libraries():  # seconds of imports: the first line within a second says so
+            from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
+
         mixers, out = run.mixers, run.out
         mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
         for m in mixer_list:  # a bad name fails here, with the list of mixers

@@ -12,6 +12,7 @@ from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.progress import importing_libraries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +41,6 @@ def register(app: typer.Typer) -> None:
         run: Llama2cRun,
     ):
         """Convert a llama2.c checkpoint and its tokenizer into a Hugging Face Llama folder (verified)."""
-        from transformers.utils import logging as hf_logging
-
         from tlm_probe.convert.llama2c import FILES, check_llama2c_inputs, write_folder
         from tlm_probe.files.fileio import publish, temp_folder
         from tlm_probe.files.folder_lock import folder_lock
@@ -51,6 +50,9 @@ def register(app: typer.Typer) -> None:
         _, tok_blob = check_llama2c_inputs(checkpoint, run.tokenizer)
         check_apart(out, [checkpoint, run.tokenizer])
         claim(out, overwrite=run.overwrite, writes=FILES, kind="convert llama2c")
+        with importing_libraries():  # after the checks; the first line within a second says so
+            import torch  # noqa: F401 (write_folder's, imported here to be announced)
+            from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
         with folder_lock(out), temp_folder(out) as tmp, err_console.status(f"writing {out}"):
             summary = write_folder(checkpoint, tok_blob, tmp)

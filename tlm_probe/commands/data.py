@@ -14,6 +14,7 @@ from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.data.options import PrepareOptions
 from tlm_probe.data.sources import SOURCE_HELP, iter_documents
+from tlm_probe.progress import importing_libraries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +49,8 @@ def _prepare(data_app: typer.Typer) -> None:
         from tlm_probe.data.prepare import check_inputs, prepare
 
         check_inputs(source, run.out, options, run.overwrite)
+        with importing_libraries():  # every tokenizer is saved through transformers: the first line says so
+            from transformers import PreTrainedTokenizerFast  # noqa: F401 (imported here to be announced)
         columns = [
             SpinnerColumn(),
             TextColumn("tokenizing {task.completed:,} documents"),

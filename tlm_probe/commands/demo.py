@@ -11,6 +11,7 @@ from tlm_probe.commands.common import command, console, err_console, interrupt_c
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import MIXER_FLAGS, with_config_options, with_options
 from tlm_probe.commands.overwrite import overwrite_help
+from tlm_probe.progress import importing_libraries
 from tlm_probe.train.config import TrainConfig
 
 # the TrainConfig fields `tlm demo` offers (the mixer and its settings, steps, device, threads)
@@ -41,8 +42,9 @@ def register(app: typer.Typer) -> None:
     def demo_cmd(*, run: DemoRun, config_flags: dict):
         """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
         and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
-        from tlm_probe.train.arms import parse_seeds
-        from tlm_probe.workflows.demo import run_demo
+        with importing_libraries():  # seconds of imports: the first line within a second says so
+            from tlm_probe.train.arms import parse_seeds
+            from tlm_probe.workflows.demo import run_demo
 
         flags = dict(config_flags)
         out = run.out

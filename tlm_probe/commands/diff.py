@@ -17,6 +17,7 @@ from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.diff.options import DiffOptions
 from tlm_probe.errors import UserError
+from tlm_probe.progress import importing_libraries
 
 MODEL_HELP = "Checkpoint folder (ours or Hugging Face) or a hub name."
 
@@ -57,11 +58,12 @@ def register(app: typer.Typer) -> None:
         pairs = _pairs(model_a, model_b, run)
         for _, a, b in pairs:  # before anything is read or loaded: paths, vocabularies (config.json)
             check_models(str(a), str(b))
-        from tlm_probe.diff.engine import run_diff, write_diff  # torch: after the checks
-        from tlm_probe.diff.pairs import aggregate
-        from tlm_probe.files.folder_lock import folder_lock
-        from tlm_probe.ranks import process_group, rank
-        from tlm_probe.threads import torch_threads
+        with importing_libraries():  # torch: after the checks; the first line within a second says so
+            from tlm_probe.diff.engine import run_diff, write_diff
+            from tlm_probe.diff.pairs import aggregate
+            from tlm_probe.files.folder_lock import folder_lock
+            from tlm_probe.ranks import process_group, rank
+            from tlm_probe.threads import torch_threads
 
         check_apart(run.out, [model_a, *([model_b] if model_b else []), options.data])
         main = rank() == 0

@@ -18,7 +18,7 @@ from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import HIDDEN, with_options
 from tlm_probe.errors import UserError
 from tlm_probe.eval.run import EvalOptions
-from tlm_probe.progress import since_start
+from tlm_probe.progress import importing_libraries, since_start
 
 EVAL_MARKERS = ("provenance.json", "results.csv", "results.parquet", "tasks")
 
@@ -73,7 +73,8 @@ def register(app: typer.Typer) -> None:
         check_model_source(model, device_map=options.device_map)
         check_options(options)  # before the device is resolved (that imports torch): check first
         check_output(out, [model, *options.ppl_data, *options.tasks])
-        opts = run.options(options)
+        with importing_libraries():  # resolving the device imports torch: the first line says so
+            opts = run.options(options)
         # a spinner on a terminal; in a log or a notebook (where rich draws nothing or wants ipywidgets)
         # plain lines per phase instead
         lines = not run.json_out and where() != "terminal"

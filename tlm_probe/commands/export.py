@@ -13,7 +13,7 @@ from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
-from tlm_probe.progress import say
+from tlm_probe.progress import importing_libraries, say
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +65,9 @@ def _source(checkpoint: Path):
 
 
 def _load(checkpoint: Path):
-    from tlm_probe.models.io import load_tlm
-    from tlm_probe.tokenizer import load_saved_tokenizer
+    with importing_libraries():  # torch: after the checks; the first line within a second says so
+        from tlm_probe.models.io import load_tlm
+        from tlm_probe.tokenizer import load_saved_tokenizer
 
     return load_tlm(checkpoint), load_saved_tokenizer(checkpoint)
 

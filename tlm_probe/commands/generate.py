@@ -11,7 +11,7 @@ from tlm_probe.commands.common import command, console, device_option, print_jso
 from tlm_probe.commands.flags import JsonOut, Threads
 from tlm_probe.commands.options import with_options
 from tlm_probe.generation import GenerateOptions
-from tlm_probe.progress import say
+from tlm_probe.progress import importing_libraries, say
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,13 +39,14 @@ def register(app: typer.Typer) -> None:
         from tlm_probe.capture.model_source import check_model_source
 
         check_model_source(model, device_map=options.device_map)
-        from tlm_probe import generation  # torch: after the checks
-        from tlm_probe.commands.probe import import_loaders
-        from tlm_probe.threads import torch_threads
+        options.check()  # a bad option is refused before the imports below
+        with importing_libraries():  # torch: after the checks; the first line within a second says so
+            from tlm_probe import generation
+            from tlm_probe.commands.probe import import_loaders
+            from tlm_probe.threads import torch_threads
 
-        opts = replace(options, device=device_option(options.device))
-        opts.check()  # a bad option is refused before the imports below
-        import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
+            opts = replace(options, device=device_option(options.device))
+            import_loaders(model)  # the libraries first: a quick load stays quiet (progress.Phase)
         started = time.perf_counter()
         with torch_threads(run.threads):  # a slow load says so on stderr (the loaders' progress.Phase)
             res = generation.generate_text(model, run.prompt, opts)

@@ -12,6 +12,7 @@ from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import MIXER_FLAGS, Config, with_config_options, with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.errors import UserError
+from tlm_probe.progress import importing_libraries
 from tlm_probe.train.config import ARCH_DEFAULTS, TrainConfig, read_config_file
 
 # the TrainConfig fields `tlm train` offers as flags (type, help and default come from the dataclass)
@@ -50,8 +51,9 @@ def register(app: typer.Typer) -> None:
     def train(config: Config = None, *, run: TrainRun, config_flags: dict):
         """Train one tapered (or uniform) model and write a checkpoint folder."""
         tc = build_config(config, config_flags)
-        from tlm_probe.train import distributed as dist
-        from tlm_probe.train.training import run_training
+        with importing_libraries():  # seconds of imports: the first line within a second says so
+            from tlm_probe.train import distributed as dist
+            from tlm_probe.train.training import run_training
 
         summary = run_training(tc, run.out, resume=run.resume, overwrite=run.overwrite, fsdp=run.fsdp,
                                stop_at=run.stop_at)

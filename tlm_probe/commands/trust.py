@@ -13,6 +13,7 @@ from tlm_probe.commands.flags import JsonOut, Loading, Threads
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
 from tlm_probe.commands.tables import print_fitted
+from tlm_probe.progress import importing_libraries
 from tlm_probe.trust.options import TrustOptions
 
 _OURS = ("trust.csv", "values.csv", "halves.csv", "task_target.csv", "trust.json")
@@ -51,9 +52,10 @@ def register(app: typer.Typer) -> None:
             eval_options(options)  # task names, files and data: before torch is imported
         check_apart(run.out, [model, *options.data])
         claim(run.out, overwrite=run.overwrite, writes=_OURS, own_needs_overwrite=False, kind="trust")
-        from tlm_probe.files.folder_lock import folder_lock  # torch below: after the checks
-        from tlm_probe.threads import torch_threads
-        from tlm_probe.trust.engine import run_trust, write_trust
+        with importing_libraries():  # torch: after the checks; the first line within a second says so
+            from tlm_probe.files.folder_lock import folder_lock
+            from tlm_probe.threads import torch_threads
+            from tlm_probe.trust.engine import run_trust, write_trust
         with folder_lock(run.out), torch_threads(run.threads, "--threads"):
             res = run_trust(model, options, progress=not run.json_out,
                             trust_remote_code=run.trust_remote_code, unsafe_pickle=run.unsafe_pickle)

@@ -209,6 +209,7 @@ class TLMConfig(*SETTINGS):
 # keys that transformers adds to config.json when the model is saved through save_pretrained
 _IGNORED_KEYS = {
     "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "tie_word_embeddings",
+    "auto_map",  # and save_tlm, for transformers' Auto classes (models/remote_code.py)
 }
 
 

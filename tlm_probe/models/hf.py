@@ -1,6 +1,7 @@
-"""transformers Auto-class registration: after tlm_probe.register_with_transformers(),
-`AutoModelForCausalLM.from_pretrained(path)` loads a tlm checkpoint folder, and `save_pretrained` writes one
-that `load_tlm` reads.
+"""transformers Auto-class registration: after tlm_probe.register_with_transformers() (which `import
+tlm_probe` calls when transformers is already imported), `AutoModelForCausalLM.from_pretrained(path)` loads
+a tlm checkpoint folder, and `save_pretrained` writes one that `load_tlm` reads. Without registration a
+folder loads with trust_remote_code=True through the code file it carries (models/remote_code.py).
 
 TLMForCausalLM adopts the TaperedLM's modules as its own children and runs TaperedLM.forward on them, so
 its state-dict keys are exactly those of model.safetensors (no prefix, no conversion table) and the
@@ -26,6 +27,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.hf_tokenizer import TLMByteTokenizer
 from tlm_probe.models.mixer_registry import MIXERS
+from tlm_probe.models.remote_code import hf_keys, write_code_file
 from tlm_probe.models.tl_habits import TLHabits
 
 _FIELDS = tuple(TLMConfig.__dataclass_fields__)
@@ -83,6 +85,13 @@ class TLMForCausalLM(TLHabits, PreTrainedModel, GenerationMixin):
         elif isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.numel() > 0:  # d_l = 0: empty
             nn.init.normal_(module.weight, 0.0, self.cfg.init_scale)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save_pretrained, plus modeling_tlm.py and the auto_map naming it (remote_code.py),
+        as save_tlm writes: the folder loads with trust_remote_code=True without tlm_probe's registration."""
+        self.config.auto_map = hf_keys()["auto_map"]
+        super().save_pretrained(save_directory, *args, **kwargs)
+        write_code_file(save_directory)
+
     def get_input_embeddings(self) -> nn.Module:
         return self.embed
 
@@ -131,5 +140,5 @@ def register_auto_classes() -> None:
     AutoTokenizer.register(TLMHFConfig, fast_tokenizer_class=TLMByteTokenizer, exist_ok=True)
 
 
-# idempotent; needed when this module is imported before tlm_probe's hook could run (tlm_probe/__init__.py)
+# idempotent; importing this module registers (a folder's modeling_tlm.py imports it: models/remote_code.py)
 register_auto_classes()

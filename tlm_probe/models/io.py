@@ -19,6 +19,7 @@ from tlm_probe.api_names import renamed_keywords
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import atomic_path, atomic_write_text
 from tlm_probe.models.config_file import CONFIG, read_config_json  # noqa: F401 (re-exported)
+from tlm_probe.models.remote_code import hf_keys, write_code_file
 from tlm_probe.models.safetensors_header import read_safetensors_header  # noqa: F401 (re-exported)
 from tlm_probe.models.tlm import TaperedLM
 from tlm_probe.models.verify import (  # noqa: F401 (check_weights, weights_path: re-exported)
@@ -31,13 +32,15 @@ from tlm_probe.models.verify import (  # noqa: F401 (check_weights, weights_path
 
 
 def save_tlm(model: TaperedLM, folder: str | Path) -> Path:
-    """Write config.json and model.safetensors, each atomically (temporary file + rename)."""
+    """Write model.safetensors, modeling_tlm.py and config.json (with the `auto_map` that names the code file:
+    models/remote_code.py), each atomically (temporary file + rename)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     need = sum(p.numel() * p.element_size() for p in model.parameters())
     with atomic_path(folder / WEIGHTS_FILE, need) as tmp:
         save_model(model, str(tmp), metadata={"format": "pt", "model_type": "tlm"})  # drops tied copies
-    atomic_write_text(folder / CONFIG, json.dumps(model.cfg.to_dict(), indent=2) + "\n")
+    write_code_file(folder)
+    atomic_write_text(folder / CONFIG, json.dumps({**model.cfg.to_dict(), **hf_keys()}, indent=2) + "\n")
     return folder
 
 

@@ -15,6 +15,7 @@ from tlm_probe.files.fileio import (
     atomic_write_text,
     check_kind,
     foreign,
+    read_manifest,
     record,
     remove_owned,
     replace_entry,
@@ -26,6 +27,7 @@ from tlm_probe.files.out_folder import check_apart, claim
 from tlm_probe.models.config import TLMConfig
 from tlm_probe.models.device import check_device
 from tlm_probe.models.io import CONFIG, WEIGHTS_FILE
+from tlm_probe.models.remote_code import CODE_FILE
 from tlm_probe.results import METRICS_FILE, metrics_lines
 from tlm_probe.train import checkpoint
 from tlm_probe.train.config import TRAIN_CONFIG_FILE, TrainConfig, config_differences
@@ -120,7 +122,7 @@ def _has_files(out: Path) -> bool:
 # every top-level name a run may write (tokenizer files included): --overwrite refuses to write onto one
 # of these if tlm did not write it
 RUN_FILES = (TRAIN_CONFIG_FILE, "data.json", METRICS_FILE, CONFIG, WEIGHTS_FILE, "run.json",
-             checkpoint.STATE_DIR, "tlm_tokenizer.json", "tokenizer.json", "tokenizer_config.json",
+             checkpoint.STATE_DIR, CODE_FILE, "tlm_tokenizer.json", "tokenizer.json", "tokenizer_config.json",
              "special_tokens_map.json", "vocab.json", "merges.txt")
 
 
@@ -167,10 +169,11 @@ def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
     --overwrite only the files of the earlier run (its manifest) are removed first."""
     out = plan.out
     if plan.resume:
+        _own_code_file(out)
         return
     if overwrite and out.exists():
         remove_owned(out)
-    record(out, RUN_FILES[:7], "train")
+    record(out, RUN_FILES[:8], "train")
     atomic_write_text(out / TRAIN_CONFIG_FILE, json.dumps(plan.tc.to_dict(), indent=2) + "\n")
     atomic_write_text(out / "data.json", json.dumps(_data_info(plan.data), indent=2, default=str) + "\n")
     if plan.data.tokenizer is not None:
@@ -183,6 +186,16 @@ def prepare_folder(plan: RunPlan, overwrite: bool) -> None:
             record(out, names, "train")
             for name in names:
                 replace_entry(tmp / name, out / name)
+
+
+def _own_code_file(out: Path) -> None:
+    """A run resumed from before save_tlm wrote modeling_tlm.py gains it: recorded in its manifest (where it
+    has one) before it is written, and refused where someone else put a file of that name."""
+    if not read_manifest(out):  # a run from before manifests: nothing is recorded in it
+        return
+    if CODE_FILE in foreign(out):
+        raise UserError(f"refusing to replace {out / CODE_FILE}: tlm did not write it")
+    record(out, [CODE_FILE], "train")
 
 
 def _data_info(data: TokenData) -> dict:
