@@ -221,12 +221,12 @@ def _probe_arms(pm, folder: Path, batches: list[dict], stats: list[str], args):
 
     def with_ablations(fuse: bool):
         def run():
-            saved = engine._fused
-            engine._fused = saved if fuse else (lambda *a: None)
+            saved = engine.fused_ablations
+            engine.fused_ablations = saved if fuse else (lambda *a: None)
             try:
                 res = probe(pm, str(folder / "ids.npy"), stats=",".join([STREAMED, *stats]), **kw)
             finally:
-                engine._fused = saved
+                engine.fused_ablations = saved
             df = res.table[res.table.statistic.str.startswith("ablation_")]
             got["fused" if fuse else "unfused"] = {
                 "rows": {(s, int(l)): v for s, l, v in zip(df.statistic, df.layer, df.value, strict=True)},

@@ -208,7 +208,8 @@ def test_a_parquet_footer_declaring_too_many_cells_is_refused_before_reading(tmp
 
     folder = tmp_path / "p"
     folder.mkdir()
-    pd.concat([TABLE] * 50).to_parquet(folder / "results.parquet")  # 50 rows x 9 columns
+    rows = pd.concat([TABLE] * 50).assign(statistic=[f"s{i}" for i in range(50)])  # one row per key
+    rows.to_parquet(folder / "results.parquet")  # 50 rows x 9 columns
     assert len(read_results(folder)[0]) == 50
     monkeypatch.setattr(tablefile, "MAX_CELLS", 300)
     _no_pandas(monkeypatch)

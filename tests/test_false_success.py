@@ -217,11 +217,11 @@ def test_demo_negative_threads(tmp_path):
 
 def test_demo_threads_reach_training_and_probing(tmp_path, monkeypatch):
     """--threads 1 was never passed on: training and probing ran on all cores."""
-    import tlm_probe.probe.engine as probe_module
+    import tlm_probe.probe.engine as probe_module  # the demo probes through run_probe (imported on use)
     import tlm_probe.train.loop as loop
 
     seen = []
-    real_probe, real_loop = probe_module.probe, loop.Trainer._loop
+    real_probe, real_loop = probe_module.run_probe, loop.Trainer._loop
 
     def probe(*a, **k):
         seen.append(("probe", torch.get_num_threads()))
@@ -231,7 +231,7 @@ def test_demo_threads_reach_training_and_probing(tmp_path, monkeypatch):
         seen.append(("train", torch.get_num_threads()))
         return real_loop(self, report)
 
-    monkeypatch.setattr(probe_module, "probe", probe)
+    monkeypatch.setattr(probe_module, "run_probe", probe)
     monkeypatch.setattr(loop.Trainer, "_loop", _loop)
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # so that "all cores" and 1 differ on any machine

@@ -202,11 +202,13 @@ def _four(values, d_ff=256):
 UNTRUSTED = {
     "header only": ([], [], "holds no per-layer row"),
     "a row at layer 10**8": (["m,0,s,1.0,256", f"m,{10**8},s,1.0,256"], ["--d-ff", "256"],
-                             "has a row at layer 100,000,000"),
+                             "column 'layer' (row 3) must be an integer in -1..4,095 (found '100000000')"),
     "statistic <= 0 everywhere, rule x": (_four([-1.0, 0.0, -0.5, -2.0]), [], "no layer a positive weight"),
-    "d_ff column of 10**18": (_four([1.0, 2.0, 3.0, 4.0], d_ff=10**18), [], "mean MLP width 1,000,000,000"),
+    "d_ff column of 10**18": (_four([1.0, 2.0, 3.0, 4.0], d_ff=10**18), [],
+                              "column 'd_ff' (row 2) must be an integer in 0..1,099,511,627,776"),
     "a layer with no value": (["m,0,s,1.0,256", "m,3,s,1.0,256"], [], "no value at layer(s) 1, 2"),
-    "a fractional layer": (["m,0,s,1.0,256", "m,0.5,s,1.0,256"], [], "non-integer layer"),
+    "a fractional layer": (["m,0,s,1.0,256", "m,0.5,s,1.0,256"], [],
+                           "column 'layer' (row 3) must be an integer in -1..4,095 (found '0.5')"),
 }
 
 

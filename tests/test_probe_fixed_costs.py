@@ -6,7 +6,7 @@ import pytest
 from models_zoo import build_model
 from scipy import stats as sps
 
-import tlm_probe.data.tokens as tokens
+import tlm_probe.data.sequences as tokens  # where the probe reads a token file (load_token_rows)
 from tlm_probe.api.library import probe
 from tlm_probe.capture import load_probe_model
 from tlm_probe.stats import moments

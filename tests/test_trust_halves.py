@@ -1,5 +1,5 @@
 """`tlm trust`'s halves judged before the model loads (trust/halves.py, issue 49): the number of sequences a
-token file gives equals what the probe's own cutting yields (capture/sequences.py), and a corpus of one
+token file gives equals what the probe's own cutting yields (data/sequences.py), and a corpus of one
 sequence is refused with the probe's line; what cannot be judged from a header is left to the probe."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tlm_probe.trust.halves import check_halves, sequences
 @given(rows=st.integers(1, 5), length=st.integers(1, 40), two_d=st.booleans(), seq_len=st.integers(2, 50),
        max_tokens=st.integers(0, 250))
 def test_the_count_is_the_probes_own_cutting(rows, length, two_d, seq_len, max_tokens):
-    from tlm_probe.capture.sequences import _id_chunks, limit_tokens
+    from tlm_probe.data.sequences import _id_chunks, limit_tokens
 
     shape = (rows, length) if two_d else (rows * length,)
     if two_d and seq_len > length:

@@ -64,7 +64,7 @@ def column_in(df: pd.DataFrame, col: str, lo: float, hi: float, where: Path, int
     ok = x.between(lo, hi) & (x.abs() < math.inf) & (x.round() == x if integer else True)
     wrong = ~ok & ~(x.isna() if nan else False)
     if wrong.any():
-        what = f"{'an integer' if integer else 'a finite number'} in {lo:g}..{hi:g}"
+        what = f"{'an integer' if integer else 'a finite number'} in {_shown(lo)}..{_shown(hi)}"
         row = int(wrong.idxmax()) + 2  # the file's line (a header, then rows; the index is the row's)
         raise bad(where, f"column {col!r} (row {row})", what, df[col][wrong].iloc[0])
 
@@ -76,3 +76,8 @@ def one_row_each(df: pd.DataFrame, keys: list[str], where: Path) -> None:
         row = df[twice].iloc[0]
         raise bad(where, f"the rows (row {int(twice.to_numpy().argmax()) + 2})",
                   f"one per {', '.join(keys)}", ", ".join(str(row[k]) for k in keys))
+
+
+def _shown(bound: float) -> str:
+    """A bound as a reader writes it: whole numbers with thousands separators (1,099,511,627,776)."""
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"

@@ -2,7 +2,7 @@
 loads (issue 49): a corpus of one sequence was found to have an empty half b only after the model loaded
 and every corpus before it was probed in full. For a token file (.npy, .tok) the number of sequences follows
 from its shape, --seq-len (or the model's context, from config.json) and --max-tokens, as the probe cuts
-them (capture/sequences.py); text, other token files and models without a readable context are left to the
+them (data/sequences.py); text, other token files and models without a readable context are left to the
 probe, which refuses with the same line (trust/engine.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.probe.options import DEFAULT_SEQ_LEN
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len")
-"""Where a config.json gives the model's context (capture/sequences.py max_positions reads the same)."""
+"""Where a config.json gives the model's context (capture/inputs.py max_positions reads the same)."""
 
 
 def no_sequence(half: str, corpus: str) -> UserError:
