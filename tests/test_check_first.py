@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from hostile_runs import TASK_YAML
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 3.0
@@ -28,19 +29,6 @@ TRIES = 2
 faster run counts, and both are reported."""
 DIFF = ROOT / "analyses" / "results" / "confirm" / "diff" / "cosine_1.5_0.5-s0-vs-uniform-s0"
 TRUST = ROOT / "analyses" / "results" / "trust" / "SmolLM2-135M-Q4_1-task16"
-TASK_YAML = """task: mytask
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: t.jsonl
-output_type: multiple_choice
-test_split: test
-doc_to_text: "{{context}}"
-doc_to_choice: "{{choices}}"
-doc_to_target: label
-metric_list:
-  - metric: acc
-"""
 
 
 def _tlm_config(folder: Path, vocab: int) -> Path:

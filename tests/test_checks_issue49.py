@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hostile_runs import TASK_YAML, error_lines, one_refusal
 from typer.testing import CliRunner
 
 from cli import app
@@ -29,8 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DIFF = ROOT / "analyses" / "results" / "confirm" / "diff" / "cosine_1.5_0.5-s0-vs-uniform-s0"  # a real one
 TRUST = ROOT / "analyses" / "results" / "trust" / "SmolLM2-135M-Q4_1-task16"
 runner = CliRunner()
-CAP = 3 * 2**30
-"""The memory cap (RLIMIT_AS, as `ulimit -v`) of the children that read hostile folders."""
 
 
 def tiny(folder: Path, seed: int = 0, vocab: int = 64, poison: bool = False) -> Path:
@@ -50,10 +46,6 @@ def models(tmp_path_factory):
     ids = root / "ids.npy"
     np.save(ids, np.random.default_rng(0).integers(1, 64, (8, 16)).astype(np.uint32))
     return {"a": tiny(root / "a"), "nan": tiny(root / "nan", poison=True), "ids": ids, "root": root}
-
-
-def error_lines(output: str) -> list[str]:
-    return [ln for ln in output.splitlines() if ln.startswith("error:")]
 
 
 # ---- 1. one non-finite guard, shared ---------------------------------------------------------------------
@@ -185,12 +177,6 @@ def test_the_real_folders_pass_the_checks():
         load_trust(folder.parent)
 
 
-def _capped(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tlm_probe", *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT,
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP)))
-
-
 @pytest.mark.parametrize("case", [*DIFF_CASES, *TRUST_CASES])
 def test_a_hostile_folder_is_one_error_line_in_plot_and_report(tmp_path, case):
     src, (name, edit, says) = (DIFF, DIFF_CASES[case]) if case in DIFF_CASES else (TRUST, TRUST_CASES[case])
@@ -200,15 +186,7 @@ def test_a_hostile_folder_is_one_error_line_in_plot_and_report(tmp_path, case):
     plot = ["plot", str(folder), "--out", str(tmp_path / "f.png"), "--size", "300x200"]
     report = ["report", str(folder), "--out", str(tmp_path / "r"), "--size", "300x200"]
     for args in [plot] if big else [plot, report]:  # both read through the one reader (load_diff/load_trust)
-        if big:  # a child under a memory cap: the bound is what keeps it small
-            p = _capped(*args)
-            code, output = p.returncode, p.stdout + p.stderr
-        else:
-            r = runner.invoke(app, args)
-            code, output = r.exit_code, r.output
-        assert code == 1, (args, output[-2000:])
-        assert "Traceback" not in output
-        (line,) = error_lines(output)
+        line = one_refusal(args, in_child=big, timeout=120)  # big: a capped child (the bound keeps it small)
         assert says in line and name.split(".")[0] in line, line
         assert not (tmp_path / "f.png").exists()
 
@@ -226,19 +204,6 @@ def test_plotting_bounds_what_it_draws():
 
 
 # ---- 3. lm-eval's failures are one error line; eval checks its --out first ---------------------------------
-TASK_YAML = """task: mytask
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: t.jsonl
-output_type: multiple_choice
-test_split: test
-doc_to_text: "{{context}}"
-doc_to_choice: "{{choices}}"
-doc_to_target: label
-metric_list:
-  - metric: acc
-"""
 GOOD_LINE = '{"context": "a", "choices": ["b", "c"], "label": 0}\n'
 
 
