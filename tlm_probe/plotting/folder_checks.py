@@ -95,21 +95,23 @@ def check_diff_tables(tables: dict[str, pd.DataFrame], n_a: int, n_b: int, folde
 
 def read_diff_summary(folder: Path) -> dict:
     """diff.json of a `tlm diff` folder (bounded read), its fields checked."""
-    where = folder / "diff.json"
-    summary = read_json(where)
-    if not isinstance(summary, dict) or not {"model_a", "model_b", "n_tokens"} <= set(summary):
-        raise UserError(f"{where} is not a tlm diff summary (no model_a, model_b, n_tokens)")
-    check_diff_summary(summary, where)
+    summary = _summary(folder / "diff.json", "diff", ("model_a", "model_b", "n_tokens"))
+    check_diff_summary(summary, folder / "diff.json")
     return summary
 
 
 def read_trust_summary(folder: Path) -> dict:
     """trust.json of a `tlm trust` folder (bounded read), its fields checked."""
-    where = folder / "trust.json"
-    summary = read_json(where)
-    if not isinstance(summary, dict) or not {"corpora", "min_w", "min_spearman"} <= set(summary):
-        raise UserError(f"{where} is not a tlm trust summary (no corpora, min_w, min_spearman)")
+    summary = _summary(folder / "trust.json", "trust", ("corpora", "min_w", "min_spearman"))
     check_trust_summary(summary, folder)
+    return summary
+
+
+def _summary(where: Path, command: str, keys: tuple[str, ...]) -> dict:
+    """The JSON object at `where` (bounded read), refused unless it holds `keys`."""
+    summary = read_json(where)
+    if not isinstance(summary, dict) or not set(keys) <= set(summary):
+        raise UserError(f"{where} is not a tlm {command} summary (no {', '.join(keys)})")
     return summary
 
 
