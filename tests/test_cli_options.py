@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import typer
+from cli_commands import all_commands
 from typer.testing import CliRunner
 
 from cli import app
@@ -15,27 +15,18 @@ from tlm_probe.commands.common import device_option
 from tlm_probe.train.config import TrainConfig
 
 
-def _commands() -> dict:
-    """name -> click command (typer vendors its own click: duck-typed, not isinstance)."""
-    out = {}
-    for name, cmd in typer.main.get_command(app).commands.items():
-        subs = getattr(cmd, "commands", None)
-        out |= {f"{name} {k}": c for k, c in subs.items()} if subs else {name: cmd}
-    return out
-
-
 def _option(cmd, name: str):
     return next((p for p in cmd.params if p.param_type_name == "option" and name in p.opts), None)
 
 
 def test_every_out_option_has_the_short_name():
-    with_out = {n: c for n, c in _commands().items() if _option(c, "--out")}
+    with_out = {n: c for n, c in all_commands().items() if _option(c, "--out")}
     assert {"probe", "eval", "train", "compare", "plot", "report", "demo"} <= set(with_out)
     assert [n for n, c in with_out.items() if "-o" not in _option(c, "--out").opts] == []
 
 
 def test_device_defaults_to_auto_everywhere():
-    devices = {n: _option(c, "--device").default for n, c in _commands().items() if _option(c, "--device")}
+    devices = {n: _option(c, "--device").default for n, c in all_commands().items() if _option(c, "--device")}
     assert {"probe", "eval", "generate", "train", "demo"} <= set(devices)
     # None: the option is generated from TrainConfig and falls back to its default
     assert TrainConfig(steps=1).device == "auto"
@@ -43,7 +34,7 @@ def test_device_defaults_to_auto_everywhere():
 
 
 def test_probe_and_eval_share_the_token_limit_and_split_names():
-    cmds = _commands()
+    cmds = all_commands()
     for name in ("probe", "eval"):
         assert _option(cmds[name], "--max-tokens").default == 65_536
         assert _option(cmds[name], "--split") is not None

@@ -6,18 +6,10 @@ is for."""
 from __future__ import annotations
 
 import typer
+from cli_commands import all_commands
 from typer.testing import CliRunner
 
 from cli import app
-
-
-def _commands() -> dict:
-    """name -> click command (typer vendors its own click: duck-typed, not isinstance)."""
-    out = {}
-    for name, cmd in typer.main.get_command(app).commands.items():
-        subs = getattr(cmd, "commands", None)
-        out |= {f"{name} {k}": c for k, c in subs.items()} if subs else {name: cmd}
-    return out
 
 
 def _option(cmd, name: str):
@@ -34,7 +26,8 @@ KIND = {"sweep": "compare"}  # a sweep's folder is a comparison (its manifest's 
 
 
 def test_overwrite_says_one_meaning_and_when_each_command_needs_it():
-    helps = {n: _option(c, "--overwrite").help for n, c in _commands().items() if _option(c, "--overwrite")}
+    helps = {n: _option(c, "--overwrite").help for n, c in all_commands().items()
+             if _option(c, "--overwrite")}
     assert set(helps) == set(RERUN_NEEDS_IT)
     for name, text in helps.items():
         kind = KIND.get(name, name)
@@ -86,7 +79,7 @@ def test_probe_api_has_the_cli_names_unsafe_pickle_and_threads():
     from tlm_probe.api.library import probe
 
     params = inspect.signature(probe).parameters
-    cli_names = {p.name for p in _commands()["probe"].params}
+    cli_names = {p.name for p in all_commands()["probe"].params}
     for name in ("unsafe_pickle", "threads"):
         assert name in params and name in cli_names  # one name in the API and on the command line
     assert "allow_pickle" not in params
@@ -125,7 +118,7 @@ def test_probe_threads_and_unsafe_pickle_work_and_the_old_keyword_warns(tmp_path
 
 # ---- one style of help ------------------------------------------------------------------------------
 def _helps():
-    for name, cmd in _commands().items():
+    for name, cmd in all_commands().items():
         for p in cmd.params:
             yield name, p
 
@@ -136,7 +129,7 @@ def test_defaults_are_shown_one_way_by_typer_not_in_the_help_words():
     words = re.compile(r"\(default\b|; default\b")
     stated = [(n, p.opts[0], p.help) for n, p in _helps() if words.search(p.help or "")]
     assert stated == []
-    cmds = _commands()
+    cmds = all_commands()
     # what used to be words in the help is typer's "[default: X]" now, the value itself where it can be
     assert _option(cmds["train"], "--d-model").default == 128
     assert _option(cmds["train"], "--mem-chunk").show_default == "16"
@@ -169,15 +162,15 @@ def test_a_flag_left_at_its_shown_default_is_left_to_the_config_file(tmp_path):
 
 
 def test_flags_show_no_value_type():
-    for name in _commands():
+    for name in all_commands():
         text = CliRunner().invoke(app, [*name.split(), "--help"], terminal_width=200).output
         assert "<bool>" not in text, name
-    assert all(p.metavar == "" for p in _commands()["probe"].get_params(typer.Context(_commands()["probe"]))
-               if getattr(p, "is_flag", False))
+    probe = all_commands()["probe"]
+    assert all(p.metavar == "" for p in probe.get_params(typer.Context(probe)) if getattr(p, "is_flag", False))
 
 
 def test_compare_and_sweep_say_what_each_is_for():
-    cmds = _commands()
+    cmds = all_commands()
     compare, sweep = cmds["compare"].help, cmds["sweep"].help
     assert compare != sweep
     assert compare.startswith("Compare a few chosen") and sweep.startswith("Search a grid")

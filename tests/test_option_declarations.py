@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
+from cli_commands import all_commands
 from typer.testing import CliRunner
 
 from cli import app
@@ -19,16 +19,8 @@ from tlm_probe.errors import UserError
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _commands() -> dict:
-    out = {}
-    for name, cmd in typer.main.get_command(app).commands.items():
-        subs = getattr(cmd, "commands", None)
-        out |= {f"{name} {k}": c for k, c in subs.items()} if subs else {name: cmd}
-    return out
-
-
 def test_every_boolean_reads_one_style():
-    bools = {(n, p.name): p for n, c in _commands().items() for p in c.params
+    bools = {(n, p.name): p for n, c in all_commands().items() for p in c.params
              if p.param_type_name == "option" and p.is_bool_flag and p.name != "help"}
     assert len(bools) > 30
     off = {k: p.opts + p.secondary_opts for k, p in bools.items() if p.secondary_opts != [
