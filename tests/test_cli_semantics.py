@@ -166,7 +166,8 @@ def test_flags_show_no_value_type():
         text = CliRunner().invoke(app, [*name.split(), "--help"], terminal_width=200).output
         assert "<bool>" not in text, name
     probe = all_commands()["probe"]
-    assert all(p.metavar == "" for p in probe.get_params(typer.Context(probe)) if getattr(p, "is_flag", False))
+    flags = [p for p in probe.get_params(typer.Context(probe)) if getattr(p, "is_flag", False)]
+    assert all(p.metavar == "" for p in flags)
 
 
 def test_compare_and_sweep_say_what_each_is_for():
