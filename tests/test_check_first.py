@@ -29,6 +29,8 @@ TRIES = 2
 faster run counts, and both are reported."""
 DIFF = ROOT / "analyses" / "results" / "confirm" / "diff" / "cosine_1.5_0.5-s0-vs-uniform-s0"
 TRUST = ROOT / "analyses" / "results" / "trust" / "SmolLM2-135M-Q4_1-task16"
+PROBE = ROOT / "analyses" / "results" / "mechanism" / "SmolLM2-135M-Q4_1"
+COMPARE = ROOT / "analyses" / "results" / "schedules"
 
 
 def _tlm_config(folder: Path, vocab: int) -> Path:
@@ -53,6 +55,7 @@ def _headed(folder: Path) -> Path:
     blocks["transformer.wte.weight"] = np.zeros(2, np.float32)
     save_file(blocks, str(folder / "model.safetensors"))
     (partial := folder.parent / "partial-map.json").write_text(json.dumps({"transformer.h.0": "cpu"}))
+    (folder.parent / "no-module-map.json").write_text(json.dumps({"nothing": "cpu"}))
     return partial
 
 
@@ -85,17 +88,32 @@ def _fixtures(root: Path) -> dict[str, Path]:
         (diff / f.name).write_bytes(f.read_bytes())
     doc = json.loads((diff / "diff.json").read_text())
     (diff / "diff.json").write_text(json.dumps({**doc, "kl_mean": float("nan")}))
-    trust = root / "trust"
-    trust.mkdir()
-    for f in TRUST.iterdir():
-        if f.is_file():
-            (trust / f.name).write_bytes(f.read_bytes())
+    trust = _copy(TRUST, root / "trust")
     doc = json.loads((trust / "trust.json").read_text())
     (trust / "trust.json").write_text(json.dumps({**doc, "min_w": "high"}))
+    probe = _copy(PROBE, root / "probe")
+    results = (probe / "results.csv").read_text().splitlines()
+    head = results[0].split(",")
+    cells = results[1].split(",")
+    cells[head.index("layer")] = "1000000"  # a layer no model has
+    (probe / "results.csv").write_text("\n".join([results[0], ",".join(cells), *results[2:]]) + "\n")
+    compare = _copy(COMPARE, root / "compare")
+    summary = (compare / "summary.csv").read_text()
+    (compare / "summary.csv").write_text(summary.replace(",3,656448,", ",3,inf,", 1))
     return {"a": _tlm_config(root / "a", 64), "v128": _tlm_config(root / "v128", 128), "ids": ids,
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
             "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed",
-            "huge_tok": _huge_tokenizer(root / "huge-tok"), "one_row": root / "one-row.npy"}
+            "huge_tok": _huge_tokenizer(root / "huge-tok"), "one_row": root / "one-row.npy",
+            "probe": probe, "compare": compare}
+
+
+def _copy(source: Path, folder: Path) -> Path:
+    """The files (not the sub-folders) of a committed result folder."""
+    folder.mkdir()
+    for f in source.iterdir():
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
+    return folder
 
 
 def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
@@ -109,6 +127,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
                                                       out],
         "probe: --device-map leaves parameters unplaced": ["probe", str(f["headed"]), "--data", ids, "--out",
                                                            out, "--device-map", str(f["map"])],
+        "probe: --device-map names no module": ["probe", str(f["headed"]), "--data", ids, "--out", out,
+                                                "--device-map", str(f["headed"].parent / "no-module-map.json")],
         "probe: --stats typo": [*probe, "--stats", "align_mlp_mdi"],
         "eval: unknown --tasks name": ["eval", a, "--tasks", "hellaswg", "--out", out],
         "eval: empty task data file": ["eval", a, "--tasks", str(f["task"]), "--out", out],
@@ -139,6 +159,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "train: --config names a folder": ["train", "--config", str(f["mine"]), "--out", out],
         "train: --config with a key twice": ["train", "--config", str(f["dup"]), "--out", out],
         "plot: diff.json with NaN": ["plot", str(f["diff"]), "--out", str(f["out"]) + ".png"],
+        "plot: results.csv with a layer at 10**6": ["plot", str(f["probe"]), "--out", str(f["out"]) + ".png"],
+        "report: summary.csv with an inf": ["report", str(f["compare"]), "--out", out],
         "report: trust.json min_w a word": ["report", str(f["trust"]), "--out", out],
         "info: a model path that does not exist": ["info", "./nope"],
         "data: a tokenizer.json of 2M entries": ["data", "prepare", str(f["task"]), "--tokenizer",

@@ -16,10 +16,10 @@ from tlm_probe.errors import UserError
 NAMES = ["transformer.h.0.mlp.c_fc.weight", "transformer.h.1.mlp.c_fc.weight", "transformer.wte.weight"]
 
 
-def _folder(tmp_path, names=NAMES, tie=None, sharded=False):
+def _folder(tmp_path, names=NAMES, tie=None, sharded=False, model_type="gpt2"):
     folder = tmp_path / "m"
     folder.mkdir()
-    config = {"model_type": "gpt2"} | ({} if tie is None else {"tie_word_embeddings": tie})
+    config = {"model_type": model_type} | ({} if tie is None else {"tie_word_embeddings": tie})
     (folder / "config.json").write_text(json.dumps(config))
     tensors = {n: np.zeros(3, np.float32) for n in names}
     if sharded:
@@ -61,7 +61,6 @@ def test_a_map_leaving_a_stored_parameter_unplaced_is_refused(tmp_path, mapping,
     ({"": "cpu"}, None),  # the whole model under one key
     ({"transformer": "cpu"}, False),  # untied: no head without a tensor
     ({"h": "cpu", "lm_head": "cpu"}, None),  # names of another layout: the loader judges
-    ({"nothing": "cpu"}, None),  # no name shared: the loader judges (and names the unknown module)
 ])
 def test_what_the_header_cannot_refuse_is_left_to_the_loader(tmp_path, mapping, tie):
     check_map_before_loading(str(_folder(tmp_path, tie=tie)), _map(tmp_path, mapping))
@@ -72,3 +71,25 @@ def test_no_header_no_judgement(tmp_path):
     (folder / "model.safetensors").write_bytes(b"")  # unreadable: the loader says why
     check_map_before_loading(str(folder), _map(tmp_path, {}))
     check_map_before_loading(str(folder), "auto")
+
+
+@pytest.mark.parametrize(("model_type", "names"), [
+    ("gpt2", NAMES),  # the blocks under the base model's prefix: the stored names are the model's
+    ("tlm", ["embed.W_E", "blocks.0.mlp.W_in", "ln_final.w"]),  # ours: always the model's names
+])
+def test_a_map_naming_nothing_of_the_model_is_refused(tmp_path, model_type, names):
+    folder = _folder(tmp_path, names=names, model_type=model_type)
+    with pytest.raises(UserError, match="names 'nothing', which is no module of the model; its checkpoint's "
+                                        "top-level modules: "):
+        check_map_before_loading(str(folder), _map(tmp_path, {"nothing": "cpu", "nothng.else": 0}))
+
+
+@pytest.mark.parametrize(("model_type", "names", "mapping"), [
+    ("gpt2", ["h.0.mlp.c_fc.weight", "wte.weight"], {"nothing": "cpu"}),  # no prefix stored: cannot tell
+    ("gpt2", ["h.0.mlp.c_fc.weight", "wte.weight"], {"transformer": "cpu"}),  # the prefix the model adds
+    ("bert", ["bert.encoder.layer.0.output.dense.weight", "bert.embeddings.word_embeddings.weight"],
+     {"encoder": "cpu", "embeddings": "cpu"}),  # the base model, loaded from a checkpoint with a head
+])
+def test_a_map_of_another_prefix_is_left_to_the_loader(tmp_path, model_type, names, mapping):
+    folder = _folder(tmp_path, names=names, model_type=model_type)
+    check_map_before_loading(str(folder), _map(tmp_path, mapping))

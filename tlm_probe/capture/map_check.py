@@ -52,6 +52,24 @@ def _tied_head(folder: Path, names: list[str]) -> str | None:
     return name if tied is True and name and name not in names else None
 
 
+def _rooted(folder: Path, names: list[str]) -> bool:
+    """Whether the stored names are the model's own module paths: ours always are; a Hugging Face
+    checkpoint's are when its blocks sit under a base model's prefix (`model.layers.0...`), and may not be
+    when they sit at the top (GPT-2's `h.0...` loads into `transformer.h.0...`)."""
+    model_type = read_config_json(folder).get("model_type")
+    row = known_adapter(model_type)
+    if model_type == "tlm" or row is None:
+        return model_type == "tlm"
+    return any(f".{row.layers}." in f".{n}" and not n.startswith(f"{row.layers}.") for n in names)
+
+
+def _inside(key: str, name: str) -> bool:
+    """Whether a map key is a path inside a stored name under either's prefix: `encoder` in a base model
+    loaded from `bert.encoder.layer.0...`, `transformer.h.0` for a stored `h.0...`."""
+    parts = key.split(".")
+    return any(f".{'.'.join(parts[i:])}." in f".{name}." for i in range(len(parts)))
+
+
 def _tops(names: list[str]) -> list[str]:
     return list(dict.fromkeys(n.split(".")[0] for n in names))
 
@@ -67,8 +85,10 @@ def check_map_before_loading(model: str, device_map: str) -> None:
     if not names or not isinstance(mapping, dict):
         return
     aligned = not mapping or any(n == k or n.startswith(f"{k}.") or k == "" for k in mapping for n in names)
-    if not aligned:
-        return
     head = _tied_head(folder, names)
     names = [*names, head] if head else names
-    refuse_unplaced(mapping, names, _tops(names))
+    if aligned:
+        refuse_unplaced(mapping, names, _tops(names))
+    elif _rooted(folder, names) and not any(_inside(k, n) for k in mapping for n in names):
+        raise UserError(f"--device-map names {next(iter(mapping))!r}, which is no module of the model; "
+                        f"its checkpoint's top-level modules: {', '.join(_tops(names))}")

@@ -35,9 +35,9 @@ def register(app: typer.Typer) -> None:
         run: PlotRun,
     ):
         """Draw one figure from result tables and save it (written to a temporary file, then renamed)."""
-        from tlm_probe.plotting.folder_checks import check_summaries
+        from tlm_probe.plotting.inputs import check_input_folders
 
-        check_summaries(inputs or [])  # a diff's or trust's JSON, before pandas and matplotlib are imported
+        check_input_folders(inputs or [])  # each input's files, before matplotlib and seaborn load
         from tlm_probe.plotting.figures import build_figure
         from tlm_probe.plotting.style import figure_format, save_figure
 

@@ -39,13 +39,13 @@ def register(app: typer.Typer) -> None:
         """Write a report page that opens offline: figures embedded as PNG, tables, provenance."""
         # matplotlib/seaborn are imported when the command runs, not when `tlm` starts
         from tlm_probe.files.out_folder import check_apart
-        from tlm_probe.plotting.folder_checks import check_summaries
+        from tlm_probe.plotting.inputs import check_input_folders
 
         out = run.out
         if not inputs:
             raise UserError("give at least one input folder")
         check_apart(out, inputs)
-        check_summaries(inputs)  # a diff's or trust's JSON, before pandas and matplotlib are imported
+        check_input_folders(inputs)  # each input's files, before matplotlib and seaborn load
         from tlm_probe.files.folder_lock import folder_lock
         from tlm_probe.report.html import check_report_out, render_figures, write_report
         from tlm_probe.report.sections import build_document

@@ -115,16 +115,6 @@ def _summary(where: Path, command: str, keys: tuple[str, ...]) -> dict:
     return summary
 
 
-def check_summaries(paths) -> None:
-    """Before `tlm plot`/`tlm report` import pandas and matplotlib: the diff.json or trust.json of each
-    diff or trust folder given (its tables are checked when they are read)."""
-    for p in map(Path, paths):
-        if (p / "diff.json").is_file():
-            read_diff_summary(p)
-        elif (p / "trust.json").is_file():
-            read_trust_summary(p)
-
-
 def check_trust_summary(s: dict, folder: Path) -> None:
     """trust.json's fields the figure and the report read."""
     where = folder / "trust.json"

@@ -271,6 +271,21 @@ def load_run(path: str | Path) -> Comparison:
     return Comparison(p, {}, curve_summary(loss_table([p])), {})
 
 
+LOADERS: dict[str, Callable[[Path], object]] = {
+    "probe": load_probe, "compare": load_comparison, "run": load_run, "eval": load_eval, "diff": load_diff,
+    "trust": load_trust}
+"""Each input kind's reader: what a figure or a report section reads, checked (ranges, finiteness, rows)."""
+
+
+def check_input_folders(paths: Sequence[str | Path]) -> None:
+    """Every input folder read and checked as its figure or section reads it, before `tlm plot` and `tlm
+    report` import matplotlib and seaborn (~2 s): a bad file is refused in about a second, not after them.
+    A path that does not exist is left to the figure (the schedules figure takes names, not paths)."""
+    for p in map(Path, paths):
+        if p.exists():
+            LOADERS[input_kind(p)](p)
+
+
 def schedule_table(names: Sequence[str], n_layers: int, d_ff: int, multiple_of: int = 64) -> pd.DataFrame:
     """Tidy `schedule, layer, width` for schedule specs such as 'cosine:1.5:0.5' or 'wider-early'."""
     rows = []
