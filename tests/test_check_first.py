@@ -104,7 +104,7 @@ def _fixtures(root: Path) -> dict[str, Path]:
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
             "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed",
             "huge_tok": _huge_tokenizer(root / "huge-tok"), "one_row": root / "one-row.npy",
-            "probe": probe, "compare": compare}
+            "probe": probe, "compare": compare, "root": root}
 
 
 def _copy(source: Path, folder: Path) -> Path:
@@ -128,7 +128,7 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "probe: --device-map leaves parameters unplaced": ["probe", str(f["headed"]), "--data", ids, "--out",
                                                            out, "--device-map", str(f["map"])],
         "probe: --device-map names no module": ["probe", str(f["headed"]), "--data", ids, "--out", out,
-                                                "--device-map", str(f["headed"].parent / "no-module-map.json")],
+                                                "--device-map", str(f["root"] / "no-module-map.json")],
         "probe: --stats typo": [*probe, "--stats", "align_mlp_mdi"],
         "eval: unknown --tasks name": ["eval", a, "--tasks", "hellaswg", "--out", out],
         "eval: empty task data file": ["eval", a, "--tasks", str(f["task"]), "--out", out],
