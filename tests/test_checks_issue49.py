@@ -362,3 +362,22 @@ def test_eval_refuses_a_nan_model_with_the_same_guard(models, tmp_path):
     (line,) = error_lines(r.output)
     assert line.startswith("error: non-finite activations (inf/NaN) in nan in logits"), line
     assert not (out / "results.csv").exists()
+
+
+def test_trust_refuses_a_text_corpus_with_an_empty_half_before_probing_any(gpt2, tmp_path, monkeypatch):
+    """A text corpus's sequences need the tokenizer: judged once the model loads, before the first probe
+    (it was found after every corpus before it had been probed in full)."""
+    import tlm_probe.trust.engine as engine
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("a corpus was probed before the halves were judged")
+
+    monkeypatch.setattr(engine, "run_probe", no_probe)
+    short = tmp_path / "short.txt"
+    short.write_text("hi\n")
+    r = runner.invoke(app, ["trust", str(gpt2["tok"]), "--data", "builtin:pydoc", "--data", str(short),
+                            "--seq-len", "32", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1, r.output
+    (line,) = error_lines(r.output)
+    assert f"half b of {short} holds no sequence" in line and "--no-halves" in line, line
+    assert not (tmp_path / "o").exists()

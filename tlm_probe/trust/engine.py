@@ -16,7 +16,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.probe.engine import run_probe
 from tlm_probe.probe.options import ProbeOptions
 from tlm_probe.trust.agreement import judge
-from tlm_probe.trust.halves import check_halves, no_sequence
+from tlm_probe.trust.halves import check_halves, check_halves_read
 from tlm_probe.trust.options import TrustOptions, eval_options, wanted
 from tlm_probe.trust.task_target import task_target
 
@@ -37,21 +37,13 @@ class TrustResult:
     """task_target.csv (trust/task_target.py TASK_COLUMNS)."""
 
 
+def _probe_options(opts: TrustOptions, corpus: str, half: str) -> ProbeOptions:
+    return ProbeOptions(data=corpus, stats=opts.stats, split=opts.split, max_tokens=opts.max_tokens,
+                        seq_len=opts.seq_len, batch_size=opts.batch_size, device=opts.device, half=half)
+
+
 def _probe(model, opts: TrustOptions, corpus: str, half: str, progress: bool, load: dict):
-    probe_opts = ProbeOptions(data=corpus, stats=opts.stats, split=opts.split, max_tokens=opts.max_tokens,
-                              seq_len=opts.seq_len, batch_size=opts.batch_size, device=opts.device, half=half)
-    return run_probe(model, probe_opts, progress=progress, **load)
-
-
-def _half(model, opts: TrustOptions, corpus: str, half: str, progress: bool, load: dict):
-    """The probe of one half (every other sequence) of the corpus's tokens; a half with no sequence is one
-    error line that says what to do."""
-    try:
-        return _probe(model, opts, corpus, half, progress, load)
-    except UserError as e:
-        if "no tokens to probe" not in str(e):
-            raise
-        raise no_sequence(half, corpus) from None
+    return run_probe(model, _probe_options(opts, corpus, half), progress=progress, **load)
 
 
 def _values(res, corpus: str) -> pd.DataFrame:
@@ -87,13 +79,16 @@ def run_trust(model, opts: TrustOptions, progress: bool = False, **load) -> Trus
             check_halves(model, opts.data, opts.seq_len, opts.max_tokens)
         model = load_probe_model(model, resolve_device_name(opts.device), "float32", **load)
         load = {}
+    if opts.halves:  # text corpora too, with the model's tokenizer: before any corpus is probed
+        check_halves_read(model, opts.data, _probe_options(opts, opts.data[0], ""))
     frames, halves, provs = [], [], {}
     for corpus in opts.data:
         res = _probe(model, opts, corpus, "", progress, load)
         frames.append(_values(res, corpus))
         provs[corpus] = res.provenance
         for half in "ab" if opts.halves else "":
-            halves.append(_values(_half(model, opts, corpus, half, progress, load), corpus).assign(half=half))
+            probed = _probe(model, opts, corpus, half, progress, load)
+            halves.append(_values(probed, corpus).assign(half=half))
     values = pd.concat(frames, ignore_index=True)[["corpus", "layer", "statistic", "value"]]
     n_layers = int(values["layer"].max()) + 1
     table = _wide(values, list(opts.data), n_layers)

@@ -2,8 +2,10 @@
 loads (issue 49): a corpus of one sequence was found to have an empty half b only after the model loaded
 and every corpus before it was probed in full. For a token file (.npy, .tok) the number of sequences follows
 from its shape, --seq-len (or the model's context, from config.json) and --max-tokens, as the probe cuts
-them (data/sequences.py); text, other token files and models without a readable context are left to the
-probe, which refuses with the same line (trust/engine.py)."""
+them (data/sequences.py). Text, other token files and models without a readable context are judged once the
+model (its tokenizer) has loaded and before any corpus is probed (check_halves_read: the first sequences of
+each half, cut as the probe cuts them); before, an empty half was found after every corpus before it had been
+probed in full."""
 
 from __future__ import annotations
 
@@ -81,3 +83,18 @@ def check_halves(model: str, data: tuple[str, ...], seq_len: int, max_tokens: in
             continue  # unknown, or refused by the probe with its own message
         if sequences(shape, length, max_tokens) < 2:
             raise no_sequence("b", corpus)
+
+
+def check_halves_read(pm, data: tuple[str, ...], options) -> None:
+    """Refuse a corpus with an empty half before any corpus is probed: each half's first sequence, cut by
+    the probe's own reader from `options` (ProbeOptions; its data and half replaced), tokenizing no more
+    of the corpus than that takes."""
+    from dataclasses import replace
+
+    from tlm_probe.probe.stream import read_sequences
+
+    for corpus in data:
+        for half in "ab":
+            _, seqs = read_sequences(pm, replace(options, data=corpus, half=half), pm.path or pm.name)
+            if next(iter(seqs), None) is None:
+                raise no_sequence(half, corpus)
