@@ -56,6 +56,7 @@ def _headed(folder: Path) -> Path:
     save_file(blocks, str(folder / "model.safetensors"))
     (partial := folder.parent / "partial-map.json").write_text(json.dumps({"transformer.h.0": "cpu"}))
     (folder.parent / "no-module-map.json").write_text(json.dumps({"nothing": "cpu"}))
+    (folder.parent / "m.gguf").write_bytes(b"GGUF")  # a GGUF file is never dispatched: refused by its name
     return partial
 
 
@@ -129,6 +130,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
                                                            out, "--device-map", str(f["map"])],
         "probe: --device-map names no module": ["probe", str(f["headed"]), "--data", ids, "--out", out,
                                                 "--device-map", str(f["root"] / "no-module-map.json")],
+        "generate: --device-map with a .gguf file": ["generate", str(f["root"] / "m.gguf"), "--prompt", "x",
+                                                     "--device-map", "auto"],
         "probe: --stats typo": [*probe, "--stats", "align_mlp_mdi"],
         "eval: unknown --tasks name": ["eval", a, "--tasks", "hellaswg", "--out", out],
         "eval: empty task data file": ["eval", a, "--tasks", str(f["task"]), "--out", out],

@@ -25,7 +25,7 @@ from tlm_probe.capture.adapters import (
     stack_adapter,
 )
 from tlm_probe.capture.dispatch import from_pretrained_kwargs
-from tlm_probe.capture.model_source import DTYPE_NAMES, looks_like_path
+from tlm_probe.capture.model_source import DTYPE_NAMES, GGUF_SUFFIX, check_dispatchable, looks_like_path
 from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.capture.seq2seq import decoder_start
 from tlm_probe.capture.widths import check_declared, declared_widths, layer_mlp, neuron_refusal
@@ -37,7 +37,6 @@ from tlm_probe.models.verify import PICKLE_WEIGHTS
 from tlm_probe.progress import Phase
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
-GGUF_SUFFIX = ".gguf"
 GENERIC_NAMES = ("model", "models", "checkpoint", "final", "hf")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model", "vocab.json")
 
@@ -182,11 +181,10 @@ def _load_probe_model(path_or_name, device, dtype, trust_remote_code, unsafe_pic
         raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     check_device(device)
     source, stack = split_stack(str(path_or_name))
+    if dispatch:
+        check_dispatchable(path_or_name)
     if stack is not None and not Path(str(path_or_name)).exists():  # a folder named "x:decoder" is a folder
         return _load_stack(source, stack, dtype, device, trust_remote_code, unsafe_pickle)
-    if dispatch and (stack is not None or str(path_or_name).endswith(GGUF_SUFFIX)):
-        raise UserError("--device-map serves checkpoint folders and hub models, not a .gguf file or one "
-                        "stack of an encoder-decoder")
     if str(path_or_name).endswith(GGUF_SUFFIX):
         return _load_gguf_model(Path(path_or_name), dtype, device)
     folder = Path(path_or_name)

@@ -13,6 +13,7 @@ from tlm_probe.capture.map_check import check_map_before_loading
 from tlm_probe.errors import UserError
 
 TRUE = ("1", "true", "yes", "on")
+GGUF_SUFFIX = ".gguf"
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 """The --dtype values the loaders take (capture/loading.py DTYPES maps each to torch's), without torch."""
 
@@ -41,12 +42,23 @@ def in_hub_cache(repo: str) -> bool:
     return any((c / f"models--{repo.replace('/', '--')}").is_dir() for c in hub_caches())
 
 
+def check_dispatchable(model: str) -> None:
+    """A --device-map places a Hugging Face model's modules: not a GGUF file's (read whole by its own loader)
+    nor one stack of an encoder-decoder."""
+    source, stack = split_stack(str(model))
+    if (stack is not None and not Path(str(model)).exists()) or str(model).endswith(GGUF_SUFFIX):
+        raise UserError("--device-map serves checkpoint folders and hub models, not a .gguf file or one "
+                        "stack of an encoder-decoder")
+
+
 def check_model_source(model: str, flag: str = "", device_map: str = "") -> None:
     """One UserError line for a model that cannot be there (`flag`: which argument, where there are two),
     or a --device-map file that does not place all of it (capture/map_check.py); the loader says the rest,
     in the same words."""
     which = f" ({flag})" if flag else ""
     source, stack = split_stack(str(model))
+    if device_map:
+        check_dispatchable(model)
     if Path(model).exists() or (stack and Path(source).exists()):
         check_folder(model)  # an unsupported architecture, from config.json alone
         check_map_before_loading(model, device_map)
