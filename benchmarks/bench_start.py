@@ -28,14 +28,20 @@ TARGET = 1.3
 PYCACHE = Path(tempfile.mkdtemp(prefix="tlm-bench-pycache-"))
 
 
-def _run(args: list[str], cwd: Path) -> None:
-    """`python ARGS` in `cwd` as a user runs it: bytecode cached (under PYCACHE, nothing written in the
-    checkout; the warm-up round fills it), as an installed package has it. With PYTHONDONTWRITEBYTECODE
-    set, as on the machines these benchmarks were written on, every start compiled ~100 modules again."""
+def run_env(cwd: Path) -> dict[str, str]:
+    """The environment of a `python` started in checkout `cwd` as a user runs it: offline, bytecode cached
+    (under PYCACHE, nothing written in the checkout; the warm-up round fills it), as an installed package
+    has it. With PYTHONDONTWRITEBYTECODE set, as on the machines these benchmarks were written on, every
+    start compiled ~100 modules again."""
     env = {**os.environ, "PYTHONPATH": str(cwd), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPYCACHEPREFIX": str(PYCACHE / cwd.name)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run([sys.executable, *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return env
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    """`python ARGS` in `cwd` (run_env)."""
+    subprocess.run([sys.executable, *args], cwd=cwd, env=run_env(cwd), check=True, capture_output=True)
 
 
 def arms(probe: Path, out: Path, tree: Path | None) -> dict:
