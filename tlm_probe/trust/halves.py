@@ -94,6 +94,8 @@ def check_halves_read(pm, data: tuple[str, ...], options) -> None:
     from tlm_probe.probe.stream import read_sequences
 
     for corpus in data:
+        if _shape(corpus) is not None:
+            continue  # a .npy or .tok file: judged from its header before the load (check_halves)
         for half in "ab":
             _, seqs = read_sequences(pm, replace(options, data=corpus, half=half), pm.path or pm.name)
             if next(iter(seqs), None) is None:
