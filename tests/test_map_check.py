@@ -93,3 +93,25 @@ def test_a_map_naming_nothing_of_the_model_is_refused(tmp_path, model_type, name
 def test_a_map_of_another_prefix_is_left_to_the_loader(tmp_path, model_type, names, mapping):
     folder = _folder(tmp_path, names=names, model_type=model_type)
     check_map_before_loading(str(folder), _map(tmp_path, mapping))
+
+
+def test_accelerates_lines_that_say_nothing_actionable_are_dropped_and_only_those():
+    """Every --device-map run printed accelerate's 'Some parameters are on the meta device…' and 'The model
+    weights are not tied…' (issue 49); from_pretrained_kwargs drops those two, and nothing else."""
+    import logging
+
+    from tlm_probe.capture.dispatch import NOISE, from_pretrained_kwargs
+
+    from_pretrained_kwargs("auto", "")
+    for name, prefix in NOISE.items():
+        seen: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record, seen=seen: seen.append(record.getMessage())
+        log = logging.getLogger(name)
+        log.addHandler(handler)
+        try:
+            log.warning(prefix + " whatever follows")
+            log.warning("a line worth reading")
+        finally:
+            log.removeHandler(handler)
+        assert seen == ["a line worth reading"], (name, seen)
