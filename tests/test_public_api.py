@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from test_capture_api import build
 
 import tlm_probe as tp
@@ -90,3 +91,13 @@ def test_capture_benchmark_runs(tmp_path):
     agree = next(v for k, v in res.items() if "agreement" in k)
     assert all(a["max_abs_diff"] <= 1e-5 * max(1.0, a["scale"]) for a in agree.values()), agree
     assert all("error" not in v for v in res.values())
+
+
+@pytest.mark.parametrize("module", [torch.nn.Linear(3, 3), torch.nn.Sequential()],
+                         ids=["Linear", "Sequential"])
+def test_a_module_that_is_no_model_is_one_user_error(module):
+    """tp.load and tp.probe of a module with no model config: one line naming it (it was an AttributeError
+    from deep inside the wrapper)."""
+    for call in (lambda: tp.load(module), lambda: tp.probe(module, "builtin:pydoc")):
+        with pytest.raises(UserError, match=f"a loaded {type(module).__name__} is not a model tlm can probe"):
+            call()

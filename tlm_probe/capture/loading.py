@@ -95,6 +95,9 @@ def as_probe_model(model: Any, tokenizer: Any = None) -> ProbeModel:
         raise UserError(f"expected a model folder, hub name, .gguf file, loaded nn.Module or ProbeModel, got "
                         f"{type(model).__name__}")
     config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) is None and not hasattr(model, "cfg"):
+        raise UserError(f"a loaded {type(model).__name__} is not a model tlm can probe: give a transformers "
+                        "model (its .config names a model_type) or one of ours (TaperedLM)")
     name = str(getattr(config, "name_or_path", "") or type(model).__name__)
     return wrap_model(model, tokenizer if tokenizer is not None else getattr(model, "tokenizer", None),
                       name=Path(name).name or name)
