@@ -101,3 +101,27 @@ def test_a_module_that_is_no_model_is_one_user_error(module):
     for call in (lambda: tp.load(module), lambda: tp.probe(module, "builtin:pydoc")):
         with pytest.raises(UserError, match=f"a loaded {type(module).__name__} is not a model tlm can probe"):
             call()
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda: tp.probe("nope", "builtin:pydoc", max_tokenz=10),
+     "unknown option(s): max_tokenz (did you mean max_tokens?)"),
+    (lambda: tp.probe("nope", "builtin:pydoc", max_tokens="lots"), "max_tokens must be an integer in [0, "),
+    (lambda: tp.plot(["nope"], kindd="depth"), "unknown option(s): kindd (did you mean kind?)"),
+    (lambda: tp.diff("a", "b", max_tokns=10), "unknown option(s): max_tokns (did you mean max_tokens?)"),
+    (lambda: tp.schedule("uniform", arch={"layerz": 3}),
+     "unknown option(s): layerz (did you mean n_layers?)"),
+    (lambda: tp.schedule("cosine", n_layers="four"), "--layers must be an integer, got 'four'"),
+], ids=["probe-typo", "probe-word-for-number", "plot-typo", "diff-typo", "schedule-arch-dict-typo",
+        "schedule-word-for-number"])
+def test_a_library_calls_bad_keyword_is_one_user_error_before_any_work(call, says):
+    """As on the command line: a misspelt keyword names itself and the closest field, a word where a number
+    belongs names the field (they were TypeErrors from a dataclass or from arithmetic deep inside)."""
+    with pytest.raises(UserError) as e:
+        call()
+    assert says in str(e.value), str(e.value)
+
+
+def test_options_may_be_given_as_a_dict():
+    res = tp.schedule("cosine", arch={"n_layers": 4, "d_ff": 256})
+    assert res == tp.schedule("cosine", n_layers=4, d_ff=256)

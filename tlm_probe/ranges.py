@@ -116,6 +116,12 @@ def choice_refusal(name: str, values: tuple, value) -> str:
     return f"--{name.replace('_', '-')} must be one of {shown}, got {value!r}"
 
 
+def _numeric(annotation) -> bool:
+    """A field declared as a number (int, float, or either or None), not also as text or a list."""
+    text = str(annotation)
+    return any(t in text for t in ("int", "float")) and not any(t in text for t in ("str", "list", "tuple"))
+
+
 def check_values(obj) -> None:
     """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range, and the
     first closed choice (a Literal field) outside its values."""
@@ -124,7 +130,11 @@ def check_values(obj) -> None:
             raise UserError(choice_refusal(name, values, getattr(obj, name)))
     for f in dataclasses.fields(obj):
         value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
-        if stated is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        if stated is None or value is None or isinstance(value, bool):
+            continue
+        if not isinstance(value, (int, float)):
+            if _numeric(f.type):  # a word where a number belongs: a library call's or a config's typo
+                raise UserError(refusal(f.name, stated, repr(value)))
             continue
         if value not in stated:
             raise UserError(refusal(f.name, stated, value))

@@ -80,7 +80,7 @@ def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=No
         fields["data"] = data
     if "importance" in fields:
         fields["importance"] = dict(fields["importance"] or {})
-    opts = dataclasses.replace(options or ProbeOptions(), **fields)
+    opts = _replaced(options, ProbeOptions, fields)
     with torch_threads(threads, "threads"):
         res = run_probe(_model_arg(model, tokenizer), opts, progress=progress,
                         trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
@@ -100,7 +100,7 @@ def plot(inputs, options=None, *, out: str | Path | None = None, **fields):
     from tlm_probe.plotting.options import PlotOptions
     from tlm_probe.plotting.style import figure_format, save_figure
 
-    options = dataclasses.replace(options or PlotOptions(), **fields)
+    options = _replaced(options, PlotOptions, fields)
     if out is not None:
         figure_format(Path(out))  # a bad suffix fails before any reading
     notes: list[str] = []
@@ -126,7 +126,7 @@ def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overw
     from tlm_probe.files.folder_lock import folder_lock
     from tlm_probe.files.out_folder import claim
 
-    options = dataclasses.replace(options or DiffOptions(), **fields)
+    options = _replaced(options, DiffOptions, fields)
     if out is not None:
         claim(Path(out), overwrite=overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
     with folder_lock(Path(out)) if out is not None else contextlib.nullcontext():
@@ -149,21 +149,40 @@ def schedule(schedule: str | None = None, options=None, *, arch=None, **fields) 
     from tlm_probe.commands.schedule import ScheduleArch, _spec, schedule_result
     from tlm_probe.schedules.options import ScheduleOptions
 
-    ours, theirs = _split(fields, ScheduleOptions, ScheduleArch)
     if schedule is not None:
-        ours["schedule"] = schedule
-    options = dataclasses.replace(options or ScheduleOptions(), **ours)
-    arch = dataclasses.replace(arch or ScheduleArch(), **theirs)
+        fields["schedule"] = schedule
+    given = {**_as_fields(options), **_as_fields(arch), **fields}  # either given as a dict: its fields
+    ours, theirs = _split(given, ScheduleOptions, ScheduleArch)
+    options = _replaced(None if isinstance(options, dict) else options, ScheduleOptions, ours)
+    arch = _replaced(None if isinstance(arch, dict) else arch, ScheduleArch, theirs)
     return schedule_result(_spec(options), arch, options.component)[0]
 
 
 def _split(fields: dict, *classes) -> list[dict]:
-    """fields -> one dict per dataclass, by field name; a name none has is a UserError."""
+    """fields -> one dict per dataclass, by field name; a name none has is a UserError (with the closest
+    name, where one is close)."""
+    import difflib
+
     names = [{f.name for f in dataclasses.fields(c)} for c in classes]
-    unknown = sorted(set(fields) - set().union(*names))
+    known = set().union(*names)
+    unknown = sorted(set(fields) - known)
     if unknown:
-        raise UserError(f"unknown option(s): {', '.join(unknown)}")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UserError(f"unknown option(s): {', '.join(unknown)}{hint}")
     return [{k: v for k, v in fields.items() if k in n} for n in names]
+
+
+def _as_fields(options) -> dict:
+    """An options object given as a dict: its items, checked by _split like keywords; else nothing."""
+    return dict(options) if isinstance(options, dict) else {}
+
+
+def _replaced(options, cls, fields: dict):
+    """`options` (an instance of cls, a dict of its fields, or None for the defaults) with `fields`
+    replacing its own; an unknown name is one UserError, as on the command line."""
+    (ours,) = _split({**_as_fields(options), **fields}, cls)
+    return dataclasses.replace(cls() if options is None or isinstance(options, dict) else options, **ours)
 
 
 def train(config=None, out: str | Path | None = None, *, resume: bool = False, overwrite: bool = False,

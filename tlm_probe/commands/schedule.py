@@ -57,6 +57,8 @@ class ScheduleArch:
                       n_kv_heads=MAX_WIDTH, vocab_size=None, seq_len=None)
         for key, most in bounds.items():
             value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise UserError(f"{ARCH_FLAGS[key]} must be an integer, got {value!r}")
             if value is not None and (value < 1 or (most is not None and value > most)):
                 top = f"in 1..{most:,}" if most is not None else ">= 1"
                 raise UserError(f"{ARCH_FLAGS[key]} must be {top}, got {value:,}")
