@@ -125,3 +125,21 @@ def test_a_library_calls_bad_keyword_is_one_user_error_before_any_work(call, say
 def test_options_may_be_given_as_a_dict():
     res = tp.schedule("cosine", arch={"n_layers": 4, "d_ff": 256})
     assert res == tp.schedule("cosine", n_layers=4, d_ff=256)
+
+
+def test_a_handles_bad_inputs_are_one_user_error_each():
+    """Ids outside the vocabulary, more positions than the model has, an add() vector of the wrong width:
+    one line each (they were an IndexError from the embedding, the model's own ValueError and a
+    RuntimeError from torch's broadcasting)."""
+    import torch
+
+    handle = tp.load(build("llama"))
+    vocab, width = handle.probe_model.vocab_size, handle.probe_model.d_model
+    with pytest.raises(UserError, match=f"token id {vocab} is outside .* vocabulary of {vocab:,} ids"):
+        handle.run_with_cache(torch.tensor([[1, vocab]]), names=["mlp_out"])
+    with pytest.raises(UserError, match="tokens in a sequence exceed .* maximum of .* positions"):
+        handle.run_with_cache(torch.ones(1, 10**5, dtype=torch.long), names=["mlp_out"])
+    with pytest.raises(UserError, match=rf"a vector of shape \(7,\) does not broadcast .*give \({width},\)"):
+        with handle.hooks({("mlp_out", 0): tp.add(torch.ones(7))}):
+            handle.run_with_cache(torch.tensor([[1, 2]]), names=[])
+    assert handle.run_with_cache(torch.tensor([[1, 2]]), names=["mlp_out"])["mlp_out", 0].shape[-1] == width

@@ -68,13 +68,24 @@ def _cached(edit: Edit, key, x: torch.Tensor) -> torch.Tensor:
     return value.to(device=x.device, dtype=x.dtype)
 
 
+def _vector(edit: Edit, key, x: torch.Tensor) -> torch.Tensor:
+    """add()'s vector, refused in one line where it does not broadcast to the piece."""
+    vector = torch.as_tensor(edit.source).to(device=x.device, dtype=x.dtype)
+    try:
+        torch.broadcast_shapes(vector.shape, x.shape)
+    except RuntimeError:
+        raise UserError(f"add() to {key}: a vector of shape {tuple(vector.shape)} does not broadcast to the "
+                        f"piece's {tuple(x.shape)} (give ({x.shape[-1]},) for every position)") from None
+    return vector
+
+
 # kind -> (piece (B, T, d), the Edit, its (name, layer)) -> the piece to write
 RULES: dict[str, Callable[[torch.Tensor, Edit, tuple], torch.Tensor]] = {
     "zero": lambda x, e, key: torch.zeros_like(x),
     # copies: a model may add into the tensor it gets back in place (Falcon), which must not be the cache's
     "mean": lambda x, e, key: _cached(e, key, x).expand_as(x).clone(),
     "patch": lambda x, e, key: _cached(e, key, x).clone(),
-    "add": lambda x, e, key: x + torch.as_tensor(e.source).to(device=x.device, dtype=x.dtype),
+    "add": lambda x, e, key: x + _vector(e, key, x),
     "apply": lambda x, e, key: e.source(x),
 }
 SHORTHANDS = {"zero": zero}

@@ -34,8 +34,13 @@ def check_seq_len(pm, seq_len: int) -> None:
 
 def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), (B, T) int64 on the device of the model's first block. Texts are
-    tokenized with the model's special tokens, as the model is usually called."""
-    device = input_device(pm.model)
+    tokenized with the model's special tokens, as the model is usually called. Ids outside the vocabulary
+    and more positions than the model has are one UserError each, not an IndexError from the embedding."""
+    ids, mask = _batch(pm, inputs, input_device(pm.model))
+    return _checked(pm, ids), mask
+
+
+def _batch(pm, inputs, device) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, torch.Tensor) for x in inputs):
         inputs = {"input_ids": inputs[0], "attention_mask": inputs[1]}  # what Handle.encode returns
     if isinstance(inputs, Mapping) and "input_ids" in inputs:
@@ -52,8 +57,18 @@ def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
     rows = _rows(pm, [inputs] if isinstance(inputs, str) or _is_ids(inputs) else list(inputs))
     if not rows or not all(rows):
         raise UserError("no tokens to run: every input must hold at least one token")
-    ids, mask = next(batches(rows, len(rows), pad_id(pm.tokenizer), device))
-    return ids, mask
+    return next(batches(rows, len(rows), pad_id(pm.tokenizer), device))
+
+
+def _checked(pm, ids: torch.Tensor) -> torch.Tensor:
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pm.vocab_size):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise UserError(f"token id {bad} is outside {pm.name}'s vocabulary of {pm.vocab_size:,} ids")
+    limit = max_positions(pm)
+    if limit is not None and ids.shape[1] > limit:
+        raise UserError(f"{ids.shape[1]:,} tokens in a sequence exceed {pm.name}'s maximum of {limit:,} "
+                        "positions")
+    return ids
 
 
 def _is_ids(x) -> bool:
