@@ -94,6 +94,11 @@ CATALOGUE = [
         ["probe", "models/ckk", "--data", "ids.npy", "--out", "out"],
     ),
     (
+        "info: a file, not a folder",
+        "ids.npy is a file, not a checkpoint folder (a folder holding config.json)",
+        ["info", "ids.npy"],
+    ),
+    (
         "probe: mistyped name, no folder, hub unreachable",
         "cannot load model 'models-ck': no folder 'models-ck' here, and on the hub:",
         ["probe", "models-ck", "--data", "ids.npy", "--out", "out"],

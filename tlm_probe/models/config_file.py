@@ -14,6 +14,8 @@ CONFIG = "config.json"
 def read_config_json(folder: Path) -> dict:
     """config.json of a checkpoint folder as a dict; one line for a missing, corrupt or non-object file."""
     path = folder / CONFIG
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder} is a file, not a checkpoint folder (a folder holding config.json)")
     if not folder.is_dir():
         raise UserError(f"checkpoint folder not found: {folder}")
     if not path.is_file():
