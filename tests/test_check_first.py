@@ -101,7 +101,8 @@ def _fixtures(root: Path) -> dict[str, Path]:
     compare = _copy(COMPARE, root / "compare")
     summary = (compare / "summary.csv").read_text()
     (compare / "summary.csv").write_text(summary.replace(",3,656448,", ",3,inf,", 1))
-    return {"a": _tlm_config(root / "a", 64), "v128": _tlm_config(root / "v128", 128), "ids": ids,
+    return {"a": _tlm_config(root / "a", 64), "a2": _tlm_config(root / "a2", 64),
+            "v128": _tlm_config(root / "v128", 128), "ids": ids,
             "copy": copy, "task": tasks / "t.yaml", "mine": mine, "dup": root / "dup.yaml", "diff": diff,
             "trust": trust, "out": root / "out", "map": _headed(root / "headed"), "headed": root / "headed",
             "huge_tok": _huge_tokenizer(root / "huge-tok"), "one_row": root / "one-row.npy",
@@ -142,7 +143,8 @@ def _cases(f: dict[str, Path]) -> dict[str, list[str]]:
         "generate: a model path that does not exist": ["generate", "runs/nope", "--prompt", "x"],
         "generate: --max-memory without --device-map": ["generate", a, "--prompt", "x", "--max-memory",
                                                         "cpu=1MB"],
-        "diff: --seq-len 1": ["diff", a, a, "--data", ids, "--seq-len", "1", "--out", out],
+        "diff: --seq-len 1": ["diff", a, str(f["a2"]), "--data", ids, "--seq-len", "1", "--out", out],
+        "diff: the same model twice": ["diff", a, a + "/", "--data", ids, "--out", out],
         "diff: different vocabularies (config.json)": ["diff", a, str(f["v128"]), "--data", ids, "--out",
                                                        out],
         "diff: model B does not exist": ["diff", a, "./nope", "--data", ids, "--out", out],

@@ -97,12 +97,13 @@ def test_only_rank_0_claims_the_folder(tmp_path, monkeypatch):
     from cli import app
 
     save_tlm(_model((64, 64), 0), tmp_path / "a")
+    save_tlm(_model((64, 64), 0), tmp_path / "a2")  # a copy: the same folder twice is refused
     np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(1, V, (4, 16)).astype(np.uint32))
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr("tlm_probe.diff.engine.process_group", _no_group)
     monkeypatch.setattr("tlm_probe.ranks.process_group", _no_group)
-    res = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "a"), "--data",
+    res = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "a2"), "--data",
                                    str(tmp_path / "ids.npy"), "--out", str(tmp_path / "d"),
                                    "--device", "cpu"])
     assert res.exit_code == 0, res.output

@@ -60,6 +60,10 @@ def check_models(model_a: str, model_b: str) -> None:
 
     check_model_source(model_a, "MODEL_A")
     check_model_source(model_b, "MODEL_B")
+    a, b = Path(model_a), Path(model_b)
+    if (a.resolve() == b.resolve()) if a.exists() else model_a == model_b:
+        raise UserError(f"MODEL_A and MODEL_B are the same model ({model_a}): its diff with itself is zero "
+                        "everywhere; give two models (a copy of one folder, to check tlm diff itself)")
     sizes = []
     for m in (model_a, model_b):
         folder = Path(m)
