@@ -2,7 +2,7 @@
 (HEAVY, each with inputs it accepts), run as a user starts them (a fresh `python cli.py ...`), stopped once
 their first line arrives. Shared by benchmarks/bench_first_line.py and tests/test_first_line.py.
 
-`make_inputs(folder)` writes what the invocations read: a tiny tlm checkpoint (with its byte tokenizer), a
+`make_inputs(folder)` writes what the invocations read: two tiny tlm checkpoints (with a byte tokenizer), a
 token-id file, a text corpus and a llama2.c checkpoint; the committed probe result is read in place.
 """
 
@@ -32,7 +32,8 @@ HEAVY = {
               "{w}/corpus.txt", "--out", "{o}/sweep", *TINY],
     "demo": ["demo", "--quick", "--out", "{o}/demo"],
     "probe": ["probe", "{w}/ck", "--data", "{w}/ids.npy", "--out", "{o}/probe", "--max-tokens", "256"],
-    "diff": ["diff", "{w}/ck", "{w}/ck", "--data", "{w}/ids.npy", "--out", "{o}/diff", "--max-tokens", "256"],
+    "diff": ["diff", "{w}/ck", "{w}/ck2", "--data", "{w}/ids.npy", "--out", "{o}/diff", "--max-tokens",
+             "256"],
     "trust": ["trust", "{w}/ck", "--data", "{w}/ids.npy", "--data", "{w}/ids2.npy", "--out", "{o}/trust"],
     "eval": ["eval", "{w}/ck", "--tasks", "pydoc-lastword", "--limit", "3", "--out", "{o}/eval"],
     "generate": ["generate", "{w}/ck", "--prompt", "ab", "--max-new-tokens", "3"],
@@ -62,6 +63,7 @@ def make_inputs(w: Path) -> Path:
     torch.manual_seed(0)
     cfg = TLMConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=2, d_ff=(96, 32), max_seq_len=512)
     ByteTokenizer().save(save_tlm(TaperedLM(cfg), w / "ck"))
+    ByteTokenizer().save(save_tlm(TaperedLM(cfg), w / "ck2"))  # diff's model B: one model twice is refused
     rng = np.random.default_rng(0)
     np.save(w / "ids.npy", rng.integers(1, 256, 4096).astype(np.uint32))
     np.save(w / "ids2.npy", rng.integers(1, 256, 4096).astype(np.uint32))
