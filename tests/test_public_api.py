@@ -143,3 +143,14 @@ def test_a_handles_bad_inputs_are_one_user_error_each():
         with handle.hooks({("mlp_out", 0): tp.add(torch.ones(7))}):
             handle.run_with_cache(torch.tensor([[1, 2]]), names=[])
     assert handle.run_with_cache(torch.tensor([[1, 2]]), names=["mlp_out"])["mlp_out", 0].shape[-1] == width
+
+
+def test_numpy_numbers_are_numbers():
+    """A count computed with numpy (np.int64) is taken where an int belongs, and still range-checked."""
+    import numpy as np
+
+    from tlm_probe.probe.options import ProbeOptions
+
+    assert ProbeOptions(max_tokens=np.int64(4096)).max_tokens == 4096
+    with pytest.raises(UserError, match="max_tokens must be an integer in"):
+        ProbeOptions(max_tokens=np.int64(-3))

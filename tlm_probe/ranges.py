@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -117,9 +119,9 @@ def choice_refusal(name: str, values: tuple, value) -> str:
 
 
 def _numeric(annotation) -> bool:
-    """A field declared as a number (int, float, or either or None), not also as text or a list."""
-    text = str(annotation)
-    return any(t in text for t in ("int", "float")) and not any(t in text for t in ("str", "list", "tuple"))
+    """A field declared as a number (int, float, or either or None), not also as text, a list or a choice."""
+    words = set(re.findall(r"\w+", str(annotation)))
+    return bool(words & {"int", "float"}) and not words & {"str", "list", "tuple", "Literal"}
 
 
 def check_values(obj) -> None:
@@ -132,7 +134,7 @@ def check_values(obj) -> None:
         value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
         if stated is None or value is None or isinstance(value, bool):
             continue
-        if not isinstance(value, (int, float)):
+        if not isinstance(value, numbers.Real):  # numpy's numbers are Real too
             if _numeric(f.type):  # a word where a number belongs: a library call's or a config's typo
                 raise UserError(refusal(f.name, stated, repr(value)))
             continue
