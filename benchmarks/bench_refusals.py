@@ -28,13 +28,18 @@ from benchmarks.timing import MIN_ROUNDS, interleaved, ratio
 PROBE = ROOT / "analyses" / "results" / "mechanism" / "SmolLM2-135M-Q4_1"
 
 
-def _bad_probe(folder: Path) -> Path:
+def bad_probe(folder: Path, source: Path = PROBE) -> Path:
+    """A copy of the probe folder `source` (its files) whose first results.csv row is at layer 10**6, a layer
+    no model has: what `tlm plot` and `tlm report` must refuse before their plotting imports (also
+    tests/test_check_first.py's case)."""
     folder.mkdir()
-    lines = (PROBE / "results.csv").read_text().splitlines()
+    for f in source.iterdir():
+        if f.is_file():
+            (folder / f.name).write_bytes(f.read_bytes())
+    lines = (source / "results.csv").read_text().splitlines()
     cells = lines[1].split(",")
     cells[lines[0].split(",").index("layer")] = "1000000"
     (folder / "results.csv").write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
-    (folder / "provenance.json").write_bytes((PROBE / "provenance.json").read_bytes())
     return folder
 
 
@@ -44,7 +49,7 @@ def cases(tmp: Path) -> dict[str, list[str]]:
     (short := tmp / "short.txt").write_text("hi\n")
     out = str(tmp / "out")
     return {
-        "plot: results.csv with a layer at 10**6": ["plot", str(_bad_probe(tmp / "probe")), "--out",
+        "plot: results.csv with a layer at 10**6": ["plot", str(bad_probe(tmp / "probe")), "--out",
                                                     out + ".png"],
         "probe: --device-map names no module": ["probe", str(gpt2), "--data", "builtin:pydoc", "--device-map",
                                                 str(no_module), "--out", out],

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 from hostile_runs import TASK_YAML
 
+from benchmarks.bench_refusals import bad_probe
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 3.0
 """The most wall time a refusal may take, as the issue asks (a child starts Python and imports the CLI:
@@ -29,7 +31,6 @@ TRIES = 2
 faster run counts, and both are reported."""
 DIFF = ROOT / "analyses" / "results" / "confirm" / "diff" / "cosine_1.5_0.5-s0-vs-uniform-s0"
 TRUST = ROOT / "analyses" / "results" / "trust" / "SmolLM2-135M-Q4_1-task16"
-PROBE = ROOT / "analyses" / "results" / "mechanism" / "SmolLM2-135M-Q4_1"
 COMPARE = ROOT / "analyses" / "results" / "schedules"
 
 
@@ -92,12 +93,7 @@ def _fixtures(root: Path) -> dict[str, Path]:
     trust = _copy(TRUST, root / "trust")
     doc = json.loads((trust / "trust.json").read_text())
     (trust / "trust.json").write_text(json.dumps({**doc, "min_w": "high"}))
-    probe = _copy(PROBE, root / "probe")
-    results = (probe / "results.csv").read_text().splitlines()
-    head = results[0].split(",")
-    cells = results[1].split(",")
-    cells[head.index("layer")] = "1000000"  # a layer no model has
-    (probe / "results.csv").write_text("\n".join([results[0], ",".join(cells), *results[2:]]) + "\n")
+    probe = bad_probe(root / "probe")  # a layer no model has
     compare = _copy(COMPARE, root / "compare")
     summary = (compare / "summary.csv").read_text()
     (compare / "summary.csv").write_text(summary.replace(",3,656448,", ",3,inf,", 1))

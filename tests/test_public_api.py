@@ -111,15 +111,26 @@ def test_a_module_that_is_no_model_is_one_user_error(module):
     (lambda: tp.diff("a", "b", max_tokns=10), "unknown option(s): max_tokns (did you mean max_tokens?)"),
     (lambda: tp.schedule("uniform", arch={"layerz": 3}),
      "unknown option(s): layerz (did you mean n_layers?)"),
-    (lambda: tp.schedule("cosine", n_layers="four"), "--layers must be an integer, got 'four'"),
+    (lambda: tp.schedule("cosine", n_layers="four"), "n_layers must be an integer in [1, 10000], got 'four'"),
+    (lambda: tp.schedule("cosine", n_layers=9.5), "n_layers must be an integer in [1, 10000], got 9.5"),
+    (lambda: tp.probe("nope", "builtin:pydoc", max_tokens=1e3), "max_tokens must be an integer in [0, "),
 ], ids=["probe-typo", "probe-word-for-number", "plot-typo", "diff-typo", "schedule-arch-dict-typo",
-        "schedule-word-for-number"])
+        "schedule-word-for-number", "schedule-fraction-for-a-count", "probe-float-for-a-count"])
 def test_a_library_calls_bad_keyword_is_one_user_error_before_any_work(call, says):
     """As on the command line: a misspelt keyword names itself and the closest field, a word where a number
     belongs names the field (they were TypeErrors from a dataclass or from arithmetic deep inside)."""
     with pytest.raises(UserError) as e:
         call()
     assert says in str(e.value), str(e.value)
+
+
+def test_numpys_integers_are_counts():
+    """A count computed with NumPy (np.int64) is a count: the same widths as Python's ints."""
+    import numpy as np
+
+    ours = tp.schedule("cosine", n_layers=9, d_ff=256)
+    assert tp.schedule("cosine", n_layers=np.int64(9), d_ff=np.int32(256))["widths"] == ours["widths"]
+    assert tp.schedule("cosine", n_layers=9, d_ff=256, vocab_size=0) == ours  # 0: derive it, as elsewhere
 
 
 def test_options_may_be_given_as_a_dict():

@@ -14,6 +14,17 @@ def test_paper_cosine_example_exact():
     assert s.widths[0] == 6144 and s.widths[-1] == 2048 and s.total == 98304
 
 
+def test_numpys_integers_are_layer_counts_and_fractions_are_not():
+    import numpy as np
+
+    s = make_schedule(ScheduleSpec("cosine", 1.5, 0.5), np.int64(24), np.int32(4096))
+    assert s.widths == make_schedule(ScheduleSpec("cosine", 1.5, 0.5), 24, 4096).widths
+    assert all(type(w) is int for w in s.widths) and type(s.n_layers) is int
+    for bad in (24.0, True, "24"):
+        with pytest.raises(ScheduleError, match="number of layers must be an integer"):
+            make_schedule(ScheduleSpec("cosine", 1.5, 0.5), bad, 4096)
+
+
 def test_cosine_matches_closed_form_when_no_rounding_needed():
     # with multiple_of=1 and a large d_ff the widths are the half-cosine values up to rounding by one unit
     L, d_ff = 9, 100_000

@@ -125,8 +125,9 @@ def _numeric(annotation) -> bool:
 
 
 def check_values(obj) -> None:
-    """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range, and the
-    first closed choice (a Literal field) outside its values."""
+    """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range (a
+    fraction in a range of integers is outside it), and the first closed choice (a Literal field) outside
+    its values."""
     for name, values in choices_of(type(obj)).items():
         if getattr(obj, name) not in values and getattr(obj, name) is not None:
             raise UserError(choice_refusal(name, values, getattr(obj, name)))
@@ -138,5 +139,5 @@ def check_values(obj) -> None:
             if _numeric(f.type):  # a word where a number belongs: a library call's or a config's typo
                 raise UserError(refusal(f.name, stated, repr(value)))
             continue
-        if value not in stated:
-            raise UserError(refusal(f.name, stated, value))
+        if value not in stated or (stated.integer and not isinstance(value, numbers.Integral)):
+            raise UserError(refusal(f.name, stated, value))  # 9.5 (or 9.0) layers is not a count

@@ -24,11 +24,16 @@ def max_positions(pm) -> int | None:
     return None
 
 
-def check_seq_len(pm, seq_len: int) -> None:
+def _exceeded(pm, n_tokens: int) -> int | None:
+    """The model's most positions where a sequence of `n_tokens` exceeds it; None where it fits."""
     limit = max_positions(pm)
+    return limit if limit is not None and n_tokens > limit else None
+
+
+def check_seq_len(pm, seq_len: int) -> None:
     if seq_len < 2:
         raise UserError(f"--seq-len must be >= 2, got {seq_len}")
-    if limit is not None and seq_len > limit:
+    if (limit := _exceeded(pm, seq_len)) is not None:
         raise UserError(f"--seq-len {seq_len} exceeds the model's maximum of {limit} positions")
 
 
@@ -64,8 +69,7 @@ def _checked(pm, ids: torch.Tensor) -> torch.Tensor:
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pm.vocab_size):
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise UserError(f"token id {bad} is outside {pm.name}'s vocabulary of {pm.vocab_size:,} ids")
-    limit = max_positions(pm)
-    if limit is not None and ids.shape[1] > limit:
+    if (limit := _exceeded(pm, ids.shape[1])) is not None:
         raise UserError(f"{ids.shape[1]:,} tokens in a sequence exceed {pm.name}'s maximum of {limit:,} "
                         "positions")
     return ids

@@ -11,14 +11,15 @@ from rich.table import Table
 
 from tlm_probe.commands.common import command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
-from tlm_probe.commands.options import with_options
+from tlm_probe.commands.options import flag_of, with_options
 from tlm_probe.commands.schedule_heads import head_result, print_head_table
 from tlm_probe.errors import UserError
 from tlm_probe.models.accounting import comparison, count_params
 from tlm_probe.models.config import TLMConfig, config_with_schedule
 from tlm_probe.models.mixer_registry import MIXERS
 from tlm_probe.models.presets import preset_config
-from tlm_probe.schedules.options import MAX_LAYERS, MAX_WIDTH, FromProbeOptions, ScheduleOptions
+from tlm_probe.ranges import check_values
+from tlm_probe.schedules.options import FromProbeOptions, ScheduleOptions
 from tlm_probe.schedules.widths import FILE, SCHEDULES, ScheduleSpec, make_schedule, parse_schedule
 
 
@@ -35,11 +36,11 @@ class ScheduleArch:
     d_model: int | None = None
     """Residual width, for the parameter accounting (default: 1024)."""
     vocab_size: int | None = None
-    """Vocabulary size, for the parameter accounting (default: 32000)."""
+    """Vocabulary size, for the parameter accounting (default: 32000; 0 also gives it)."""
     mlp: str | None = None
     """swiglu | gelu (3·d·d_l or 2·d·d_l MLP weights; default: swiglu)."""
     seq_len: int | None = None
-    """Context length for the attention FLOP term (default: 4096)."""
+    """Context length for the attention FLOP term (default: 4096; 0 also gives it)."""
     preset: str | None = None
     """A model preset (tlm-440m, ...): its layers, widths and architecture; the flags above (but
     --multiple-of) are refused beside it."""
@@ -49,19 +50,14 @@ class ScheduleArch:
     """Query heads per layer of uniform (default: d_model // 64)."""
     n_kv_heads: int | None = None
     """Key/value heads per layer of uniform (allowed beside --preset; default: --heads, plain multi-head
-    attention)."""
+    attention; 0: --heads)."""
 
     def __post_init__(self):
         MIXERS.check(self.mixer)
-        bounds = dict(n_layers=MAX_LAYERS, d_ff=MAX_WIDTH, d_model=MAX_WIDTH, n_heads=MAX_WIDTH,
-                      n_kv_heads=MAX_WIDTH, vocab_size=None, seq_len=None)
-        for key, most in bounds.items():
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise UserError(f"{ARCH_FLAGS[key]} must be an integer, got {value!r}")
-            if value is not None and (value < 1 or (most is not None and value > most)):
-                top = f"in 1..{most:,}" if most is not None else ">= 1"
-                raise UserError(f"{ARCH_FLAGS[key]} must be {top}, got {value:,}")
+        check_values(self)  # ranges.py's, one range per concept in every command
+        for key in DERIVED_AT_ZERO:  # 0 says "derive it" here as in train and probe: the default below
+            if getattr(self, key) == 0:
+                object.__setattr__(self, key, None)
 
     def given(self) -> dict:
         """The architecture fields set by flag, under TLMConfig's names."""
@@ -72,9 +68,11 @@ class ScheduleArch:
 # defaults of the architecture flags without --preset (the flags are None when not given; their help
 # states them, and tests/test_schedules.py checks that it states these)
 SCHEDULE_ARCH = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp="swiglu", max_seq_len=4096)
-ARCH_FLAGS = dict(n_layers="--layers", d_ff="--d-ff", d_model="--d-model", vocab_size="--vocab-size",
-                  mlp="--mlp", seq_len="--seq-len", n_heads="--heads", n_kv_heads="--kv-heads")
+ARCH_FLAGS = {name: flag_of(name) for name in ("n_layers", "d_ff", "d_model", "vocab_size", "mlp", "seq_len",
+                                                "n_heads", "n_kv_heads")}
 CONFIG_NAMES = {"seq_len": "max_seq_len"}
+DERIVED_AT_ZERO = ("vocab_size", "seq_len", "n_kv_heads")
+"""The fields whose range (ranges.py) takes 0 ("derive it", "--heads"): 0 is as if not given."""
 """ScheduleArch field -> TLMConfig field, where they differ."""
 
 

@@ -26,6 +26,7 @@ The zoo (DESIGN.md section 1), each at the same budget:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -212,9 +213,16 @@ PARAM_RANGES: dict[str, tuple[float, float, str]] = {
 }
 
 
+def _count(value, what: str) -> int:
+    """`value` as a Python int: NumPy's integers are integers; a bool, 9.0 or '9' is not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ScheduleError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
 def _check_inputs(spec: ScheduleSpec, n_layers: int, d_ff: int) -> None:
     SCHEDULES.check(spec.name)
-    if not isinstance(n_layers, int) or n_layers < 1:
+    if n_layers < 1:
         raise ScheduleError(f"number of layers must be >= 1, got {n_layers!r}")
     if spec.multiple_of < 1:
         raise ScheduleError(f"multiple_of must be >= 1, got {spec.multiple_of!r}")
@@ -333,6 +341,7 @@ def make_schedule(spec: ScheduleSpec | str, n_layers: int, d_ff: int) -> Schedul
     """Per-layer MLP widths with exactly the uniform budget n_layers·d_ff."""
     if isinstance(spec, str):
         spec = parse_schedule(spec)
+    n_layers, d_ff = _count(n_layers, "number of layers"), _count(d_ff, "d_ff")
     _check_inputs(spec, n_layers, d_ff)
     widths = shape_widths(spec, n_layers, d_ff)
     return Schedule(spec, n_layers, d_ff, tuple(widths), widths[0] / d_ff, widths[-1] / d_ff)
