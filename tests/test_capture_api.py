@@ -22,6 +22,7 @@ pieces, an edit's scale divided back out) by a few float32 eps (1.2e-7) times th
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import transformers as T
@@ -293,6 +294,46 @@ def test_bad_names_layers_and_edits_are_one_line(handles):
     with pytest.raises(UserError, match="would not reach the stream"), h.hooks({("resid_mid", 0): "zero"}):
         pass
     assert _hooks(h.model) == before
+
+
+def _run_under(h, edits):
+    with h.hooks(edits):
+        return h.run_with_cache(_ids(h), names=[])
+
+
+def test_what_a_notebook_gets_wrong_is_one_user_error(handles):
+    """Each was a TypeError, AttributeError or a silent wrong answer deep inside: a fraction or a bool taken
+    as a layer (int(0.5) is layer 0), None as inputs, a function edit that returns nothing, add() of text, a
+    user statistic of NaN (a table of NaN) or named like a built-in one (a table that cannot tell them
+    apart), a piece the cache does not hold (a bare KeyError)."""
+    h = handle(handles, "gpt2")
+    ids = _ids(h)
+    for layers in ([0.5], [True], ["1"]):
+        with pytest.raises(UserError, match="a layer is an integer"):
+            h.run_with_cache(ids, names=["mlp_out"], layers=layers)
+    assert list(h.run_with_cache(ids, names=["mlp_out"], layers=np.int64(-1))) == [("mlp_out", 2)]
+    with pytest.raises(UserError, match="got NoneType"):
+        h.run_with_cache(None)
+    cache = h.run_with_cache(ids.numpy(), names=["mlp_out"])  # NumPy ids: the tensor's run
+    torch.testing.assert_close(cache.logits, h.run_with_cache(ids, names=[]).logits, rtol=0, atol=0)
+    before = _hooks(h.model)
+    with pytest.raises(UserError, match=r"returned NoneType, not a tensor"):
+        _run_under(h, {("mlp_out", 0): lambda x: None})
+    with pytest.raises(UserError, match=r"add\(\) takes a vector of numbers"):
+        tp.add("x")
+    with pytest.raises(UserError, match=r"apply\(\) takes a function"):
+        tp.apply(3)
+    assert _hooks(h.model) == before
+    with pytest.raises(KeyError, match=r"holds \['mlp_out'\] at layers \[0, 1, 2\]"):
+        cache["resid_post", 0]
+    texts = ["The quick brown fox jumps over the lazy dog."] * 2
+    g = tp.load(build("gpt2"), tokenizer=_ZOO["gpt2"][2]())
+    with pytest.raises(UserError, match="non-finite value"):
+        g.stream(texts, lambda p: p["mlp_out"].norm(dim=-1) * float("nan"), names=["mlp_out"], name="x",
+                 seq_len=8, max_tokens=0)
+    for name in ("align_mlp_mid", "importance", "", "a,b"):
+        with pytest.raises(UserError, match="built-in statistic|non-empty word"):
+            g.stream(texts, lambda p: p["mlp_out"].norm(dim=-1), names=["mlp_out"], name=name)
 
 
 def test_mlp_in_is_what_the_mlp_reads(handles):

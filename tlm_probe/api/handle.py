@@ -98,7 +98,8 @@ class Handle:
         corpus: what `tlm probe --data` takes (builtin:pydoc, a text file or folder, hf:NAME, token ids, or
         a list of texts). reducer(pieces) -> (B, T) per-token values, where pieces is {name: (B, T, d)} of
         one layer of one batch, for the `names` asked (of resid_pre, attn_out, resid_mid, mlp_out,
-        resid_post). name: the statistic column's value. options / fields: ProbeOptions (max_tokens,
+        resid_post); a non-finite value at a counted token is refused. name: the statistic column's
+        value (a word, not a built-in statistic's name). options / fields: ProbeOptions (max_tokens,
         seq_len, batch_size, exclude_bos, backend, split, ...; stats is not used). Returns the tidy
         result table of `tp.probe` (model, layer, depth, statistic, value, ci_low, ci_high, n_tokens,
         d_ff), with std (over tokens) beside it."""

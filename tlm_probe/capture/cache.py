@@ -30,6 +30,10 @@ class Cache(dict):
         self.logits, self.loss = logits, loss
         self.input_ids, self.attention_mask = input_ids, attention_mask
 
+    def __missing__(self, key):
+        raise KeyError(f"{key!r} is not in this cache, which holds {self.names() or 'no piece'} at layers "
+                       f"{self.layers() or 'none'}: give run_with_cache names= and layers= that include it")
+
     def names(self) -> list[str]:
         return list(dict.fromkeys(k[0] for k in self))
 
@@ -38,6 +42,8 @@ class Cache(dict):
 
     def stack(self, name: str) -> torch.Tensor:
         """(L, B, T, ...) the piece at every cached layer, in layer order."""
+        if name not in self.names():
+            self[name, None]  # the missing piece's KeyError
         return torch.stack([self[name, layer] for layer in self.layers() if (name, layer) in self])
 
     def mean(self, name: str, layer: int) -> torch.Tensor:

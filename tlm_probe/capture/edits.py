@@ -50,11 +50,20 @@ def patch(cache) -> Edit:
 
 def add(vector: torch.Tensor) -> Edit:
     """Add `vector` ((d,), or anything broadcasting to (B, T, d)) to the piece: steering."""
+    try:
+        vector = torch.as_tensor(vector)
+    except (TypeError, ValueError, RuntimeError):
+        vector = None
+    if vector is None or vector.dtype == torch.bool or vector.is_complex():
+        raise UserError("add() takes a vector of numbers (a tensor, an array or a list; (d,) for every "
+                        "position)") from None
     return Edit("add", vector)
 
 
 def apply(fn: Callable[[torch.Tensor], torch.Tensor]) -> Edit:
     """Replace the piece x (B, T, d) by fn(x) (same shape)."""
+    if not callable(fn):
+        raise UserError(f"apply() takes a function of the (B, T, d) piece, not {type(fn).__name__}")
     return Edit("apply", fn)
 
 
@@ -153,6 +162,8 @@ def _rewriter(edit: Edit, key: tuple, scale: float, shape: _Shape):
         flat = x.ndim == 2 and x.shape[0] == shape.bt[0] * shape.bt[1]
         piece = x.view(*shape.bt, -1) if flat else x
         new = rule(piece * scale if scale != 1.0 else piece, edit, key)
+        if not isinstance(new, torch.Tensor):  # a function of the user's that forgot to return
+            raise UserError(f"the edit of {key} returned {type(new).__name__}, not a tensor")
         if tuple(new.shape) != tuple(piece.shape):
             raise UserError(f"the edit of {key} gave shape {tuple(new.shape)}, not {tuple(piece.shape)}")
         new = new / scale if scale != 1.0 else new

@@ -5,6 +5,7 @@ tensor, a list of ids or of id lists), a tokenizer's output (input_ids and atten
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 
 import torch
@@ -59,6 +60,11 @@ def _batch(pm, inputs, device) -> tuple[torch.Tensor, torch.Tensor]:
             raise UserError(f"token ids must be a 1-D or 2-D integer tensor, got {inputs.dtype} "
                             f"{tuple(inputs.shape)}")
         return ids.to(device, torch.long), torch.ones_like(ids, dtype=torch.long, device=device)
+    if hasattr(inputs, "__array__"):  # a NumPy array of ids
+        return _batch(pm, torch.as_tensor(inputs), device)
+    if not isinstance(inputs, str | list | tuple):
+        raise UserError(f"inputs are a text, a list of texts, token ids (a tensor, an array, a list of ints "
+                        f"or of lists), a tokenizer's output or (ids, mask); got {type(inputs).__name__}")
     rows = _rows(pm, [inputs] if isinstance(inputs, str) or _is_ids(inputs) else list(inputs))
     if not rows or not all(rows):
         raise UserError("no tokens to run: every input must hold at least one token")
@@ -76,7 +82,8 @@ def _checked(pm, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _is_ids(x) -> bool:
-    return isinstance(x, list | tuple) and bool(x) and all(isinstance(i, int) for i in x)
+    return isinstance(x, list | tuple) and bool(x) and all(
+        isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in x)
 
 
 def _rows(pm, items: list) -> list[list[int]]:
@@ -90,5 +97,5 @@ def _tokens(pm, x) -> list[int]:
     if isinstance(x, str):
         return list(pm.tokenizer(x)["input_ids"])
     if _is_ids(x):
-        return list(x)
+        return [int(i) for i in x]
     raise UserError(f"an input is a text, a list of token ids or a tensor of them, not {type(x).__name__}")

@@ -19,6 +19,7 @@ Nothing here knows a family: it reads the row's taps, block kind and MLP paths.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from tlm_probe.capture.guardrails import DERIVED, NO_MLP
@@ -91,9 +92,11 @@ def check_layers(pm, layers) -> tuple[int, ...]:
     """The asked layers (all when None; negative counts from the end), each in range."""
     if layers is None:
         return tuple(range(pm.n_layers))
-    layers = (layers,) if isinstance(layers, int) else tuple(layers)
+    layers = (layers,) if isinstance(layers, numbers.Integral) else tuple(layers)
     out = []
     for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):  # 0.5 is no layer, True no 1
+            raise UserError(f"a layer is an integer, not {layer!r}")
         if not -pm.n_layers <= int(layer) < pm.n_layers:
             raise UserError(f"layer {layer} is out of range: {pm.name} has {pm.n_layers} layers")
         out.append(int(layer) % pm.n_layers)

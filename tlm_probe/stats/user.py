@@ -13,11 +13,21 @@ from collections.abc import Callable
 import torch
 
 from tlm_probe.errors import UserError
+from tlm_probe.statistic_names import sets
 from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
 
 Reducer = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
+
+def check_name(name) -> None:
+    """A user's statistic is named in the table's `statistic` column: a word, not one of the built-in
+    statistics or sets (a table holding both could not tell them apart)."""
+    if not isinstance(name, str) or not name.strip() or any(c in name for c in ",\n\r"):
+        raise UserError(f"a statistic's name is a non-empty word without commas or line breaks, not {name!r}")
+    if name in sets()["all"] or name in sets():
+        raise UserError(f"{name!r} names a built-in statistic or set; call yours something else")
 
 
 class UserStatistic(Accumulator):
@@ -27,6 +37,9 @@ class UserStatistic(Accumulator):
 
     def __init__(self, n_layers: int, d_ff: tuple[int, ...], name: str, reducer: Reducer,
                  needs: tuple[str, ...]):
+        check_name(name)
+        if not callable(reducer):
+            raise UserError(f"a streamed statistic is a function of the pieces, not {type(reducer).__name__}")
         super().__init__(n_layers, d_ff)
         self.name, self.reducer = name, reducer
         self.needs = frozenset(needs)
@@ -41,6 +54,11 @@ class UserStatistic(Accumulator):
             raise UserError(f"statistic {self.name!r} returned {got} at layer {layer}: it must return one "
                             f"value per token, a ({B}, {T}) tensor")
         counted = pieces.index.select_last(values.detach().to(torch.float64))  # (n,)
+        if not bool(torch.isfinite(counted).all()):  # padding may hold anything; a counted token may not
+            bad = int((~torch.isfinite(counted)).sum())
+            raise UserError(f"statistic {self.name!r} returned {bad} non-finite value(s) of "
+                            f"{counted.numel()} counted tokens at layer {layer} (a 0/0? guard a norm with "
+                            ".clamp_min(eps))")
         slot = torch.tensor([layer])
         self.moments.add_tokens(slot, counted[None, :].to(pieces.index.seq_counts.device), pieces.index)
 
