@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_capture_api import build
+from test_capture_api import _ZOO, build
 
 import tlm_probe as tp
 from tlm_probe.errors import UserError
@@ -74,6 +74,19 @@ def test_train_probe_plot_diff_from_the_library(tmp_path):
     write_probe(tmp_path / "probe", res)
     fig = tp.plot([tmp_path / "probe"], kind="depth", statistic="align_mlp_mid", out=tmp_path / "depth.png")
     assert (tmp_path / "depth.png").stat().st_size > 0 and fig.axes
+    # the table in memory draws what its folder draws (it was iterated over its column names)
+    held = tp.plot(res.table, kind="depth", statistic="align_mlp_mid")
+    assert [line.get_xydata().tolist() for line in held.axes[0].lines] == [
+        line.get_xydata().tolist() for line in fig.axes[0].lines] and fig.axes[0].lines
+    both = tp.plot([res, tmp_path / "probe"], kind="depth", statistic="align_mlp_mid")
+    assert len(both.axes[0].get_legend_handles_labels()[1]) == 2  # one model twice: two lines, named apart
+    bad = res.table.assign(value=res.table["value"].where(res.table["layer"] != 1, float("inf")))
+    with pytest.raises(UserError, match="table 1"):  # checked as its file would be
+        tp.plot(bad, kind="depth")
+    with pytest.raises(UserError, match="this one takes folders"):
+        tp.plot(res.table, kind="sweep")
+    with pytest.raises(UserError, match="same model"):
+        tp.diff(runs[0], runs[0])
     d = tp.diff(runs[0], runs[1], max_tokens=64, seq_len=16, out=tmp_path / "diff")
     assert (tmp_path / "diff" / "diff.json").is_file() and d.cka.shape == (2, 2)
     with pytest.raises(UserError, match="needs out="):
@@ -114,8 +127,16 @@ def test_a_module_that_is_no_model_is_one_user_error(module):
     (lambda: tp.schedule("cosine", n_layers="four"), "n_layers must be an integer in [1, 10000], got 'four'"),
     (lambda: tp.schedule("cosine", n_layers=9.5), "n_layers must be an integer in [1, 10000], got 9.5"),
     (lambda: tp.probe("nope", "builtin:pydoc", max_tokens=1e3), "max_tokens must be an integer in [0, "),
+    (lambda: tp.probe("nope", options=3), "options is a ProbeOptions or a dict of its fields, not int"),
+    (lambda: tp.probe(build("gpt2"), tokenizer=3), "tokenizer= is a tokenizer, or the folder or hub name"),
+    (lambda: tp.probe(build("gpt2"), tokenizer="/nowhere"), "no tokenizer could be loaded from it"),
+    (lambda: tp.load(build("gpt2"), dtype="float64"), "stays where it is: drop dtype="),
+    (lambda: tp.load(build("gpt2"), dtype="float65"), "--dtype must be one of"),
+    (lambda: tp.schedule(["cosine"]), "a schedule is text"),
 ], ids=["probe-typo", "probe-word-for-number", "plot-typo", "diff-typo", "schedule-arch-dict-typo",
-        "schedule-word-for-number", "schedule-fraction-for-a-count", "probe-float-for-a-count"])
+        "schedule-word-for-number", "schedule-fraction-for-a-count", "probe-float-for-a-count",
+        "options-of-another-kind", "tokenizer-of-another-kind", "tokenizer-folder-without-one",
+        "load-moves-a-loaded-module", "load-bad-dtype", "schedule-list-of-words"])
 def test_a_library_calls_bad_keyword_is_one_user_error_before_any_work(call, says):
     """As on the command line: a misspelt keyword names itself and the closest field, a word where a number
     belongs names the field (they were TypeErrors from a dataclass or from arithmetic deep inside)."""
@@ -131,6 +152,23 @@ def test_numpys_integers_are_counts():
     ours = tp.schedule("cosine", n_layers=9, d_ff=256)
     assert tp.schedule("cosine", n_layers=np.int64(9), d_ff=np.int32(256))["widths"] == ours["widths"]
     assert tp.schedule("cosine", n_layers=9, d_ff=256, vocab_size=0) == ours  # 0: derive it, as elsewhere
+
+
+def test_python_values_where_the_command_line_has_text():
+    """A list of statistics for --stats a,b; a list of widths for an explicit schedule; texts of a list."""
+    import numpy as np
+
+    ids = np.random.default_rng(0).integers(5, 300, size=(2, 16))
+    model = build("gpt2")
+    listed = tp.probe(model, ids, stats=["align_mlp_mid", "norm_ratio_mlp"], max_tokens=0)
+    assert listed.equals(tp.probe(model, ids, stats="align_mlp_mid,norm_ratio_mlp", max_tokens=0))
+    widths = [512, 256, 64, 96, 96, 192, 224, 352, 512]
+    assert tp.schedule(widths, n_layers=9, d_ff=256) == tp.schedule(",".join(map(str, widths)), n_layers=9,
+                                                                     d_ff=256)
+    with pytest.raises(UserError, match="a list of texts holds texts, not int"):
+        tp.probe(model, ["a text", 3], tokenizer=_ZOO["gpt2"][2](), max_tokens=0)
+    with pytest.raises(UserError, match="or a list of texts, not int"):
+        tp.probe(model, 3, tokenizer=_ZOO["gpt2"][2](), max_tokens=0)
 
 
 def test_options_may_be_given_as_a_dict():

@@ -181,6 +181,32 @@ def read_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, d
     return table, _read_table(folder, MATRICES), prov
 
 
+def checked_in_memory(given, label: str) -> ProbeResult:
+    """A probe held in memory (tp.probe's table, with its provenance in attrs, or a ProbeResult), checked
+    as its results file would be (columns, numbers, ranges, layers): for a figure drawn from it. `label`
+    names it in a refusal and stands for its folder (two tables of one model stay two lines)."""
+    where = Path(label)
+    if isinstance(given, ProbeResult):
+        table, matrices, provenance = given.table, given.matrices, given.provenance
+    elif isinstance(given, pd.DataFrame):
+        table, matrices, provenance = given, None, given.attrs.get("provenance") or {}
+    else:
+        raise UserError(f"{label}: a probe result is a folder, a tp.probe table or a ProbeResult, not "
+                        f"{type(given).__name__}")
+    table = table.copy()
+    missing = [c for c in _REQUIRED[RESULTS] if c not in table.columns]
+    if missing:
+        raise UserError(f"{label} is not a probe table (tp.probe's): no column {missing[0]!r}")
+    numeric_columns(table, where, [c for c in NUMERIC if c in table.columns])
+    check_probe_table(RESULTS, table, where)
+    check_layers_of(table, provenance, where)
+    if matrices is not None:
+        matrices = matrices.copy()
+        numeric_columns(matrices, where, [c for c in NUMERIC if c in matrices.columns])
+        check_probe_table(MATRICES, matrices, where)
+    return ProbeResult(table, matrices, provenance, where)
+
+
 def read_agreement(path: str | Path) -> pd.DataFrame | None:
     """The agreement table of a result folder (or of the folder of one of its files), None without one;
     a folder written before agreement.csv existed has its rows as layer -1 of results.csv: those."""

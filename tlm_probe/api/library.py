@@ -21,6 +21,8 @@ from tlm_probe.models.device import resolve_device_name
 from tlm_probe.probe.options import ProbeOptions
 
 _PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`
+PLACEMENT = ("device", "dtype", "device_map", "max_memory")
+"""load()'s keywords that say where and in what precision a model is loaded: for a path only."""
 
 
 def load(model, tokenizer=None, *, device: str = _PROBE.device, dtype: str = _PROBE.dtype,
@@ -33,9 +35,15 @@ def load(model, tokenizer=None, *, device: str = _PROBE.device, dtype: str = _PR
     (transformers' or ours), a ProbeModel or a Handle. tokenizer: for a loaded module (default: its own
     `tokenizer` attribute, if any); replaces a loaded model's tokenizer when given.
     device, dtype, device_map, max_memory, trust_remote_code, unsafe_pickle: as `tlm probe`'s options of
-    the same names (same defaults; ignored for a module already loaded, which stays where it is). Pickle
+    the same names (same defaults; refused beside a module already loaded, which stays where it is). Pickle
     weights are refused unless unsafe_pickle=True. An unsupported family is one UserError line naming the
     closest supported type."""
+    placed = ProbeOptions(device=device, dtype=dtype, device_map=device_map, max_memory=max_memory)  # checked
+    if not isinstance(model, str | Path):
+        given = [f"{k}=" for k in PLACEMENT if getattr(placed, k) != getattr(_PROBE, k)]
+        if given:  # not ignored in silence: the caller asked for a move that would not happen
+            raise UserError(f"a model already loaded stays where it is: drop {', '.join(given)} (move it "
+                            "with .to(...) first), or give its folder or hub name")
     if isinstance(model, Handle):
         return model if tokenizer is None else Handle(as_probe_model(model.probe_model, tokenizer))
     if not isinstance(model, str | Path):
@@ -92,19 +100,24 @@ def plot(inputs, options=None, *, out: str | Path | None = None, **fields):
     """Draw one figure from result folders or tables, as `tlm plot` does; returns the matplotlib Figure.
 
     inputs: probe result folders/files (kinds depth, heatmap, importance), comparison or run folders
-    (curves), a comparison folder (sweep), ...: what `tlm plot` takes. options: a PlotOptions (kind=,
-    statistic=, size=, dpi=, ...), or its fields as keywords. out: also save it there (.png, .pdf or .svg;
-    written to a temporary file, then renamed). What the figure leaves out, and why, is in
-    fig.tlm_notes (the CLI prints these as notes)."""
+    (curves), a comparison folder (sweep), ...: what `tlm plot` takes; the probe figures also take
+    tp.probe's tables (and ProbeResults, for the heatmap) in memory, checked as their files would be.
+    options: a PlotOptions (kind=, statistic=, size=, dpi=, ...), or its fields as keywords. out: also
+    save it there (.png, .pdf or .svg; written to a temporary file, then renamed). What the figure leaves
+    out, and why, is in fig.tlm_notes (the CLI prints these as notes)."""
+    import pandas as pd
+
     from tlm_probe.plotting.figures import build_figure
     from tlm_probe.plotting.options import PlotOptions
     from tlm_probe.plotting.style import figure_format, save_figure
+    from tlm_probe.results import ProbeResult
 
     options = _replaced(options, PlotOptions, fields)
     if out is not None:
         figure_format(Path(out))  # a bad suffix fails before any reading
     notes: list[str] = []
-    fig = build_figure([inputs] if isinstance(inputs, str | Path) else list(inputs), options, notes=notes)
+    one = isinstance(inputs, str | Path | pd.DataFrame | ProbeResult)  # a table iterates over its columns
+    fig = build_figure([inputs] if one else list(inputs), options, notes=notes)
     fig.tlm_notes = notes
     if out is not None:
         save_figure(fig, out)
@@ -122,16 +135,21 @@ def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overw
     rules: never replacing files it did not write, overwrite=True to replace its own."""
     from tlm_probe.commands.diff import DIFF_FILES
     from tlm_probe.diff.engine import run_diff, write_diff
-    from tlm_probe.diff.options import DiffOptions
+    from tlm_probe.diff.options import DiffOptions, check_models
     from tlm_probe.files.folder_lock import folder_lock
     from tlm_probe.files.out_folder import claim
 
     options = _replaced(options, DiffOptions, fields)
+    if isinstance(model_a, str | Path) and isinstance(model_b, str | Path):
+        check_models(str(model_a), str(model_b))  # the command's checks before loading
+    a, b = _model_arg(model_a, None), _model_arg(model_b, None)
+    if isinstance(a, ProbeModel) and isinstance(b, ProbeModel) and a.model is b.model:
+        raise UserError("model_a and model_b are the same loaded model: its diff with itself is zero "
+                        "everywhere; give two models")
     if out is not None:
         claim(Path(out), overwrite=overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
     with folder_lock(Path(out)) if out is not None else contextlib.nullcontext():
-        res = run_diff(_model_arg(model_a, None), _model_arg(model_b, None), options,
-                       trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+        res = run_diff(a, b, options, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
         if out is not None:
             write_diff(Path(out), res)
     return res
@@ -178,10 +196,20 @@ def _as_fields(options) -> dict:
     return dict(options) if isinstance(options, dict) else {}
 
 
+COMMA_LISTS = ("stats",)
+"""Text fields that hold a comma-separated list (--stats a,b): a list or tuple of words is taken too."""
+
+
 def _replaced(options, cls, fields: dict):
     """`options` (an instance of cls, a dict of its fields, or None for the defaults) with `fields`
     replacing its own; an unknown name is one UserError, as on the command line."""
+    if not (options is None or isinstance(options, dict | cls)):
+        raise UserError(f"options is a {cls.__name__} or a dict of its fields, not {type(options).__name__}")
     (ours,) = _split({**_as_fields(options), **fields}, cls)
+    for name in COMMA_LISTS:
+        words = ours.get(name)
+        if isinstance(words, list | tuple) and all(isinstance(w, str) for w in words):
+            ours[name] = ",".join(words)
     return dataclasses.replace(cls() if options is None or isinstance(options, dict) else options, **ours)
 
 

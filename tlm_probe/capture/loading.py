@@ -89,6 +89,7 @@ def as_probe_model(model: Any, tokenizer: Any = None) -> ProbeModel:
     """A ProbeModel as is (`tokenizer` replaces its own when given), or one wrapped around a loaded module
     (transformers' or ours; its tokenizer: `tokenizer`, else the module's own `tokenizer` attribute), named
     after config.name_or_path, else its class. Anything else is a UserError line."""
+    tokenizer = given_tokenizer(tokenizer)
     if isinstance(model, ProbeModel):
         return model if tokenizer is None else replace(model, tokenizer=tokenizer)
     if not isinstance(model, nn.Module):
@@ -338,6 +339,21 @@ def _check_map(auto, config, dispatch: dict | None, trust_remote_code: bool) -> 
         empty = auto.from_config(config, trust_remote_code=trust_remote_code) \
             if hasattr(auto, "from_config") else auto(config)
     check_map_covers(empty, dispatch["device_map"])
+
+
+def given_tokenizer(tokenizer: Any) -> Any:
+    """A caller's tokenizer= : a tokenizer (anything callable on a text) as is, a folder or hub name loaded
+    as the model's would be, None left None; anything else one UserError."""
+    if tokenizer is None or callable(tokenizer):
+        return tokenizer
+    if not isinstance(tokenizer, str | Path):
+        raise UserError(f"tokenizer= is a tokenizer, or the folder or hub name of one, not "
+                        f"{type(tokenizer).__name__}")
+    loaded = load_tokenizer(tokenizer)
+    if loaded is None:
+        raise UserError(f"tokenizer={str(tokenizer)!r}: no tokenizer could be loaded from it (a folder with "
+                        "tokenizer.json or tokenizer_config.json, or a hub name)")
+    return loaded
 
 
 def load_tokenizer(source: str | Path) -> Any | None:

@@ -15,7 +15,7 @@ position 0 is each sequence's first token.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +54,11 @@ def token_sequences(
         )
     if isinstance(data, (str, Path)):
         docs: Iterable[str] = iter_documents(str(data), split)
-    else:
+    elif isinstance(data, Iterable) and not isinstance(data, bytes | Mapping):
         docs = data
+    else:
+        raise UserError(f"data is a source (builtin:pydoc, a file, a folder, hf:NAME), token ids or a list "
+                        f"of texts, not {type(data).__name__}")
     return _text_chunks(tokenizer, docs, seq_len)
 
 
@@ -108,6 +111,8 @@ def _text_chunks(tok, docs: Iterable[str], seq_len: int) -> Iterator[list[int]]:
     if body < 1:
         raise UserError(f"--seq-len {seq_len} leaves no room for text next to the special tokens")
     for doc in docs:
+        if not isinstance(doc, str):
+            raise UserError(f"a list of texts holds texts, not {type(doc).__name__} ({str(doc)[:40]!r})")
         ids = tok(doc, add_special_tokens=False, verbose=False)["input_ids"]
         for i in range(0, len(ids), body):
             yield prefix + ids[i : i + body] + suffix

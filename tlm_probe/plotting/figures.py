@@ -34,6 +34,7 @@ from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.plotting.trust import plot_trust
+from tlm_probe.results import checked_in_memory
 from tlm_probe.stats.sweep import sweep_table
 
 HEATMAP_STATS = ("alignment", "angular_distance", "cka_linear")  # what the hint asks for: the default set and
@@ -56,10 +57,16 @@ def _probe_folders(paths: Sequence[str | Path]) -> list[str | Path]:
     return folders
 
 
-def _probe_tables(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+def _probe_tables(paths: Sequence) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+    """The merged tables of probe folders, or of probes held in memory (tp.probe's tables, ProbeResults)."""
     if not paths:
         raise UserError("give at least one probe result folder (written by `tlm probe --out DIR`)")
-    probes = [load_probe(p) for p in _probe_folders(paths)]
+    probes = []
+    for k, p in enumerate(paths):
+        if isinstance(p, str | Path):
+            probes += [load_probe(folder) for folder in _probe_folders([p])]
+        else:
+            probes.append(checked_in_memory(p, f"table {k + 1}"))
     results, matrices = merge_probes(probes)
     tokens = results.groupby("model")["n_tokens"].max().to_dict()
     return results, matrices, tokens
@@ -72,7 +79,8 @@ def _one(stats: Sequence[str], default: str, kind: str) -> str:
 
 
 def depth_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
-    if len(paths) == 1 and input_kind(paths[0]) in ("diff", "trust"):  # `tlm plot DIFF|TRUST`: its own
+    own = len(paths) == 1 and isinstance(paths[0], str | Path) and input_kind(paths[0]) in ("diff", "trust")
+    if own:  # `tlm plot DIFF|TRUST`: its own
         return FIGURES.get(input_kind(paths[0]))(paths, opts, notes)
     results, _, _ = _probe_tables(paths)
     stats = list(dict.fromkeys(opts.statistic)) or ["align_mlp_mid"]

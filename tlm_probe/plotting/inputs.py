@@ -90,6 +90,9 @@ INPUT_KINDS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
 def input_kind(path: str | Path) -> str:
     """'probe' | 'compare' | 'run' | 'eval' | 'diff' | 'trust' for a path, or a UserError that says what
     was expected."""
+    if not isinstance(path, str | Path):  # tp.plot of a table in memory, for a figure of folders
+        raise UserError(f"a {type(path).__name__} in memory is drawn by the probe figures (depth, "
+                        "importance, heatmap, trajectory); this one takes folders")
     p = Path(path)
     if not p.exists():
         raise UserError(f"input not found: {p}")

@@ -9,6 +9,7 @@ shape's own, its SCHEDULES row's: OpenELM's multipliers), and a rule's defaults 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -31,6 +32,20 @@ def _shape_help(text: str, key: str) -> str:
     own differs), so that the help cannot drift from the value used."""
     other = "".join(f"; {n}: {row.defaults[key]:g}" for n, row in SCHEDULES.items() if key in row.defaults)
     return text.format(default=f"{getattr(ScheduleSpec, key):g}{other}")
+
+
+def schedule_text(schedule) -> str:
+    """--schedule's text from a library caller's value: text as is, a schedule file's Path, or a list of
+    widths (the explicit schedule '512,256,...'); anything else one ScheduleError."""
+    if isinstance(schedule, Path):
+        return str(schedule)
+    if isinstance(schedule, list | tuple) and schedule and all(
+            isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in schedule):
+        return ",".join(str(int(w)) for w in schedule)
+    if not isinstance(schedule, str):
+        raise ScheduleError(f"a schedule is text (cosine, linear:1.5:0.5, '512,256,...', x.json) or a list "
+                            f"of widths, not {schedule!r}")
+    return schedule
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +78,7 @@ class ScheduleOptions:
 
     def __post_init__(self):
         check_values(self)
+        object.__setattr__(self, "schedule", schedule_text(self.schedule))
 
     def given(self) -> dict[str, float]:
         """The shape parameters set by flag (not left to the shape's default)."""
