@@ -154,8 +154,9 @@ def test_numpys_integers_are_counts():
     assert tp.schedule("cosine", n_layers=9, d_ff=256, vocab_size=0) == ours  # 0: derive it, as elsewhere
 
 
-def test_python_values_where_the_command_line_has_text():
-    """A list of statistics for --stats a,b; a list of widths for an explicit schedule; texts of a list."""
+def test_python_values_where_the_command_line_has_text(tmp_path):
+    """A list of statistics for --stats a,b; a list of widths for an explicit schedule; texts of a list;
+    a tokenizer's folder for the tokenizer."""
     import numpy as np
 
     ids = np.random.default_rng(0).integers(5, 300, size=(2, 16))
@@ -165,6 +166,11 @@ def test_python_values_where_the_command_line_has_text():
     widths = [512, 256, 64, 96, 96, 192, 224, 352, 512]
     assert tp.schedule(widths, n_layers=9, d_ff=256) == tp.schedule(",".join(map(str, widths)), n_layers=9,
                                                                      d_ff=256)
+    tok = _ZOO["gpt2"][2]()
+    tok.save_pretrained(tmp_path / "tok")
+    texts = ["The quick brown fox jumps over the lazy dog.", "def f(x):\n    return x"]
+    assert tp.probe(model, texts, tokenizer=tmp_path / "tok", seq_len=8, max_tokens=0).equals(
+        tp.probe(model, texts, tokenizer=tok, seq_len=8, max_tokens=0))
     with pytest.raises(UserError, match="a list of texts holds texts, not int"):
         tp.probe(model, ["a text", 3], tokenizer=_ZOO["gpt2"][2](), max_tokens=0)
     with pytest.raises(UserError, match="or a list of texts, not int"):
