@@ -139,3 +139,51 @@ def test_a_config_file_meets_the_same_range(tmp_path):
     want = "error: lr must be a number in [0.0, 10.0], got 1000000.0"
     assert r.exit_code == 1 and lines == [want], r.output
     assert not (tmp_path / "out").exists()
+
+
+def _range_checked_classes() -> list[type]:
+    """Every options dataclass that checks itself with ranges.check_values (found by its source)."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    out = []
+    for path in sorted((ROOT / "tlm_probe").rglob("*.py")):
+        if "check_values(self)" not in path.read_text():
+            continue
+        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        for _, cls in inspect.getmembers(module, dataclasses.is_dataclass):
+            post = getattr(cls, "__post_init__", None)
+            if cls.__module__ == module.__name__ and post and "check_values(self)" in inspect.getsource(post):
+                out.append(cls)
+    return out
+
+
+CHECKED = _range_checked_classes()
+BASES = {"TrainConfig": {"steps": 10}, "TrustOptions": {"data": ("a.txt", "b.txt")}}
+"""What a class needs beside the field under test to be built at all."""
+
+
+@pytest.mark.parametrize("cls", CHECKED, ids=[c.__name__ for c in CHECKED])
+def test_a_fraction_is_no_count_and_numpys_integers_are(cls):
+    """A library call or a --config file: 2.5 (or 2.0) where a count belongs is refused naming the field
+    (it was taken, and failed later or truncated); NumPy's integers are counts."""
+    import dataclasses
+
+    import numpy as np
+
+    from tlm_probe.errors import UserError
+    from tlm_probe.ranges import range_of
+
+    base = BASES.get(cls.__name__, {})
+    counts = [f for f in dataclasses.fields(cls)
+              if (stated := range_of(f.name, f.metadata)) is not None and stated.integer]
+    assert counts, cls
+    for f in counts:
+        low = range_of(f.name, f.metadata).low
+        with pytest.raises(UserError, match=rf"^{f.name} must be an integer in \["):
+            cls(**{**base, f.name: float(max(low, 1)) + 0.5})
+        value = base.get(f.name, f.default)
+        if isinstance(value, int) and not isinstance(value, bool):
+            taken = getattr(cls(**{**base, f.name: np.int64(value)}), f.name)
+            assert taken == value and type(taken) is int  # json.dumps writes it into provenance

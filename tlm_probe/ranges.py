@@ -127,7 +127,7 @@ def _numeric(annotation) -> bool:
 def check_values(obj) -> None:
     """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range (a
     fraction in a range of integers is outside it), and the first closed choice (a Literal field) outside
-    its values."""
+    its values. A NumPy number in range becomes the Python number (json.dumps takes no np.int64)."""
     for name, values in choices_of(type(obj)).items():
         if getattr(obj, name) not in values and getattr(obj, name) is not None:
             raise UserError(choice_refusal(name, values, getattr(obj, name)))
@@ -141,3 +141,6 @@ def check_values(obj) -> None:
             continue
         if value not in stated or (stated.integer and not isinstance(value, numbers.Integral)):
             raise UserError(refusal(f.name, stated, value))  # 9.5 (or 9.0) layers is not a count
+        if type(value) not in (int, float):  # np.int64(9) -> 9: what json.dumps writes into provenance
+            python = int(value) if isinstance(value, numbers.Integral) else float(value)
+            object.__setattr__(obj, f.name, python)

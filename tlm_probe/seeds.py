@@ -5,13 +5,16 @@ ValueError."""
 
 from __future__ import annotations
 
+import numbers
+
 from tlm_probe.errors import UserError
 
 SEED_MAX = 2**32 - 1
 
 
 def check_seed(seed, name: str = "seed") -> int:
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+    """`seed` as a Python int (NumPy's integers are integers), or one UserError."""
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
         raise UserError(f"{name} must be an integer in [0, {SEED_MAX}] (NumPy's seeding, which the eval "
                         f"harness uses, takes no more), got {seed!r}")
-    return seed
+    return int(seed)
