@@ -91,6 +91,14 @@ def test_train_probe_plot_diff_from_the_library(tmp_path):
     assert (tmp_path / "diff" / "diff.json").is_file() and d.cka.shape == (2, 2)
     with pytest.raises(UserError, match="needs out="):
         tp.train(**tiny)
+    again = tp.train(dict(tiny, seed=0), out=tmp_path / "from-dict")  # a config file's content, as a dict
+    assert again["val_loss"] == tp.train(out=tmp_path / "from-keywords", seed=0, **tiny)["val_loss"]
+    for bad, says in (({"config": 3}, "config is a TrainConfig, a dict"),
+                      ({"out": 3}, "out= is the run folder"),
+                      ({"stop_at": 1.5}, r"--stop-at must be an integer in \[1, ")):
+        with pytest.raises(UserError, match=says):
+            tp.train(**{"out": tmp_path / "bad", **tiny, **bad})
+        assert not (tmp_path / "bad").exists()
 
 
 def test_capture_benchmark_runs(tmp_path):

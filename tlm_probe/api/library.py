@@ -218,19 +218,31 @@ def train(config=None, out: str | Path | None = None, *, resume: bool = False, o
     """Train one tapered (or uniform) model and write its checkpoint folder, as `tlm train` does; returns
     the run summary (what `tlm train --json` prints: step, val_loss, val_ppl, params, out, ...).
 
-    config: a TrainConfig, a config file (YAML/JSON, as `tlm train --config`), or None; keywords of
-    TrainConfig's fields (schedule=, steps=, tokens=, preset=, d_model=, data=, seed=, ...) replace its
-    values. As on the command line, a run given neither steps nor tokens trains 300 steps. out: the run
-    folder (required); resume=True continues it from its checkpoint; stop_at: checkpoint and stop after
-    this step. Never replaces a folder it did not write (overwrite=True replaces its own)."""
+    config: a TrainConfig, a config file (YAML/JSON, as `tlm train --config`), a dict of what such a file
+    holds, or None; keywords of TrainConfig's fields (schedule=, steps=, tokens=, preset=, d_model=,
+    data=, seed=, ...) replace its values (schedule= may be a list of widths). As on the command line, a
+    run given neither steps nor tokens trains 300 steps. out: the run folder (required); resume=True
+    continues it from its checkpoint; stop_at: checkpoint and stop after this step. Never replaces a
+    folder it did not write (overwrite=True replaces its own)."""
     from tlm_probe.commands.train import build_config
+    from tlm_probe.schedules.options import schedule_text
     from tlm_probe.train.config import TrainConfig
+    from tlm_probe.train.config_sections import flat_options
     from tlm_probe.train.training import run_training
 
     if out is None:
         raise UserError("train() needs out=, the run folder to write")
+    if not isinstance(out, str | Path):
+        raise UserError(f"out= is the run folder to write (a path), not {type(out).__name__}")
+    if "schedule" in fields:  # a list of widths, as tp.schedule takes
+        fields["schedule"] = schedule_text(fields["schedule"])
     if isinstance(config, TrainConfig):
         tc = dataclasses.replace(config, **fields)
-    else:
+    elif isinstance(config, dict):  # a config file's content: flat keys or its sections
+        tc = build_config(None, {**flat_options(config), **fields})
+    elif config is None or isinstance(config, str | Path):
         tc = build_config(Path(config) if config is not None else None, fields)
+    else:
+        raise UserError(f"config is a TrainConfig, a dict of its fields or a config file, not "
+                        f"{type(config).__name__}")
     return run_training(tc, out, resume=resume, overwrite=overwrite, stop_at=stop_at)

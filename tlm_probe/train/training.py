@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
 from tlm_probe.files.fileio import DiskFull, remove_owned
 from tlm_probe.progress import NotebookProgress, Phase
+from tlm_probe.ranges import RANGES, refusal
 from tlm_probe.train import distributed as dist
 from tlm_probe.train.checkpoint import step_folders
 from tlm_probe.train.config import TrainConfig
@@ -87,8 +89,11 @@ def run_training(tc: TrainConfig, out: str | Path, *, data: TokenData | None = N
                  description: str = "train") -> dict:
     """Check everything (before the first step), train, and return the run summary. The progress bar is
     drawn on rank 0 when tc.progress is set (TrainConfig(progress=False) trains quietly)."""
-    if stop_at is not None and stop_at < 1:  # step 0 or below is never reached: it would be ignored
-        raise UserError(f"--stop-at must be a step >= 1, got {stop_at}")
+    if stop_at is not None:  # a library call's (the command line's parser checked it already)
+        stated = RANGES["stop_at"]  # step 0 or below is never reached: it would be ignored; 1.5 truncated
+        if isinstance(stop_at, bool) or not isinstance(stop_at, numbers.Integral) or stop_at not in stated:
+            raise UserError(refusal("--stop-at", stated, stop_at))
+        stop_at = int(stop_at)
     says = tc.progress and int(os.environ.get("RANK", "0")) == 0  # before the process group exists
     # the first phase, before the first step line: data (read or tokenized here unless given), the model
     with Phase(f"{description}: loading data {tc.data} (tokenizer {tc.tokenizer})",
