@@ -372,6 +372,10 @@ def test_stream_equals_the_mean_of_the_cache(handles):
     for col in ("value", "ci_low", "ci_high"):
         torch.testing.assert_close(torch.tensor(df[col].to_numpy()), torch.tensor(ref[col].to_numpy()),
                                    rtol=1e-5, atol=1e-6)
+    fig = tp.plot(df, kind="depth", statistic="my_cos")  # the table drawn as it is: its own name, its split
+    assert fig.axes[0].get_ylabel() == "my_cos" and "data split all" in fig.axes[0].get_title()
+    y = [line.get_ydata().tolist() for line in fig.axes[0].lines if len(line.get_ydata()) == 3]
+    assert y == [df["value"].tolist()]
 
 
 BACKEND_CASES = [("gpt2", "nnsight"), ("gpt_neox", "nnsight"), ("bert", "nnsight"),

@@ -26,11 +26,11 @@ from tlm_probe.plotting.checks import (
 from tlm_probe.plotting.style import (
     DEFAULT_DPI,
     DEFAULT_SIZE,
+    axis_label,
     figure_style,
     legend_label,
     new_figure,
     split_suffix,
-    stat_label,
     title_with_provenance,
 )
 from tlm_probe.statistic_names import value_range
@@ -122,7 +122,7 @@ def _draw_line(ax, one: pd.DataFrame, x: str, label: str, style, statistic: str)
 def _decorate(ax, rows, groups, statistic, x, flags, title) -> None:
     tapered, seeded = flags
     ax.set_xlabel(X_AXES[x])
-    ax.set_ylabel(f"{statistic}: {stat_label(statistic)}")
+    ax.set_ylabel(axis_label(statistic))
     if x == "depth":
         ax.set_xlim(-0.03, 1.03)
     labels, tokens = titled_entries(rows, groups)

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tlm_probe.plotting.checks import models_in_order, require_columns, select_statistic
-from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure, stat_label
+from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, axis_label, figure_style, new_figure
 from tlm_probe.results import MATRIX_COLUMNS
 
 _CMAP = "viridis"  # perceptually uniform and colour-blind safe
@@ -42,7 +42,7 @@ def plot_heatmaps(
             image = _panel(ax, grid, model, vmin, vmax, (tokens or {}).get(model))
         for ax in axes[len(models):]:
             ax.set_visible(False)
-        fig.colorbar(image, ax=list(axes[: len(models)]), label=f"{statistic}: {stat_label(statistic)}")
+        fig.colorbar(image, ax=list(axes[: len(models)]), label=axis_label(statistic))
         fig.suptitle(title or f"{statistic} between layers i (rows) and j (columns)\nindex l: the stream "
                      "entering block l; the last: the final output", fontsize="medium")
     return fig

@@ -53,6 +53,12 @@ def stat_label(statistic: str) -> str:
     return STAT_LABELS.get(statistic) or (row and row.label) or statistic
 
 
+def axis_label(statistic: str) -> str:
+    """'align_mlp_mid: cos(MLP output, residual it adds to)'; a statistic of the user's, its name alone."""
+    label = stat_label(statistic)
+    return statistic if label == statistic else f"{statistic}: {label}"
+
+
 def legend_label(name: str) -> str:
     """Matplotlib hides labels that start with '_'; a leading space keeps such a model in the legend."""
     return f" {name}" if name.startswith("_") else name

@@ -23,7 +23,7 @@ from tlm_probe.plotting.checks import (
 )
 from tlm_probe.plotting.colours import arm_style
 from tlm_probe.plotting.depth import X_AXES
-from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, figure_style, new_figure, stat_label
+from tlm_probe.plotting.style import DEFAULT_DPI, DEFAULT_SIZE, axis_label, figure_style, new_figure
 
 COLOURMAP = "viridis"  # sequential and readable in grey: early steps dark, late steps light
 
@@ -57,7 +57,7 @@ def plot_trajectory(
             if len(models) > 1:
                 ax.set_title(model)
         fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), label="training step")
-        axes[0].set_ylabel(f"{statistic}: {stat_label(statistic)}")
+        axes[0].set_ylabel(axis_label(statistic))
         named = f": {models[0]}" if len(models) == 1 else ""  # several: each panel names its run
         head = title or (f"{statistic} vs {x} over training{named}, {len(steps)} checkpoints "
                          f"(steps {steps[0]}–{steps[-1]})")

@@ -23,7 +23,8 @@ from tlm_probe.stats.reduce import all_reduce_int
 
 def stream_accumulators(pm: ProbeModel, accumulators: list[Accumulator], opts: ProbeOptions,
                         progress: bool = False) -> tuple[pd.DataFrame, int]:
-    """Stream opts.data through `pm` into `accumulators`; (their rows as the tidy result table, tokens).
+    """Stream opts.data through `pm` into `accumulators`; (their rows as the tidy result table, with the
+    data split read in attrs["provenance"], tokens).
     The inputs go where the model is (its first block's device), whatever opts.device says."""
     opts = replace(opts, device=input_device(pm.model))
     rank, world = ranks.rank(), ranks.world()
@@ -38,4 +39,6 @@ def stream_accumulators(pm: ProbeModel, accumulators: list[Accumulator], opts: P
         n_tokens = all_reduce_int(stream.n_tokens)
     if n_tokens == 0:
         raise UserError(f"no tokens to stream in {str(opts.data)[:80]!r}")
-    return result_table(pm, [r for acc in accumulators for r in acc.rows()]), n_tokens
+    table = result_table(pm, [r for acc in accumulators for r in acc.rows()])
+    table.attrs["provenance"] = {"data": {"split": opts.split}}  # the split read: a figure's title says it
+    return table, n_tokens
