@@ -106,6 +106,9 @@ class Handle:
         pm = self.probe_model
         needs = check_names(pm, names)
         wrong = [n for n in needs if n not in STREAMED]
+        if not needs:
+            raise UserError(f"a streamed statistic reads at least one piece: give names= (of "
+                            f"{', '.join(STREAMED)})")
         if wrong:
             raise UserError(f"a streamed statistic reads {', '.join(STREAMED)}; not {', '.join(wrong)}")
         opts = replace(options or ProbeOptions(), data=corpus, **fields)

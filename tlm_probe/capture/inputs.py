@@ -50,15 +50,15 @@ def _batch(pm, inputs, device) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, torch.Tensor) for x in inputs):
         inputs = {"input_ids": inputs[0], "attention_mask": inputs[1]}  # what Handle.encode returns
     if isinstance(inputs, Mapping) and "input_ids" in inputs:
-        ids = torch.as_tensor(inputs["input_ids"])
-        ids = ids[None] if ids.ndim == 1 else ids
-        mask = torch.as_tensor(inputs.get("attention_mask", torch.ones_like(ids)))
+        ids = _id_tensor(inputs["input_ids"])
+        mask = _tensor(inputs.get("attention_mask", torch.ones_like(ids)), "an attention_mask")
+        binary = not mask.is_floating_point() and bool(((mask == 0) | (mask == 1)).all())
+        if mask.numel() != ids.numel() or not binary:
+            raise UserError(f"attention_mask ({mask.dtype} {tuple(mask.shape)}) must be 0/1 integers of the "
+                            f"input_ids' shape {tuple(ids.shape)}")
         return ids.to(device, torch.long), mask.reshape(ids.shape).to(device, torch.long)
     if isinstance(inputs, torch.Tensor):
-        ids = inputs[None] if inputs.ndim == 1 else inputs
-        if ids.ndim != 2 or ids.is_floating_point():
-            raise UserError(f"token ids must be a 1-D or 2-D integer tensor, got {inputs.dtype} "
-                            f"{tuple(inputs.shape)}")
+        ids = _id_tensor(inputs)
         return ids.to(device, torch.long), torch.ones_like(ids, dtype=torch.long, device=device)
     if hasattr(inputs, "__array__"):  # a NumPy array of ids
         return _batch(pm, torch.as_tensor(inputs), device)
@@ -69,6 +69,24 @@ def _batch(pm, inputs, device) -> tuple[torch.Tensor, torch.Tensor]:
     if not rows or not all(rows):
         raise UserError("no tokens to run: every input must hold at least one token")
     return next(batches(rows, len(rows), pad_id(pm.tokenizer), device))
+
+
+def _tensor(value, what: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):  # ragged lists, text
+        raise UserError(f"{what} is a tensor, an array or a list of ints, not {str(value)[:60]!r}") from None
+
+
+def _id_tensor(value) -> torch.Tensor:
+    """(B, T) integer ids from a 1-D or 2-D tensor, array or list of ids; one UserError for anything else,
+    no tokens at all included."""
+    ids = _tensor(value, "token ids")
+    if ids.ndim not in (1, 2) or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise UserError(f"token ids must be a 1-D or 2-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise UserError("no tokens to run: every input must hold at least one token")
+    return ids[None] if ids.ndim == 1 else ids
 
 
 def _checked(pm, ids: torch.Tensor) -> torch.Tensor:

@@ -79,20 +79,31 @@ def check_names(pm, names) -> tuple[str, ...]:
     given, refused = sources(pm)
     if names is None:
         return tuple(n for n in NAMES if n in given and n != PATTERN)
-    names = (names,) if isinstance(names, str) else tuple(names)
+    names = (names,) if isinstance(names, str) else _sequence(names, "names is a piece's name or a list of "
+                                                                     "them")
     for n in names:
-        if n not in NAMES:
+        if not isinstance(n, str) or n not in NAMES:
             raise UserError(f"unknown piece {n!r}; the pieces are {', '.join(NAMES)}")
         if n in refused:
             raise UserError(f"{pm.name} ({pm.family}) has no {n}: {refused[n]}")
     return names
 
 
+def _sequence(values, what: str) -> tuple:
+    """A list, tuple or range as a tuple (a 1-D array or tensor: its items); anything else a UserError."""
+    if hasattr(values, "tolist") and getattr(values, "ndim", None) == 1:
+        values = values.tolist()
+    if not isinstance(values, list | tuple | range):
+        raise UserError(f"{what}, not {type(values).__name__}")
+    return tuple(values)
+
+
 def check_layers(pm, layers) -> tuple[int, ...]:
     """The asked layers (all when None; negative counts from the end), each in range."""
     if layers is None:
         return tuple(range(pm.n_layers))
-    layers = (layers,) if isinstance(layers, numbers.Integral) else tuple(layers)
+    one = isinstance(layers, numbers.Integral) and not isinstance(layers, bool)
+    layers = (layers,) if one else _sequence(layers, "layers is a layer or a list of layers")
     out = []
     for layer in layers:
         if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):  # 0.5 is no layer, True no 1
