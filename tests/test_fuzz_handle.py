@@ -93,3 +93,42 @@ def _hashable(x) -> bool:
     except TypeError:
         return False
     return True
+
+
+@FUZZ
+@given(schedule=st.one_of(VALUES, st.text(max_size=20), st.lists(st.integers(-5, 600), max_size=10)),
+       field=st.sampled_from(["n_layers", "d_ff", "d_model", "vocab_size", "seq_len", "n_heads", "n_kv_heads",
+                              "multiple_of", "start", "end", "component", "mixer", "preset", "mlp"]),
+       value=VALUES)
+def test_schedule_takes_anything(schedule, field, value):
+    try:
+        out = tp.schedule(schedule, **{field: value})
+    except UserError:
+        return
+    assert isinstance(out, dict) and sum(out["widths"]) == out["uniform_total"]
+
+
+def _options_classes() -> list[type]:
+    from test_option_ranges import CHECKED
+
+    return CHECKED
+
+
+@pytest.mark.parametrize("cls", _options_classes(), ids=lambda c: c.__name__)
+def test_every_options_class_takes_anything(cls):
+    """Each options dataclass built from any value for any one of its fields: an instance or one
+    UserError (a library call's or a --config file's value meets these first)."""
+    import dataclasses
+
+    fields = [f.name for f in dataclasses.fields(cls)]
+
+    @FUZZ
+    @given(field=st.sampled_from(fields), value=VALUES)
+    def build(field, value):
+        try:
+            cls(**{field: value, **({} if field == "steps" else {"steps": 10} if cls.__name__ == "TrainConfig"
+                                    else {})})
+        except UserError:
+            pass
+
+    build()

@@ -22,6 +22,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from tlm_probe.errors import UserError
 from tlm_probe.seeds import SEED_MAX
@@ -85,6 +86,11 @@ RANGES: dict[str, Range] = {
 """Field name -> its range: one concept, one range, in every command that offers it."""
 
 
+NONE_IS_ZERO = frozenset({"max_tokens"})
+"""Numeric fields where a library call's None means what their 0 means ("all the data"), an idiom of
+long standing; any other field not typed `| None` refuses None (it failed later as a TypeError)."""
+
+
 def range_of(name: str, metadata=None) -> Range | None:
     """The range of the numeric option made from field `name` (its metadata's RANGE first)."""
     return (metadata or {}).get(RANGE) or RANGES.get(name)
@@ -118,6 +124,51 @@ def choice_refusal(name: str, values: tuple, value) -> str:
     return f"--{name.replace('_', '-')} must be one of {shown}, got {value!r}"
 
 
+IN_MEMORY = "in_memory"
+"""Field metadata key: a library call may give this field an object in memory (a corpus as a list of texts
+or an array of ids); its annotation is the command line's type, so it is not checked here (the corpus
+reader says what it takes)."""
+
+
+def _accepts(kind) -> tuple[str, typing.Callable[[object], bool]] | None:
+    """(what a value of the annotation `kind` is, in words; a test of a value) for the types an option
+    holds; None where the annotation says nothing checked here (a choice, a callable, Any)."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        parts = [_accepts(k) for k in typing.get_args(kind)]
+        if any(p is None for p in parts):
+            return None
+        return " or ".join(w for w, _ in parts), lambda v: any(test(v) for _, test in parts)
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is tuple and args[-1:] == (Ellipsis,) and args[0] is str:  # a comma string too
+        return "text or a list of texts", lambda v: isinstance(v, str) or (
+            isinstance(v, list | tuple) and all(isinstance(x, str) for x in v))
+    if typing.get_origin(kind) is tuple and args and all(a is int for a in args):
+        return f"{len(args)} integers", lambda v: isinstance(v, list | tuple) and len(v) == len(args) and all(
+            isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v)
+    return _PLAIN.get(kind) or (("a path", lambda v: isinstance(v, str | PurePath))
+                                if isinstance(kind, type) and issubclass(kind, PurePath) else None)
+
+
+_PLAIN: dict[object, tuple[str, typing.Callable[[object], bool]]] = {
+    type(None): ("None", lambda v: v is None),
+    str: ("text", lambda v: isinstance(v, str | PurePath)),  # a Path where a path's text belongs: its text
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)),
+    float: ("a number", lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)),
+    dict: ("a dict", lambda v: isinstance(v, dict)),
+}
+
+
+@functools.cache
+def kinds_of(cls: type) -> dict[str, tuple[str, typing.Callable[[object], bool]]]:
+    """Field name -> (its type in words, a test) for the fields of `cls` with no range and no choice, whose
+    annotation is checked here."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: accepts for f in dataclasses.fields(cls)
+            if not f.metadata.get(IN_MEMORY) and range_of(f.name, f.metadata) is None
+            and not literal_values(hints[f.name]) and (accepts := _accepts(hints[f.name])) is not None}
+
+
 def _numeric(annotation) -> bool:
     """A field declared as a number (int, float, or either or None), not also as text, a list or a choice."""
     words = set(re.findall(r"\w+", str(annotation)))
@@ -125,22 +176,40 @@ def _numeric(annotation) -> bool:
 
 
 def check_values(obj) -> None:
-    """Refuse (UserError) the first numeric field of the dataclass instance `obj` outside its range (a
-    fraction in a range of integers is outside it), and the first closed choice (a Literal field) outside
-    its values. A NumPy number in range becomes the Python number (json.dumps takes no np.int64)."""
-    for name, values in choices_of(type(obj)).items():
-        if getattr(obj, name) not in values and getattr(obj, name) is not None:
+    """Refuse (UserError) the first field of the dataclass instance `obj` of another type (a field with no
+    range and no choice), the first closed choice (a Literal field) outside its values, and the first
+    numeric field outside its range (a fraction in a range of integers is outside it). A NumPy number in
+    range becomes the Python number (json.dumps takes no np.int64)."""
+    for name, (words, test) in kinds_of(type(obj)).items():  # a library call's or a config file's value
+        value = getattr(obj, name)
+        if not test(value):
+            raise UserError(f"{name} must be {words}, got {str(repr(value))[:80]}")
+        if isinstance(value, PurePath) and "path" not in words:  # a text field holds the path's text
+            object.__setattr__(obj, name, str(value))
+    for name, values in choices_of(type(obj)).items():  # (an array's == with a word is no answer)
+        value = getattr(obj, name)
+        if value is not None and not (isinstance(value, str | int | float) and value in values):
             raise UserError(choice_refusal(name, values, getattr(obj, name)))
     for f in dataclasses.fields(obj):
-        value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
-        if stated is None or value is None or isinstance(value, bool):
-            continue
-        if not isinstance(value, numbers.Real):  # numpy's numbers are Real too
-            if _numeric(f.type):  # a word where a number belongs: a library call's or a config's typo
-                raise UserError(refusal(f.name, stated, repr(value)))
-            continue
-        if value not in stated or (stated.integer and not isinstance(value, numbers.Integral)):
-            raise UserError(refusal(f.name, stated, value))  # 9.5 (or 9.0) layers is not a count
-        if type(value) not in (int, float):  # np.int64(9) -> 9: what json.dumps writes into provenance
-            python = int(value) if isinstance(value, numbers.Integral) else float(value)
-            object.__setattr__(obj, f.name, python)
+        _check_number(obj, f)
+
+
+def _check_number(obj, f: dataclasses.Field) -> None:
+    value, stated = getattr(obj, f.name, None), range_of(f.name, f.metadata)
+    if stated is None or isinstance(value, bool):
+        return
+    if value is None:  # "derive it" where the field says `| None`; else a number is missing
+        if f.name in NONE_IS_ZERO:
+            object.__setattr__(obj, f.name, 0)
+        elif "None" not in re.findall(r"\w+", str(f.type)):
+            raise UserError(refusal(f.name, stated, None))
+        return
+    if not isinstance(value, numbers.Real):  # numpy's numbers are Real too
+        if _numeric(f.type):  # a word where a number belongs: a library call's or a config's typo
+            raise UserError(refusal(f.name, stated, repr(value)))
+        return
+    if value not in stated or (stated.integer and not isinstance(value, numbers.Integral)):
+        raise UserError(refusal(f.name, stated, value))  # 9.5 (or 9.0) layers is not a count
+    if type(value) not in (int, float):  # np.int64(9) -> 9: what json.dumps writes into provenance
+        python = int(value) if isinstance(value, numbers.Integral) else float(value)
+        object.__setattr__(obj, f.name, python)

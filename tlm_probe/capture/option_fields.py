@@ -11,6 +11,7 @@ from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
 from tlm_probe.capture.model_source import DTYPE_NAMES
 from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
 from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
+from tlm_probe.ranges import IN_MEMORY
 
 Dtype = Literal[DTYPE_NAMES]
 Split = Literal[SPLIT_CHOICES]
@@ -30,10 +31,13 @@ FIELDS = {
     "batch_size": (8, "Sequences per forward pass."),
 }
 """Field name -> (its default, its help)."""
+CORPORA = ("data",)
+"""The shared fields a library call may also fill with a corpus in memory (texts, an array of ids)."""
 
 
 def shared(name: str, default=MISSING, *, before: str = "") -> Any:
     """The dataclass field `name` as FIELDS declares it (`default`: a command's own; `before`: words that
     say what the option applies to, put before the help)."""
     value, doc = FIELDS[name]
-    return field(default=value if default is MISSING else default, metadata={"help": before + doc})
+    memory = {IN_MEMORY: True} if name in CORPORA else {}
+    return field(default=value if default is MISSING else default, metadata={"help": before + doc, **memory})

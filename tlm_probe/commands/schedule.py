@@ -53,8 +53,8 @@ class ScheduleArch:
     attention; 0: --heads)."""
 
     def __post_init__(self):
-        MIXERS.check(self.mixer)
         check_values(self)  # ranges.py's, one range per concept in every command
+        MIXERS.check(self.mixer)
         for key in DERIVED_AT_ZERO:  # 0 says "derive it" here as in train and probe: the default below
             if getattr(self, key) == 0:
                 object.__setattr__(self, key, None)

@@ -87,8 +87,9 @@ class EvalOptions:
                               f"--{new.replace('_', '-')})", DeprecationWarning, stacklevel=3)
                 object.__setattr__(self, new, value)
         object.__setattr__(self, "tasks", _names(self.tasks))
-        object.__setattr__(self, "ppl_data", (self.ppl_data,) if isinstance(self.ppl_data, str)
-                           else tuple(self.ppl_data))
+        if isinstance(self.ppl_data, str | list):  # one source, or a list of them: the tuple the field holds
+            object.__setattr__(self, "ppl_data", (self.ppl_data,) if isinstance(self.ppl_data, str)
+                               else tuple(self.ppl_data))
         if self.limit is None:  # the library's old "all"
             object.__setattr__(self, "limit", 0)
         check_values(self)  # numbers and choices, after the old names are read
@@ -98,8 +99,10 @@ class EvalOptions:
 
 def _names(tasks) -> tuple[str, ...]:
     """Task names from a comma string, or a list/tuple of names (each entry may itself be comma separated)."""
+    if not isinstance(tasks, str | list | tuple) or not all(isinstance(e, str) for e in tasks):
+        raise UserError(f"tasks must be text or a list of texts, got {str(repr(tasks))[:80]}")
     entries = [tasks] if isinstance(tasks, str) else list(tasks)
-    return tuple(t.strip() for e in entries for t in str(e).split(",") if t.strip())
+    return tuple(t.strip() for e in entries for t in e.split(",") if t.strip())
 
 
 @dataclass

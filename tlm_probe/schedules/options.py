@@ -77,8 +77,8 @@ class ScheduleOptions:
     width, multiples of 8)."""
 
     def __post_init__(self):
+        object.__setattr__(self, "schedule", schedule_text(self.schedule))  # a list of widths: its text
         check_values(self)
-        object.__setattr__(self, "schedule", schedule_text(self.schedule))
 
     def given(self) -> dict[str, float]:
         """The shape parameters set by flag (not left to the shape's default)."""
