@@ -4,7 +4,8 @@ concept (issue 36), and the closed choices of every field typed `Literal[...]` (
 out-of-range value is refused by the parser, in one `error:` line naming the option, the value and the
 range, before a command starts any work, and `--help` shows the range beside the default ("[1<=x<=4096]").
 Library callers and `--config` files meet the same checks: each options dataclass calls `check_values` on
-itself, which names the field instead of the flag (a choice: its flag either way).
+itself, which names the field instead of the flag (a choice: its flag either way), and which also checks
+what the parser's types check on the command line: every other field's type, from its annotation.
 
 A range belongs to a concept, not to a command: an option is looked up by its field name, so `--seed` has the
 same range in generate, eval and train, `--layers` in schedule, plot and train. A field whose number means

@@ -79,8 +79,8 @@ def check_names(pm, names) -> tuple[str, ...]:
     given, refused = sources(pm)
     if names is None:
         return tuple(n for n in NAMES if n in given and n != PATTERN)
-    names = (names,) if isinstance(names, str) else _sequence(names, "names is a piece's name or a list of "
-                                                                     "them")
+    one = (names,) if isinstance(names, str) else names
+    names = _sequence(one, "names is a piece's name or a list of them")
     for n in names:
         if not isinstance(n, str) or n not in NAMES:
             raise UserError(f"unknown piece {n!r}; the pieces are {', '.join(NAMES)}")

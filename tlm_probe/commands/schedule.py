@@ -71,9 +71,9 @@ SCHEDULE_ARCH = dict(n_layers=24, d_ff=4096, d_model=1024, vocab_size=32000, mlp
 ARCH_FLAGS = {name: flag_of(name) for name in ("n_layers", "d_ff", "d_model", "vocab_size", "mlp", "seq_len",
                                                 "n_heads", "n_kv_heads")}
 CONFIG_NAMES = {"seq_len": "max_seq_len"}
+"""ScheduleArch field -> TLMConfig field, where they differ."""
 DERIVED_AT_ZERO = ("vocab_size", "seq_len", "n_kv_heads")
 """The fields whose range (ranges.py) takes 0 ("derive it", "--heads"): 0 is as if not given."""
-"""ScheduleArch field -> TLMConfig field, where they differ."""
 
 
 def register(app: typer.Typer) -> None:
