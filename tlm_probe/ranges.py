@@ -170,9 +170,14 @@ def kinds_of(cls: type) -> dict[str, tuple[str, typing.Callable[[object], bool]]
             and not literal_values(hints[f.name]) and (accepts := _accepts(hints[f.name])) is not None}
 
 
+def _words(annotation) -> set[str]:
+    """The names in a field's annotation, as written ('int | None' -> {'int', 'None'})."""
+    return set(re.findall(r"\w+", str(annotation)))
+
+
 def _numeric(annotation) -> bool:
     """A field declared as a number (int, float, or either or None), not also as text, a list or a choice."""
-    words = set(re.findall(r"\w+", str(annotation)))
+    words = _words(annotation)
     return bool(words & {"int", "float"}) and not words & {"str", "list", "tuple", "Literal"}
 
 
@@ -202,7 +207,7 @@ def _check_number(obj, f: dataclasses.Field) -> None:
     if value is None:  # "derive it" where the field says `| None`; else a number is missing
         if f.name in NONE_IS_ZERO:
             object.__setattr__(obj, f.name, 0)
-        elif "None" not in re.findall(r"\w+", str(f.type)):
+        elif "None" not in _words(f.type):
             raise UserError(refusal(f.name, stated, None))
         return
     if not isinstance(value, numbers.Real):  # numpy's numbers are Real too

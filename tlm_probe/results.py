@@ -147,11 +147,17 @@ _REQUIRED = {RESULTS: ("model", "layer", "statistic", "value"), MATRICES: ("mode
 def _read_file(path: Path, stem: str) -> pd.DataFrame:
     """One table file, checked: an empty, corrupt or non-numeric file is one UserError naming it."""
     df = read_table_file(path)  # bounded: size, and what a Parquet footer declares
+    return _checked_table(df, stem, path, f"{path} is not a tlm {stem} table")
+
+
+def _checked_table(df: pd.DataFrame, stem: str, where: Path, what: str) -> pd.DataFrame:
+    """`df` checked as a `stem` table, read from a file or held in memory: its columns (`what`: the
+    refusal's words), its numbers (made numeric in place), ranges, finiteness and rows."""
     missing = [c for c in _REQUIRED[stem] if c not in df.columns]
     if missing:
-        raise UserError(f"{path} is not a tlm {stem} table: no column {missing[0]!r}")
-    numeric_columns(df, path, [c for c in NUMERIC if c in df.columns])
-    check_probe_table(stem, df, path)  # ranges, finiteness, rows (result_checks.py)
+        raise UserError(f"{what}: no column {missing[0]!r}")
+    numeric_columns(df, where, [c for c in NUMERIC if c in df.columns])
+    check_probe_table(stem, df, where)  # ranges, finiteness, rows (result_checks.py)
     return df
 
 
@@ -193,17 +199,10 @@ def checked_in_memory(given, label: str) -> ProbeResult:
     else:
         raise UserError(f"{label}: a probe result is a folder, a tp.probe table or a ProbeResult, not "
                         f"{type(given).__name__}")
-    table = table.copy()
-    missing = [c for c in _REQUIRED[RESULTS] if c not in table.columns]
-    if missing:
-        raise UserError(f"{label} is not a probe table (tp.probe's): no column {missing[0]!r}")
-    numeric_columns(table, where, [c for c in NUMERIC if c in table.columns])
-    check_probe_table(RESULTS, table, where)
+    table = _checked_table(table.copy(), RESULTS, where, f"{label} is not a probe table (tp.probe's)")
     check_layers_of(table, provenance, where)
     if matrices is not None:
-        matrices = matrices.copy()
-        numeric_columns(matrices, where, [c for c in NUMERIC if c in matrices.columns])
-        check_probe_table(MATRICES, matrices, where)
+        matrices = _checked_table(matrices.copy(), MATRICES, where, f"{label}'s matrices are not tlm's")
     return ProbeResult(table, matrices, provenance, where)
 
 

@@ -26,7 +26,8 @@ def check_name(name) -> None:
     statistics or sets (a table holding both could not tell them apart)."""
     if not isinstance(name, str) or not name.strip() or any(c in name for c in ",\n\r"):
         raise UserError(f"a statistic's name is a non-empty word without commas or line breaks, not {name!r}")
-    if name in sets()["all"] or name in sets():
+    taken = sets()
+    if name in taken["all"] or name in taken:
         raise UserError(f"{name!r} names a built-in statistic or set; call yours something else")
 
 
