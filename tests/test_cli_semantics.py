@@ -5,6 +5,8 @@ is for."""
 
 from __future__ import annotations
 
+import re
+
 import typer
 from cli_commands import all_commands
 from typer.testing import CliRunner
@@ -123,8 +125,20 @@ def _helps():
             yield name, p
 
 
+def test_the_command_list_is_one_short_line_each():
+    """`tlm --help` lists each command by the first paragraph of its description. typer's rich mode keeps
+    that paragraph's source line breaks (the list came out ragged) and a paragraph-long first paragraph
+    buried the list; each entry is now one line of at most 100 characters, and a flag shows no <bool>."""
+    for argv in ([], ["data"], ["convert"]):
+        text = CliRunner().invoke(app, [*argv, "--help"], env={"COLUMNS": "200"}).output
+        rows = re.findall(r"^│ (.+?) *│$", text.split("Commands")[1], flags=re.M)
+        assert rows and all(re.match(r"\S+ +\S", row) and len(row) <= 110 for row in rows), rows
+        assert "<bool>" not in text
+    for name, cmd in all_commands().items():
+        assert "\n" not in cmd.short_help and len(cmd.short_help) <= 100, name
+
+
 def test_defaults_are_shown_one_way_by_typer_not_in_the_help_words():
-    import re
 
     words = re.compile(r"\(default\b|; default\b")
     stated = [(n, p.opts[0], p.help) for n, p in _helps() if words.search(p.help or "")]

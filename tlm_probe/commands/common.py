@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import os
 import signal
@@ -55,16 +56,20 @@ def _default_sigterm_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _plain_flags(params: list) -> list:
+    """On/off flags show no value type in --help (typer would print `<bool>` beside --json or --help, as
+    if it took a value): a flag's metavar is empty."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 class PlainFlags(TyperCommand):
-    """A command whose on/off flags show no value type in --help (typer would print `<bool>` beside
-    --json, as if it took a value): a flag's metavar is empty."""
+    """A command whose on/off flags show no value type in --help."""
 
     def get_params(self, ctx):
-        params = super().get_params(ctx)
-        for param in params:
-            if getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = ""
-        return params
+        return _plain_flags(super().get_params(ctx))
 
 
 def command(app: typer.Typer, name: str, example: str, help: str | None = None):
@@ -87,15 +92,26 @@ def command(app: typer.Typer, name: str, example: str, help: str | None = None):
                 say(f"interrupted by {interrupt_name(e)}; tlm {name} stopped")
                 raise typer.Exit(interrupt_code(e)) from None
 
-        app.command(name, epilog=f"Example: {example}", help=help, cls=PlainFlags)(wrapper)
+        app.command(name, epilog=f"Example: {example}", help=help, short_help=summary(help or fn.__doc__),
+                    cls=PlainFlags)(wrapper)
         return fn
 
     return deco
 
 
+def summary(text: str | None) -> str:
+    """A command's line in its group's list: the first paragraph of its description with the line breaks
+    of the source joined (typer's rich mode keeps them, and the list came out ragged)."""
+    return " ".join(inspect.cleandoc(text or "").split("\n\n")[0].split())
+
+
 class OneLineUsage(TyperGroup):
     """The `tlm` group: a usage error (`--layers abc`, an unknown option or command, a missing argument) is
-    one line `error: ...` and exit code 2, not typer's multi-line box. `tlm` alone still prints the help."""
+    one line `error: ...` and exit code 2, not typer's multi-line box. `tlm` alone still prints the help.
+    Its flags (--version, --help) show no value type, as a command's do."""
+
+    def get_params(self, ctx):
+        return _plain_flags(super().get_params(ctx))
 
     def make_context(self, *args, **kwargs):  # the group's own options: `tlm --bogus`
         with _one_line_usage():

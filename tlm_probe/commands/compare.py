@@ -28,14 +28,16 @@ SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.
 
 
 # one function, two purposes: each command's --help says what it is for
-COMPARE_HELP = """Compare a few chosen MLP width allocations (--schedules) against uniform at the same budget:
-train each arm of each mixer with each seed on the same tokens, then test each arm against the uniform arm
+COMPARE_HELP = """Compare a few chosen MLP width allocations (--schedules) against uniform at the same budget.
+
+Train each arm of each mixer with each seed on the same tokens, then test each arm against the uniform arm
 of its own mixer with paired seeds (results.csv, summary.csv, paired.csv, compare.json).
 
 Re-running the same command continues an interrupted comparison where it stopped."""
 
-SWEEP_HELP = """Search a grid of taper shapes x start:end ratios (--shapes x --ratios) against uniform at the
-same budget, to find which shape and ratio help: everything `tlm compare` writes, plus sweep.csv and
+SWEEP_HELP = """Search a grid of taper shapes x start:end ratios against uniform at the same budget.
+
+Which shape and ratio (--shapes x --ratios) help: everything `tlm compare` writes, plus sweep.csv and
 sweep_heatmap.png (each grid arm's paired difference from uniform). Confirm the best arm with `tlm compare`
 and more seeds; without --shapes a sweep is a comparison of --schedules.
 

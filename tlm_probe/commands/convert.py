@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.common import OneLineUsage, command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
@@ -29,7 +29,7 @@ class Llama2cRun(JsonOut):
 
 def register(app: typer.Typer) -> None:
     convert_app = typer.Typer(help="Other programs' checkpoints as Hugging Face folders that tlm reads.",
-                              no_args_is_help=True)
+                              no_args_is_help=True, cls=OneLineUsage)
     app.add_typer(convert_app, name="convert")
 
     @command(convert_app, "llama2c",

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from tlm_probe.commands.common import command, console, err_console, print_json
+from tlm_probe.commands.common import OneLineUsage, command, console, err_console, print_json
 from tlm_probe.commands.flags import JsonOut
 from tlm_probe.commands.options import with_options
 from tlm_probe.commands.overwrite import overwrite_help
@@ -28,9 +28,8 @@ class PrepareRun(JsonOut):
 
 
 def register(app: typer.Typer) -> None:
-    data_app = typer.Typer(
-        help="Data sources: inspect them, tokenize them into shards.", no_args_is_help=True
-    )
+    data_app = typer.Typer(help="Data sources: inspect them, tokenize them into shards.",
+                           no_args_is_help=True, cls=OneLineUsage)
     app.add_typer(data_app, name="data")
     _prepare(data_app)
     _info(data_app)

@@ -40,8 +40,10 @@ def register(app: typer.Typer) -> None:
     @with_config_options(TrainConfig, DEMO_FIELDS, _SHOWN)
     @with_options(run=DemoRun)
     def demo_cmd(*, run: DemoRun, config_flags: dict):
-        """Train a uniform and a cosine-tapered model of equal budget on the embedded corpus, compare them,
-        and plot MLP-output alignment against depth for both. Re-running continues an interrupted demo."""
+        """Train a tapered and a uniform model of equal budget, compare them and plot their alignment.
+
+        A uniform and a cosine-tapered model on the embedded corpus, compared, with MLP-output alignment
+        plotted against depth for both. Re-running continues an interrupted demo."""
         with importing_libraries():  # seconds of imports: the first line within a second says so
             from tlm_probe.train.arms import parse_seeds
             from tlm_probe.workflows.demo import run_demo

@@ -50,8 +50,10 @@ def register(app: typer.Typer) -> None:
         options: DiffOptions,
         run: DiffRun,
     ):
-        """Compare two models on the same tokens: CKA between every pair of layers, residual drift per
-        layer, and KL / ΔNLL of their next-token predictions by position and by token frequency."""
+        """Compare two models on the same tokens, layer by layer and prediction by prediction.
+
+        CKA between every pair of layers, residual drift per layer, and KL / ΔNLL of their next-token
+        predictions by position and by token frequency."""
         from tlm_probe.diff.options import check_models
         from tlm_probe.files.out_folder import check_apart, claim
 

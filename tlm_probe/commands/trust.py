@@ -36,10 +36,12 @@ def register(app: typer.Typer) -> None:
         options: TrustOptions,
         run: TrustRun,
     ):
-        """Can an importance statistic be trusted? Probe the model on several corpora; per statistic,
-        Kendall's W of its per-layer ranking across them, the lowest pairwise Spearman, and its Spearman
-        with the ablation target and with the accuracy lost on --task when each layer's MLP (or block) is
-        ablated; flagged where the ranking changes with the corpus or disagrees."""
+        """Can an importance statistic be trusted? Its ranking of layers across corpora and against ablation.
+
+        Probe the model on several corpora; per statistic, Kendall's W of its per-layer ranking across them,
+        the lowest pairwise Spearman, and its Spearman with the ablation target and with the accuracy lost on
+        --task when each layer's MLP (or block) is ablated; flagged where the ranking changes with the corpus
+        or disagrees."""
         from tlm_probe.capture.model_source import check_model_source
         from tlm_probe.files.out_folder import check_apart, claim
         from tlm_probe.trust.halves import check_halves
