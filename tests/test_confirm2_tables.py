@@ -152,3 +152,32 @@ def test_outcome_coverage_table_is_whole_and_says_what_the_docs_say():
     assert int(spread["study2_spread_files"].sum()) > 800 and len(spread) > 80
     page = (ROOT / "docs" / "studies" / "study2.md").read_text()
     assert "33 files of 5 packages" in page and f"{int(spread['study2_spread_files'].sum())} files" in page
+
+
+def _val_nll(name: str) -> float:
+    t = pd.read_csv(RESULTS / "runs" / name / "val.csv")
+    return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
+
+
+def test_the_pages_learning_rate_table_is_the_runs_val_files():
+    """docs/studies/study2.md's 6e-3 table (and the README's count of pairs), recomputed from each run's
+    val.csv without analyses/: the difference from the same arm and seed at 3e-3, to the digits shown."""
+    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
+    section = page[page.index("## The learning-rate check at 6e-3"):]
+    rows = {"uniform": "uniform", "cosine 1.5→0.5": "cosine_1.5_0.5", "probe-derived": "probe-derived"}
+    diffs = []
+    for label, folder in rows.items():
+        row = next(line for line in section.splitlines() if line.startswith(f"| {label} |"))
+        printed = [float(c.strip().replace("−", "-")) for c in row.strip("|").split("|")[1:]]
+        mine = [_val_nll(f"lr6e-3-{folder}-s{seed}") - _val_nll(f"{folder}-s{seed}") for seed in (9, 10, 11)]
+        diffs += mine
+        assert printed == pytest.approx([*mine, np.mean(mine)], abs=5e-4), label
+    assert all(d < 0 for d in diffs) and "All nine pairs prefer the higher rate" in section
+    assert f"(mean {np.mean(diffs):.3f} nats)".replace("-", "−") in section
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "lower validation NLL at 6e-3 than at 3e-3 in all 9" in readme
+    study1 = ROOT / "analyses" / "results" / "confirm" / "runs"
+    val = {p.parent.name: json.loads(p.read_text())["val_loss"] for p in study1.glob("*/run.json")}
+    lower = [val[f"lr1.5e-3-{arm}-s{seed}"] - val[f"{arm}-s{seed}"] for arm in ("uniform", "cosine_1.5_0.5")
+             for seed in (0, 1)]
+    assert len(lower) == 4 and min(lower) > 0 and "higher at 1.5e-3 in all 4 runs of study 1's" in readme
