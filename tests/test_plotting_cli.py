@@ -52,6 +52,12 @@ def test_plot_of_a_folder_without_probes_says_how_to_make_them(real_demo_dir, tm
     r = CliRunner().invoke(app, ["plot", str(bare), "--out", str(tmp_path / "f.png")])
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r.output
     assert "no probe results" in r.stderr and f"tlm probe {bare}/runs/NAME --out DIR" in r.stderr
+    assert "or draw its training curves: --kind curves" in r.stderr  # what a folder of runs can draw
+    run = real_demo_dir / "runs" / "uniform-s0"
+    r = CliRunner().invoke(app, ["plot", str(run), "--out", str(tmp_path / "f.png")])
+    assert r.exit_code == 1 and f"tlm probe {run} --out DIR; or draw its training curves" in r.stderr
+    r = CliRunner().invoke(app, ["plot", str(run), "--kind", "curves", "--out", str(tmp_path / "f.png")])
+    assert r.exit_code == 0, r.output
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -64,4 +64,8 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             console.print(f"wrote {summary['html']} and {summary['markdown']} "
-                          f"({len(summary['figures'])} figures)", markup=False, highlight=False)
+                          f"({_figures(len(summary['figures']))})", markup=False, highlight=False)
+
+
+def _figures(n: int) -> str:
+    return f"{n} figure" if n == 1 else f"{n} figures"

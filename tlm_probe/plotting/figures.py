@@ -51,8 +51,9 @@ def _probe_folders(paths: Sequence[str | Path]) -> list[str | Path]:
         inside = load_comparison(p).probes if kind == "compare" else []
         if kind != "probe" and not inside:
             hint = PROBE_IT.get(kind, "tlm probe MODEL --out DIR").format(p=p)
+            curves = "; or draw its training curves: --kind curves" if kind in PROBE_IT else ""
             raise UserError(f"{p} is a {kind} folder with no probe results, which this figure needs "
-                            f"(probe first: {hint})")
+                            f"(probe first: {hint}{curves})")
         folders += inside or [p]
     return folders
 
