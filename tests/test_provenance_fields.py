@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +127,38 @@ def test_demo_probes_name_their_data(real_demo_dir):
         data = json.loads((folder / "provenance.json").read_text())["data"]
         assert data["source"] == "builtin:pydoc" and data["split"] == "val", data
         assert len(data["sha256"]) == 64
+
+
+def test_a_training_run_records_its_code_packages_and_arithmetic(tmp_path):
+    """run.json names what a bit-for-bit re-run needs: the commit, the packages, the CPU and the instruction
+    set torch's CPU kernels use (study 1's runs recorded none of it, and a re-train on this machine parted
+    from them at step 30: analyses/results/confirm/rescore/check_*.json)."""
+    import platform
+
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 256, 4000).astype(np.uint32))
+    args = ["train", "--data", str(tmp_path / "ids.npy"), "--steps", "2", "--threads", "1",
+            "--multiple-of", "16", "--seq-len", "16", "--d-model", "32", "--layers", "2", "--heads", "2",
+            "--d-ff", "32", "--batch-size", "2", "--eval-tokens", "64", "--out", str(tmp_path / "run")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["versions"]["torch"] == torch.__version__ and run["versions"]["numpy"] == np.__version__
+    assert run["versions"]["python"] == platform.python_version()
+    if _head() is not None:
+        assert run["versions"]["tlm_probe_commit"] == _head()
+    m = run["machine"]
+    assert m["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and m["threads"] == 1
+    assert m["arch"] == platform.machine() and m["cpu"] and m["accelerator"] is None
+    docs = (REPO / "docs" / "reference" / "files.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `run.json` |"))
+    assert set(run) == set(row.split("`")[3].split(", ")), "files.md's run.json keys"
+
+
+def test_the_recorded_instruction_set_is_the_one_torch_runs_with():
+    """ATEN_CPU_CAPABILITY=default makes torch use its plain kernels; the record says so (asked of torch in
+    a fresh process, where the variable takes effect)."""
+    code = "import json; from tlm_probe.environment import machine; print(json.dumps(machine()))"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO,
+                         timeout=120, check=True).stdout
+    assert json.loads(out)["cpu_capability"] == "DEFAULT"

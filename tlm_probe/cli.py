@@ -47,20 +47,11 @@ def _print_version(value: bool) -> None:
     if not value:
         return
     from tlm_probe import __version__
+    from tlm_probe.environment import installed
 
-    torch, transformers = _installed("torch"), _installed("transformers")
+    torch, transformers = (installed(p) or "not installed" for p in ("torch", "transformers"))
     typer.echo(f"tlm_probe {__version__}, torch {torch}, transformers {transformers}")
     raise typer.Exit(0)
-
-
-def _installed(package: str) -> str:
-    """A package's installed version from its metadata: importing torch to read torch.__version__ took 2 s."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 @app.callback()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tlm_probe.environment import machine, versions
 from tlm_probe.errors import UserError
 from tlm_probe.files.bounded import read_bounded
 from tlm_probe.files.content_hash import content_hash
@@ -56,19 +57,12 @@ class ProbeResult:
     """AGREEMENT_COLUMNS rows (--stats with spearman_*), None when none were asked or computed."""
 
 
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    import tlm_probe
-    from tlm_probe.code_version import code_commit
-
-    return {
-        "tlm_probe": getattr(tlm_probe, "__version__", "0.1.0"),
-        "tlm_probe_commit": code_commit(),  # None when run from an installed package (the version says)
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
+def _first_device(pm) -> str | None:
+    """The device of the model's first weight (where a dispatched model starts computing), if it has one."""
+    try:
+        return str(next(pm.model.parameters()).device)
+    except (AttributeError, StopIteration, TypeError):
+        return None
 
 
 def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
@@ -101,7 +95,8 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
         "threads": torch.get_num_threads(),  # the run's, after --threads set them
         "options": {k: v for k, v in asdict(opts).items() if k not in ("data",)},
         "world_size": world,
-        "versions": _versions(),
+        "versions": versions(),
+        "machine": machine(_first_device(pm)),
         "seed": None,  # the probe draws no random numbers: the result is a function of model and data
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(seconds, 3),

@@ -9,7 +9,6 @@ reachable: in the cache, or online).
 from __future__ import annotations
 
 import contextlib
-import platform
 import tempfile
 import time
 import warnings
@@ -287,14 +286,10 @@ def _ppl(scorer, source: str, split: str, opts: EvalOptions, progress=None):
 
 
 def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], seconds: float) -> dict:
-    from importlib.metadata import version
-
     import torch
-    import transformers
 
-    from tlm_probe import __version__
-    from tlm_probe.capture.dispatch import placement
-    from tlm_probe.code_version import code_commit
+    from tlm_probe.capture.dispatch import input_device, placement
+    from tlm_probe.environment import machine, versions
     from tlm_probe.files.content_hash import content_hash
 
     pm = scorer.pm
@@ -311,14 +306,8 @@ def _provenance(scorer, opts: EvalOptions, tasks: list[dict], ppl: list[dict], s
         "options": asdict(opts),
         **({"dispatch": {"placed": placement(pm.model)}} if opts.device_map else {}),
         "threads": torch.get_num_threads(),  # the run's, after --threads set them
-        "versions": {
-            "tlm_probe": __version__,
-            "tlm_probe_commit": code_commit(),
-            "lm_eval": version("lm_eval"),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": versions("lm_eval"),
+        "machine": machine(input_device(pm.model)),
         "seed": opts.seed,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(seconds, 3),

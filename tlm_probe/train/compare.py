@@ -17,17 +17,16 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import platform
 import shutil
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from tlm_probe.data.stream import TokenData, load_token_data
+from tlm_probe.environment import machine, versions
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.files.fileio import (
     MANIFEST,
@@ -134,22 +133,9 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 
 def _provenance() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-
-    try:
-        own = version("tlm_probe")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        own = None
-    return {
-        "tlm_probe": own,
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    """The software and the CPU the comparison ran with (each run's run.json has its own, accelerator too)."""
+    return {"versions": versions(), "machine": machine(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def compare(base: TrainConfig, arms: list, seeds: list[int], out: str | Path, *, overwrite: bool = False,

@@ -7,24 +7,14 @@ of what the CPU can do here a training step uses."""
 from __future__ import annotations
 
 import json
-import platform
 import time
 
 import torch
 
+from tlm_probe.environment import cpu_name
 from tlm_probe.files import disk_cache
 
 SIZE, ROUNDS = 1024, 5
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def measure() -> float:
@@ -41,7 +31,7 @@ def measure() -> float:
 
 def cpu_peak_flops() -> float:
     """The measured peak, from the disk cache when this CPU, thread count and torch were measured before."""
-    key = json.dumps({"cpu": _cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+    key = json.dumps({"cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                       "size": SIZE})
     entry = f"cpu-peak-{disk_cache.key_digest(key)}.json"
     cached = disk_cache.read(entry, key)

@@ -15,6 +15,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from tlm_probe.capture.finite import refuse_non_finite_weights
 from tlm_probe.data.stream import BatchOrder, eval_documents, eval_windows, target_bytes
+from tlm_probe.environment import machine, versions
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.files.fileio import atomic_write_text
 from tlm_probe.models.accounting import count_params, train_flops_per_token
@@ -288,6 +289,8 @@ class Trainer:
             "seed": self.tc.seed,
             **{k: last_eval.get(k) for k in ("val_loss", "val_ppl", "val_bpb", "val_tokens",
                                              "val_documents")},
+            "versions": versions(),  # the code (commit) and packages that trained it
+            "machine": machine(str(self.device)),  # the CPU's kernels and accelerator: what bit-for-bit needs
         }
         if dist.is_main() and not interrupted:
             atomic_write_text(self.plan.out / "run.json", json.dumps(summary, indent=2) + "\n")
