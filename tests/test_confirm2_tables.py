@@ -181,3 +181,45 @@ def test_the_pages_learning_rate_table_is_the_runs_val_files():
     lower = [val[f"lr1.5e-3-{arm}-s{seed}"] - val[f"{arm}-s{seed}"] for arm in ("uniform", "cosine_1.5_0.5")
              for seed in (0, 1)]
     assert len(lower) == 4 and min(lower) > 0 and "higher at 1.5e-3 in all 4 runs of study 1's" in readme
+
+
+def _nll(path: Path) -> float:
+    t = pd.read_csv(path)
+    return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
+
+
+def _train_losses(path: Path) -> dict[int, float]:
+    recs = (json.loads(line) for line in path.read_text().splitlines())
+    return {r["step"]: r["train_loss"] for r in recs if r.get("kind") == "train"}
+
+
+def test_the_pages_bit_for_bit_check_is_the_committed_files():
+    """docs/studies/study2.md's account of re-training study 1's uniform-s0, recomputed from the committed
+    files without analyses/: where the two metrics.jsonl part, the check files' first differences, and
+    the table's numbers to the digits shown."""
+    study1 = ROOT / "analyses" / "results" / "confirm"
+    again = study1 / "rescore" / "runs" / "uniform-s0"
+    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
+    section = page[page.index("## Re-scoring study 1"):]
+    first = study1 / "runs" / "uniform-s0"
+    a, b = _train_losses(first / "metrics.jsonl"), _train_losses(again / "metrics.jsonl")
+    assert a.keys() == b.keys() and len(a) == 370
+    assert [s for s in a if a[s] == b[s]] == [10, 20, 30, 40, 50, 60]  # "agree ... for 60 steps", never again
+    for name, step in (("check.json", 30), ("check_code-04ea20b-avx2.json", 30),
+                       ("check_code-04ea20b-default.json", 20)):
+        diff = json.loads((study1 / "rescore" / name).read_text())["first_difference"]
+        committed, rerun = json.loads(diff["committed"]), json.loads(diff["again"])
+        assert committed["step"] == rerun["step"] == step and committed["train_loss"] == rerun["train_loss"]
+        assert committed["grad_norm"] != rerun["grad_norm"]
+        if name == "check.json":
+            assert f"{committed['grad_norm']!r} committed, {rerun['grad_norm']!r} again" in section
+            assert np.spacing(np.float32(committed["grad_norm"])) == pytest.approx(
+                abs(rerun["grad_norm"] - committed["grad_norm"]))  # one float32 unit
+    val = [json.loads((f / "run.json").read_text())["val_loss"] for f in (first, again)]
+    prefix = [_nll(first / "test.csv"), _nll(again / "test_prefix.csv")]
+    for label, (x, y) in (("validation loss", val), ("study 1's outcome", prefix)):
+        row = next(line.strip() for line in section.splitlines() if line.strip().startswith(f"| {label}"))
+        printed = [float(c.strip().replace("−", "-")) for c in row.strip("|").split("|")[1:]]
+        assert printed == pytest.approx([x, y, y - x], abs=5e-5), label
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"at step 30 and ended {prefix[1] - prefix[0]:.3f} nats away on its outcome" in readme
