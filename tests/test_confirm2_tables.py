@@ -223,3 +223,5 @@ def test_the_pages_bit_for_bit_check_is_the_committed_files():
         assert printed == pytest.approx([x, y, y - x], abs=5e-5), label
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"at step 30 and ended {prefix[1] - prefix[0]:.3f} nats away on its outcome" in readme
+    how_to = " ".join((ROOT / "docs" / "how-to" / "compare.md").read_text().split())
+    assert f"at step 30 and ended {prefix[1] - prefix[0]:.3f} nats away on its test outcome" in how_to

@@ -32,6 +32,19 @@ def test_every_site_page_is_in_the_nav():
     assert on_disk == {p.relative_to(ROOT) for p in pages()[1:]}
 
 
+def test_no_page_stops_mid_sentence():
+    """Moving the README into pages once left a page ending "the checkpoints already on disk are" and the
+    next page's text starting "finite and stay.": every page ends a sentence, and no paragraph is a stray
+    tail of one (a short line starting in lower case; text after a code block may continue its sentence)."""
+    for page in pages():
+        text = re.sub(r"```.*?```", "```", page.read_text(), flags=re.S)
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+        last = paragraphs[-1].splitlines()[-1]
+        assert re.search(r"[.:)|`>]$|^:::|^!\[", last), f"{page.name} ends mid-sentence: {last[-60:]}"
+        tails = [p for p in paragraphs if "\n" not in p and re.match(r"[a-z]", p) and len(p.split()) < 6]
+        assert tails == [], page.name
+
+
 def test_every_code_block_is_run_or_says_why_not():
     bad = [f"{b.page} ({b.section}): ```{b.lang}" for b in blocks() if b.lang not in KNOWN_LANGS]
     assert not bad, f"a block of no known language (bash, python run; text output; mermaid): {bad}"
