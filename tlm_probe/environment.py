@@ -3,9 +3,10 @@ every training run, probe and evaluation.
 
 Why the machine: floating point is not the same everywhere. Re-training a run of the confirmatory study with
 its own code, the same torch (2.13.0+cpu) and the same data gave a gradient norm one float32 unit apart at
-step 30, and the losses parted from step 70 (analyses/results/confirm/rescore/check_*.json): the kernels
-torch picks depend on the CPU's instruction set (ATEN_CPU_CAPABILITY), and that run recorded neither the CPU
-nor the commit. A bit-for-bit comparison of two runs is only expected when these match.
+step 30, and the losses parted from step 70 (analyses/results/confirm/rescore/check_*.json). Most likely
+the machine differed: the kernels torch picks depend on the CPU's instruction set (ATEN_CPU_CAPABILITY).
+That run recorded neither the CPU nor the commit, so this cannot be confirmed. A bit-for-bit comparison of
+two runs is only expected where both records match.
 
 Versions are read from the installed packages' metadata, without importing them (transformers takes
 seconds to import, and training does not need it)."""
