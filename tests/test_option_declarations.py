@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,18 @@ def test_the_library_refuses_the_same_choices_with_the_same_words():
 
 def test_help_shows_the_choices_and_no_prose_list():
     out = CliRunner().invoke(app, ["probe", "--help"], env={"COLUMNS": "250"}).output
-    assert "[float32|float64|bfloat16|float16]" in out and "[auto|train|val|test|all]" in out
-    assert "float32 | float64" not in out and "auto | val | train" not in out
+    assert "[float32 | float64 | bfloat16 | float16]" in out and "[auto | train | val | test | all]" in out
+    assert out.count("float32 | float64") == 1 and "auto | val | train" not in out  # once: the metavar
+
+
+def test_a_long_choice_list_wraps_between_choices():
+    """--kind's ten choices in the metavar's narrow column: at 100 columns they once broke inside words
+    ("cur" / "ves"); spaced, every choice stays whole."""
+    out = CliRunner().invoke(app, ["plot", "--help"], env={"COLUMNS": "100"}).output
+    lines = out.splitlines()
+    first = next(i for i, text in enumerate(lines) if "--kind" in text)
+    words = set(re.findall(r"[a-z]+", " ".join(lines[first:first + 5])))
+    assert {"depth", "heatmap", "importance", "curves", "schedules", "trajectory", "advantage"} <= words
 
 
 SECTIONED = """

@@ -81,7 +81,7 @@ class OutOfRange(typer.BadParameter):
 
 def checks(name: str, kind, metadata=None) -> dict:
     """The parser callback that refuses a value outside the field's stated range or closed choice, and how
-    --help shows them: a range in the help ("[1<=x<=4096]"), the choices as the metavar ("[a|b]")."""
+    --help shows them: a range in the help ("[1<=x<=4096]"), the choices as the metavar ("[a | b]")."""
     stated = range_of(name, metadata) if plain_type(kind) in (int, float) else None
     values = literal_values(kind)
     if stated is None and not values:
@@ -93,7 +93,8 @@ def checks(name: str, kind, metadata=None) -> dict:
         why = choice_refusal(name, values, value) if values else refusal(flag_of(name), stated, value)
         raise OutOfRange(why)
 
-    shown = {"metavar": "[" + "|".join(str(v) or "''" for v in values) + "]"} if values else {}
+    # spaced, so that a long list wraps between choices in --help's narrow column, not inside a word
+    shown = {"metavar": "[" + " | ".join(str(v) or "''" for v in values) + "]"} if values else {}
     return {"callback": check, **shown, **({"range": f"[{stated}]"} if stated else {})}
 
 
