@@ -152,6 +152,14 @@ def test_a_training_run_records_its_code_packages_and_arithmetic(tmp_path):
     docs = (REPO / "docs" / "reference" / "files.md").read_text()
     row = next(line for line in docs.splitlines() if line.startswith("| `run.json` |"))
     assert set(run) == set(row.split("`")[3].split(", ")), "files.md's run.json keys"
+    r = CliRunner().invoke(app, ["info", str(tmp_path / "run")], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    line = r.stdout.strip().splitlines()[-1]  # tlm info says how and where the run was trained
+    assert line.startswith("trained 2 steps, 64 tokens, validation loss ")
+    assert f"torch {torch.__version__}" in line
+    assert f"on {m['cpu']} ({m['cpu_capability']}), 1 thread(s)" in line
+    info = json.loads(CliRunner().invoke(app, ["info", str(tmp_path / "run"), "--json"]).stdout)
+    assert info["run"] == run
 
 
 def test_the_recorded_instruction_set_is_the_one_torch_runs_with():
