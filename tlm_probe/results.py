@@ -57,17 +57,10 @@ class ProbeResult:
     """AGREEMENT_COLUMNS rows (--stats with spearman_*), None when none were asked or computed."""
 
 
-def _first_device(pm) -> str | None:
-    """The device of the model's first weight (where a dispatched model starts computing), if it has one."""
-    try:
-        return str(next(pm.model.parameters()).device)
-    except (AttributeError, StopIteration, TypeError):
-        return None
-
-
 def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
-                     data_sha256: str | None = None) -> dict:
-    """`data_sha256`: of the token ids probed (probe/engine.py says how they are serialised)."""
+                     data_sha256: str | None = None, device: str | None = None) -> dict:
+    """`data_sha256`: of the token ids probed (probe/engine.py says how they are serialised); `device`:
+    where the model computes (capture.dispatch.input_device), for the machine record."""
     import torch
 
     return {
@@ -96,7 +89,7 @@ def build_provenance(pm, opts, n_tokens: int, world: int, seconds: float,
         "options": {k: v for k, v in asdict(opts).items() if k not in ("data",)},
         "world_size": world,
         "versions": versions(),
-        "machine": machine(_first_device(pm)),
+        "machine": machine(device),
         "seed": None,  # the probe draws no random numbers: the result is a function of model and data
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(seconds, 3),

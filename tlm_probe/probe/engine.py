@@ -113,7 +113,7 @@ def _provenance(pm: ProbeModel, opts: ProbeOptions, run: tuple, refused_here: di
     """provenance.json but for its importance record; run = (tokens, world size, seconds, data hash)."""
     from tlm_probe.results import build_provenance
 
-    prov = build_provenance(pm, opts, *run)
+    prov = build_provenance(pm, opts, *run, device=input_device(pm.model))
     prov["ci_methods"] = ci_methods()
     if opts.device_map:
         prov["dispatch"] = {"device_map": opts.device_map, "max_memory": opts.max_memory,
