@@ -32,6 +32,44 @@ def test_every_public_name_resolves():
         tp.not_a_name  # noqa: B018
 
 
+def test_a_star_import_gives_the_public_names():
+    names: dict = {}
+    exec("from tlm_probe import *", names)
+    assert set(tp.PUBLIC) | {"register_with_transformers"} <= names.keys()
+    assert names["load"] is tp.load and names["probe"] is tp.probe
+
+
+def test_editors_are_shown_the_same_names_as_the_lazy_attributes():
+    """Editors, type checkers and IPython's completer run no module __getattr__: __init__'s TYPE_CHECKING
+    imports show them the public names. They must be PUBLIC's names and the objects __getattr__ gives (for the
+    callable packages, the library call they make)."""
+    import ast
+    import inspect
+    from importlib import import_module
+
+    tree = ast.parse(Path(tp.__file__).read_text())
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    aliases = [(alias, node.module) for node in block.body for alias in node.names]
+    assert all(alias.asname == alias.name for alias, _ in aliases)  # `X as X`: re-exported to type checkers
+    shown = {alias.name: module for alias, module in aliases}
+    assert shown.keys() == tp.PUBLIC.keys()
+    for name, module in shown.items():
+        value, lazy = getattr(import_module(module), name), getattr(tp, name)
+        assert value is (lazy._function() if inspect.ismodule(lazy) else lazy), name
+
+
+def test_ipythons_completer_offers_the_names_and_their_signatures():
+    """jedi (what IPython completes with, as do editors' jedi servers) reads the source without running it.
+    Before the TYPE_CHECKING imports it offered no public name at all."""
+    import jedi
+
+    script = jedi.Script("import tlm_probe as tp\ntp.", environment=jedi.InterpreterEnvironment())
+    assert set(tp.PUBLIC) <= {c.name for c in script.complete(2, 3)}
+    call = jedi.Script("import tlm_probe as tp\ntp.probe(", environment=jedi.InterpreterEnvironment())
+    (signature,) = call.get_signatures(2, 9)
+    assert [p.name for p in signature.params][:3] == ["model", "data", "options"]
+
+
 def test_probe_takes_a_loaded_module():
     """tp.probe (and the engine's probe) take the nn.Module a notebook already holds (issue 46: it was a
     TypeError): the same table as through a Handle of the same module."""

@@ -23,6 +23,7 @@ install, nothing can tell it); a folder that save_tlm wrote then loads with `tru
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 STARTED = time.perf_counter()
@@ -50,6 +51,31 @@ PUBLIC = {
 would load torch with the package, and every module that imports tlm_probe for register_with_transformers
 would depend on the whole API above it (the layers contract in pyproject.toml checks the API's own
 imports: tlm_probe.api is the top layer)."""
+
+
+__all__ = [*PUBLIC, "register_with_transformers"]
+"""`from tlm_probe import *` gives the public names (and imports their modules: torch with most)."""
+
+# Editors, IPython's completer (jedi) and type checkers run no __getattr__: they are shown the same names here
+# (`X as X`: re-exported, PEP 484; tlm_probe ships py.typed). The callable packages (public_call.py) are shown
+# as the library calls they make. tests/test_public_api.py checks that these are PUBLIC's names and objects.
+if TYPE_CHECKING:
+    from tlm_probe.api.handle import Handle as Handle
+    from tlm_probe.api.library import diff as diff
+    from tlm_probe.api.library import load as load
+    from tlm_probe.api.library import plot as plot
+    from tlm_probe.api.library import probe as probe
+    from tlm_probe.api.library import schedule as schedule
+    from tlm_probe.api.library import train as train
+    from tlm_probe.capture.cache import Cache as Cache
+    from tlm_probe.capture.edits import Edit as Edit
+    from tlm_probe.capture.edits import add as add
+    from tlm_probe.capture.edits import apply as apply
+    from tlm_probe.capture.edits import mean as mean
+    from tlm_probe.capture.edits import patch as patch
+    from tlm_probe.capture.edits import zero as zero
+    from tlm_probe.errors import UserError as UserError
+    from tlm_probe.probe.options import ProbeOptions as ProbeOptions
 
 
 def __getattr__(name: str):
