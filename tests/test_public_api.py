@@ -63,11 +63,15 @@ def test_ipythons_completer_offers_the_names_and_their_signatures():
     Before the TYPE_CHECKING imports it offered no public name at all."""
     import jedi
 
-    script = jedi.Script("import tlm_probe as tp\ntp.", environment=jedi.InterpreterEnvironment())
+    env = jedi.InterpreterEnvironment()
+    script = jedi.Script("import tlm_probe as tp\ntp.", environment=env)
     assert set(tp.PUBLIC) <= {c.name for c in script.complete(2, 3)}
-    call = jedi.Script("import tlm_probe as tp\ntp.probe(", environment=jedi.InterpreterEnvironment())
-    (signature,) = call.get_signatures(2, 9)
-    assert [p.name for p in signature.params][:3] == ["model", "data", "options"]
+    signatures = jedi.Script("import tlm_probe as tp\ntp.probe(", environment=env).get_signatures(2, 9)
+    assert signatures and all([p.name for p in s.params][:3] == ["model", "data", "options"]
+                              for s in signatures)  # two: the table, and the ProbeResult with full=True
+    source = "import tlm_probe as tp\ncache = tp.load('m').run_with_cache('a')\ncache"
+    made = jedi.Script(source, environment=env)
+    assert [d.name for d in made.infer(3, 0)] == ["Cache"]  # so that cache[...] and cache.loss complete
 
 
 def test_probe_takes_a_loaded_module():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from tlm_probe.api.handle import Handle
 from tlm_probe.api_names import renamed_keywords
@@ -19,6 +19,11 @@ from tlm_probe.capture import ProbeModel, as_probe_model, load_probe_model
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
 from tlm_probe.probe.options import ProbeOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tlm_probe.results import ProbeResult
 
 _PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`
 PLACEMENT = ("device", "dtype", "device_map", "max_memory")
@@ -65,6 +70,14 @@ def _model_arg(model, tokenizer) -> str | Path | ProbeModel:
 
 
 @renamed_keywords(allow_pickle="unsafe_pickle")
+@overload  # type checkers: the table, or with full=True the ProbeResult
+def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
+          progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
+          full: Literal[False] = False, threads: int = 0, **fields: Any) -> pd.DataFrame: ...
+@overload
+def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
+          progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
+          full: Literal[True], threads: int = 0, **fields: Any) -> ProbeResult: ...
 def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=None, progress: bool = False,
           trust_remote_code: bool = False, unsafe_pickle: bool = False, full: bool = False, threads: int = 0,
           **fields):

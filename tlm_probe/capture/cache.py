@@ -19,11 +19,16 @@ from tlm_probe.capture.sink import as_btd
 from tlm_probe.errors import UserError
 
 
-class Cache(dict):
+class Cache(dict[tuple[str, int], torch.Tensor]):
     """{(name, layer): tensor}: `cache["mlp_out", 5]` is (B, T, d); `cache["pattern", 0]` (B, H, T, T).
 
     Beside the pieces: `logits` (B, T, V) (None for an encoder), `loss` (the mean next-token NLL over the
     unpadded positions, None without logits), `input_ids` and `attention_mask` (B, T) of the run."""
+
+    logits: torch.Tensor | None
+    loss: torch.Tensor | None
+    input_ids: torch.Tensor | None
+    attention_mask: torch.Tensor | None
 
     def __init__(self, pieces=(), *, logits=None, loss=None, input_ids=None, attention_mask=None):
         super().__init__(pieces)
