@@ -35,7 +35,8 @@ def test_every_public_name_resolves():
 def test_a_star_import_gives_the_public_names():
     names: dict = {}
     exec("from tlm_probe import *", names)
-    assert set(tp.PUBLIC) | {"register_with_transformers"} <= names.keys()
+    assert tp.__all__ == [*tp.PUBLIC, "register_with_transformers"]
+    assert set(tp.__all__) <= names.keys()
     assert names["load"] is tp.load and names["probe"] is tp.probe
 
 

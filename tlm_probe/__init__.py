@@ -53,8 +53,10 @@ would depend on the whole API above it (the layers contract in pyproject.toml ch
 imports: tlm_probe.api is the top layer)."""
 
 
-__all__ = [*PUBLIC, "register_with_transformers"]
-"""`from tlm_probe import *` gives the public names (and imports their modules: torch with most)."""
+__all__ = ["load", "plot", "schedule", "probe", "diff", "train", "zero", "mean", "patch", "add", "apply",
+           "Edit", "Handle", "Cache", "ProbeOptions", "UserError", "register_with_transformers"]
+"""`from tlm_probe import *` gives the public names (and imports their modules: torch with most). Spelled out,
+not built from PUBLIC, because type checkers read only a literal list (a test checks the two agree)."""
 
 # Editors, IPython's completer (jedi) and type checkers run no __getattr__: they are shown the same names here
 # (`X as X`: re-exported, PEP 484; tlm_probe ships py.typed). The callable packages (public_call.py) are shown
