@@ -63,6 +63,43 @@ def test_help_shows_the_choices_and_no_prose_list():
     assert out.count("float32 | float64") == 1 and "auto | val | train" not in out  # once: the metavar
 
 
+def _help(args: list[str], columns: int) -> str:
+    return CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": str(columns)}).output
+
+
+def test_help_leaves_the_help_text_room_at_80_columns():
+    """typer gave the `--no-x` forms a column of their own and let a long choice list set the width of the
+    help column: at 80 columns `tlm probe --help` left its help text 16 characters (22 at 100, 30 at 120).
+    Now an off-by-default flag shows `--x` alone, and a long choice list ends the help text."""
+    for columns, least in ((80, 30), (100, 50), (120, 70)):
+        lines = _help(["probe"], columns).splitlines()
+        row = next(line for line in lines if "--seq-len" in line)
+        assert len(row) - row.index("Tokens per sequence") - 2 >= least, (columns, row)
+        assert not [line for line in lines if "--no-" in line]
+    shown = _help(["probe"], 250)
+    assert "[float32 | float64 | bfloat16 | float16]" in shown  # --dtype's choices, not read as rich markup
+
+
+def test_help_shows_an_on_by_default_flag_with_its_off_form_and_every_off_form_still_parses():
+    demo = _help(["demo"], 100)
+    row = next(line for line in demo.splitlines() if "--probe/--no-probe" in line)
+    assert "[default: on]" in demo[demo.index(row):demo.index("--overwrite")]
+    assert "--no-x" in " ".join(_help(["train"], 100).split())  # --config says how to turn a flag off
+    out = CliRunner().invoke(app, ["schedule", "--schedule", "uniform", "--layers", "2", "--d-ff", "64",
+                                   "--no-json", "--no-allow-unstable"])
+    assert out.exit_code == 0, out.output
+
+
+def test_the_cli_page_shows_a_choice_list_as_help_shows_it():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generated", ROOT / "docs/hooks/generated.py")
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)
+    page = generated.cli_reference()
+    assert "[float32 | float64 | bfloat16 | float16]" in page and "\\[" not in page
+
+
 def test_a_long_choice_list_wraps_between_choices():
     """--kind's ten choices in the metavar's narrow column: at 100 columns they once broke inside words
     ("cur" / "ves"); spaced, every choice stays whole."""

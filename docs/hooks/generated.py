@@ -36,8 +36,12 @@ KINDS = {
 
 
 def _text(s: str) -> str:
-    """Help text as Markdown text: no HTML tags, no emphasis from `*`."""
-    return html.escape(s, quote=False).replace("*", "\\*")
+    """Help text as Markdown text, as --help shows it (typer reads help as rich markup: `\\[a]` is "[a]"):
+    no HTML tags, no emphasis from `*`, no quote mark made of the empty choice `''`."""
+    from rich.text import Text
+
+    text = html.escape(Text.from_markup(s).plain, quote=False).replace("*", "\\*")
+    return text.replace("''", "`''`")  # the empty choice (`--preset`), not a typographic quote
 
 
 def _command_section(path: str, cmd, ctx) -> list[str]:

@@ -69,7 +69,6 @@ def _model_arg(model, tokenizer) -> str | Path | ProbeModel:
     return as_probe_model(model, tokenizer)
 
 
-@renamed_keywords(allow_pickle="unsafe_pickle")
 @overload  # type checkers: the table, or with full=True the ProbeResult
 def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
           progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
@@ -78,6 +77,7 @@ def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, 
 def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
           progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
           full: Literal[True], threads: int = 0, **fields: Any) -> ProbeResult: ...
+@renamed_keywords(allow_pickle="unsafe_pickle")
 def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=None, progress: bool = False,
           trust_remote_code: bool = False, unsafe_pickle: bool = False, full: bool = False, threads: int = 0,
           **fields):

@@ -13,8 +13,9 @@ import sys
 
 import typer
 from rich.console import Console
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
+from tlm_probe.commands.help_layout import PlainFlags, plain_flags
 from tlm_probe.errors import Interrupted, UserError
 from tlm_probe.progress import say  # one line on stderr, as is (a path may hold brackets)
 
@@ -56,22 +57,6 @@ def _default_sigterm_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _plain_flags(params: list) -> list:
-    """On/off flags show no value type in --help (typer would print `<bool>` beside --json or --help, as
-    if it took a value): a flag's metavar is empty."""
-    for param in params:
-        if getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
-    return params
-
-
-class PlainFlags(TyperCommand):
-    """A command whose on/off flags show no value type in --help."""
-
-    def get_params(self, ctx):
-        return _plain_flags(super().get_params(ctx))
-
-
 def command(app: typer.Typer, name: str, example: str, help: str | None = None):
     """Register `fn` as `tlm NAME`, with an example in --help and UserError -> exit 1 (`help`: the
     command's description, where it is not fn's docstring)."""
@@ -111,7 +96,7 @@ class OneLineUsage(TyperGroup):
     Its flags (--version, --help) show no value type, as a command's do."""
 
     def get_params(self, ctx):
-        return _plain_flags(super().get_params(ctx))
+        return plain_flags(super().get_params(ctx))
 
     def make_context(self, *args, **kwargs):  # the group's own options: `tlm --bogus`
         with _one_line_usage():

@@ -5,7 +5,8 @@ ProbeOptions, plus the command's run-time settings, e.g. where it writes). Each 
 field name, or FLAG_NAMES), its type, its default and, from the docstring under it (or metadata "help"), its
 help. `with_options(name=Class, ...)` hands the command one instance per class; `with_config_options`
 offers chosen TrainConfig fields and hands over only the flags given, which override a --config file.
-Every boolean reads `--x/--no-x`. A `Literal[...]` field is a closed choice and a number has a stated range
+Every boolean reads `--x/--no-x` (--help shows `--x` alone where it is off by default: help_layout.py).
+A `Literal[...]` field is a closed choice and a number has a stated range
 (ranges.py): both are checked while the command line is parsed, as one `error:` line and exit 1 (typer's
 own Literal check would exit 2, a usage error), and shown in --help. A field with no default is required.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import markup
 
 from tlm_probe.docstrings import field_docs
 from tlm_probe.ranges import choice_refusal, literal_values, range_of, refusal
@@ -37,7 +39,8 @@ HIDDEN = "hidden"
 """Field metadata key: the option exists but is left out of --help (a deprecated alias)."""
 MIXER_FLAGS = (*MIXER_SETTINGS, "match_params")
 """The TrainConfig fields of the mixers' settings, offered by train, compare, sweep and demo."""
-Config = Annotated[Path, typer.Option(help="YAML or TOML file of training options (flags override it).")]
+Config = Annotated[Path, typer.Option(help="YAML or TOML file of training options (flags override it; --no-x "
+                                      "turns off an on/off option that it turns on).")]
 
 
 def plain_type(kind):
@@ -81,7 +84,8 @@ class OutOfRange(typer.BadParameter):
 
 def checks(name: str, kind, metadata=None) -> dict:
     """The parser callback that refuses a value outside the field's stated range or closed choice, and how
-    --help shows them: a range in the help ("[1<=x<=4096]"), the choices as the metavar ("[a | b]")."""
+    --help shows them: a range in the help ("[1<=x<=4096]"), the choices as the metavar ("[a | b]") or, a
+    long list, in the help ("[auto | train | val | test | all]")."""
     stated = range_of(name, metadata) if plain_type(kind) in (int, float) else None
     values = literal_values(kind)
     if stated is None and not values:
@@ -93,9 +97,18 @@ def checks(name: str, kind, metadata=None) -> dict:
         why = choice_refusal(name, values, value) if values else refusal(flag_of(name), stated, value)
         raise OutOfRange(why)
 
-    # spaced, so that a long list wraps between choices in --help's narrow column, not inside a word
-    shown = {"metavar": "[" + " | ".join(str(v) or "''" for v in values) + "]"} if values else {}
-    return {"callback": check, **shown, **({"range": f"[{stated}]"} if stated else {})}
+    choices = "[" + " | ".join(str(v) or "''" for v in values) + "]"  # spaced: wraps between choices
+    if values and len(choices) <= SHORT_CHOICES:
+        return {"callback": check, "metavar": choices}
+    if values:  # escaped: typer reads help as rich markup, where "[auto | ...]" would be a style tag
+        return {"callback": check, "metavar": "<choice>", "range": markup.escape(choices)}
+    return {"callback": check, "range": f"[{stated}]"}
+
+
+SHORT_CHOICES = 16
+"""The longest choice list shown as the metavar (`['' | a | b]`); a longer one ends the help text, as a
+range does: --help's table makes the help column no wider than the widest metavar once the terminal is too
+narrow for both, and `[float32 | float64 | bfloat16 | float16]` left the help 22 characters at 80 columns."""
 
 
 def option(name: str, kind, doc: str, value, show, metadata) -> inspect.Parameter:
