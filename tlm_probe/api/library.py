@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
+
+from torch import nn
 
 from tlm_probe.api.handle import Handle
 from tlm_probe.api_names import renamed_keywords
@@ -22,15 +24,21 @@ from tlm_probe.probe.options import ProbeOptions
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
+    from tlm_probe.diff.engine import DiffResult
     from tlm_probe.results import ProbeResult
+
+ModelLike: TypeAlias = str | Path | nn.Module | Handle | ProbeModel
+"""A model as tp.load, tp.probe and tp.diff take it: a checkpoint folder, hub name, `.gguf` file or
+`FOLDER:decoder` (str or Path), a loaded nn.Module (transformers' or ours), a Handle or a ProbeModel."""
 
 _PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`
 PLACEMENT = ("device", "dtype", "device_map", "max_memory")
 """load()'s keywords that say where and in what precision a model is loaded: for a path only."""
 
 
-def load(model, tokenizer=None, *, device: str = _PROBE.device, dtype: str = _PROBE.dtype,
+def load(model: ModelLike, tokenizer: Any = None, *, device: str = _PROBE.device, dtype: str = _PROBE.dtype,
          trust_remote_code: bool = False, unsafe_pickle: bool = False, device_map: str = _PROBE.device_map,
          max_memory: str = _PROBE.max_memory) -> Handle:
     """Load a model of any supported family and return a Handle (run_with_cache, hooks, stream).
@@ -70,17 +78,17 @@ def _model_arg(model, tokenizer) -> str | Path | ProbeModel:
 
 
 @overload  # type checkers: the table, or with full=True the ProbeResult
-def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
+def probe(model: ModelLike, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
           progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
           full: Literal[False] = False, threads: int = 0, **fields: Any) -> pd.DataFrame: ...
 @overload
-def probe(model: Any, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
+def probe(model: ModelLike, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
           progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
           full: Literal[True], threads: int = 0, **fields: Any) -> ProbeResult: ...
 @renamed_keywords(allow_pickle="unsafe_pickle")
-def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=None, progress: bool = False,
-          trust_remote_code: bool = False, unsafe_pickle: bool = False, full: bool = False, threads: int = 0,
-          **fields):
+def probe(model: ModelLike, data=None, options: ProbeOptions | None = None, *, tokenizer=None,
+          progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
+          full: bool = False, threads: int = 0, **fields):
     """Probe a model: per-layer statistics streamed over a corpus, as `tlm probe` computes them.
 
     model: anything `tp.load` takes (folder, hub name, .gguf, our run, loaded nn.Module, Handle,
@@ -109,7 +117,7 @@ def probe(model, data=None, options: ProbeOptions | None = None, *, tokenizer=No
     return res if full else res.table
 
 
-def plot(inputs, options=None, *, out: str | Path | None = None, **fields):
+def plot(inputs, options=None, *, out: str | Path | None = None, **fields) -> Figure:
     """Draw one figure from result folders or tables, as `tlm plot` does; returns the matplotlib Figure.
 
     inputs: probe result folders/files (kinds depth, heatmap, importance), comparison or run folders
@@ -137,8 +145,9 @@ def plot(inputs, options=None, *, out: str | Path | None = None, **fields):
     return fig
 
 
-def diff(model_a, model_b, options=None, *, out: str | Path | None = None, overwrite: bool = False,
-         trust_remote_code: bool = False, unsafe_pickle: bool = False, **fields):
+def diff(model_a: ModelLike, model_b: ModelLike, options=None, *, out: str | Path | None = None,
+         overwrite: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
+         **fields) -> DiffResult:
     """Compare two models on the same tokens, as `tlm diff A B` does; returns the DiffResult
     (.summary: what diff.json holds and --json prints; .cka: the layer x layer CKA matrix; .drift).
 

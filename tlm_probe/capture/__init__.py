@@ -4,6 +4,8 @@ The table (adapters) is imported at once; loading (torch, transformers) only whe
 used, so that refusing an unsupported model costs no heavy import.
 """
 
+from typing import TYPE_CHECKING
+
 from tlm_probe.capture.adapters import (
     ADAPTERS,
     BLOCK_KINDS,
@@ -14,6 +16,13 @@ from tlm_probe.capture.adapters import (
 
 # ProbeModel: capture/probe_model.py
 _LOADING = ("DTYPES", "ProbeModel", "as_probe_model", "load_probe_model", "wrap_model")
+
+if TYPE_CHECKING:  # type checkers run no __getattr__: the same names (`X as X`: re-exported)
+    from tlm_probe.capture.loading import DTYPES as DTYPES
+    from tlm_probe.capture.loading import as_probe_model as as_probe_model
+    from tlm_probe.capture.loading import load_probe_model as load_probe_model
+    from tlm_probe.capture.loading import wrap_model as wrap_model
+    from tlm_probe.capture.probe_model import ProbeModel as ProbeModel
 
 
 def __getattr__(name: str):
