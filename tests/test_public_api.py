@@ -59,19 +59,21 @@ def test_editors_are_shown_the_same_names_as_the_lazy_attributes():
         assert value is (lazy._function() if inspect.ismodule(lazy) else lazy), name
 
 
-def test_the_capture_package_shows_type_checkers_its_lazy_names():
-    """tlm_probe.capture loads torch only when a loading name is used; its TYPE_CHECKING imports show the
-    same names (ProbeModel, in tp.load's ModelLike, had read as Any to a type checker)."""
+@pytest.mark.parametrize(("package", "lazy"), [("tlm_probe.capture", "_LOADING"),
+                                               ("tlm_probe.plotting", "_WHERE")])
+def test_a_lazy_package_shows_type_checkers_its_names(package, lazy):
+    """These packages import their heavy modules only when a name is used; their TYPE_CHECKING imports show
+    the same names (ProbeModel, in tp.load's ModelLike, had read as Any to a type checker)."""
     import ast
+    from importlib import import_module
 
-    import tlm_probe.capture as capture
-
-    tree = ast.parse(Path(capture.__file__).read_text())
+    module = import_module(package)
+    tree = ast.parse(Path(module.__file__).read_text())
     (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
-    shown = {alias.name: getattr(__import__(node.module, fromlist=["_"]), alias.name)
+    shown = {alias.name: getattr(import_module(node.module), alias.name)
              for node in block.body for alias in node.names}
-    assert shown.keys() == set(capture._LOADING)
-    assert all(value is getattr(capture, name) for name, value in shown.items())
+    assert shown.keys() == set(getattr(module, lazy))
+    assert all(value is getattr(module, name) for name, value in shown.items())
 
 
 def test_ipythons_completer_offers_the_names_and_their_signatures():

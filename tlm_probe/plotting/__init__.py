@@ -10,6 +10,7 @@ CLI builds `tlm plot`'s options from at start-up) must not pull in matplotlib.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 # name -> the module of this package that defines it
 _WHERE = {
@@ -26,6 +27,18 @@ _WHERE = {
 }
 
 __all__ = sorted(_WHERE)
+
+if TYPE_CHECKING:  # type checkers and editors run no __getattr__: the same names (`X as X`: re-exported)
+    from tlm_probe.plotting.curves import plot_curves as plot_curves
+    from tlm_probe.plotting.depth import plot_depth as plot_depth
+    from tlm_probe.plotting.depth_panels import plot_depth_panels as plot_depth_panels
+    from tlm_probe.plotting.heatmaps import plot_heatmaps as plot_heatmaps
+    from tlm_probe.plotting.importance import plot_importance as plot_importance
+    from tlm_probe.plotting.options import parse_size as parse_size
+    from tlm_probe.plotting.schedules import plot_schedules as plot_schedules
+    from tlm_probe.plotting.style import FORMATS as FORMATS
+    from tlm_probe.plotting.style import figure_style as figure_style
+    from tlm_probe.plotting.style import save_figure as save_figure
 
 
 def __getattr__(name: str):
