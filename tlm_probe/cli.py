@@ -68,8 +68,10 @@ def _tlm(
 
 def main() -> None:
     from tlm_probe.allocator import keep_freed_memory
+    from tlm_probe.threads import passive_omp_wait
 
     keep_freed_memory()  # reuse freed activation memory instead of page-faulting it in again
+    passive_omp_wait()  # idle torch threads sleep instead of spinning: a busy machine's cores stay free
     stop_on_sigterm()  # SIGTERM: one line and exit 143, as Ctrl-C gives one line and 130
     app()
 

@@ -1,8 +1,11 @@
-"""PyTorch's CPU threads for one run: `tlm probe/eval --threads N` and `probe(threads=N)` (0: leave them)."""
+"""PyTorch's CPU threads: how many for one run (`tlm probe/eval --threads N`, `probe(threads=N)`; 0 leaves
+them), and how the idle ones wait (the `tlm` command: passive_omp_wait)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 
 from tlm_probe.errors import UserError
 
@@ -22,3 +25,25 @@ def torch_threads(n: int, name: str = "--threads"):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+OMP_WAIT = "OMP_WAIT_POLICY"
+KEEP_DEFAULT = "TLM_PROBE_OMP_WAIT"
+"""Set to `default` (before the command starts) to leave OpenMP's own wait policy, as the benchmark does."""
+
+
+def passive_omp_wait() -> bool:
+    """OMP_WAIT_POLICY=PASSIVE for this process and its children, unless the user set the variable (or
+    TLM_PROBE_OMP_WAIT=default) or torch is already imported (libgomp reads it once, when it is loaded).
+
+    By default an idle OpenMP thread spins for a while before it sleeps, so that the next parallel region
+    starts without a wake-up. Where every core is taken by other jobs, the spinning threads take turns
+    with the thread that has work, and a region waits for all of them: measured with the study's two
+    training runs on this 2-core machine, `tlm demo --quick` took 62 s instead of 10 s, and with every core
+    idle PASSIVE costs little (benchmarks/bench_omp_wait.py; figures in docs/reference/development.md).
+    The `tlm` command calls this first thing; a Python caller sets the variable itself."""
+    kept = os.environ.get(KEEP_DEFAULT, "").lower() == "default"
+    if OMP_WAIT in os.environ or kept or "torch" in sys.modules:
+        return False
+    os.environ[OMP_WAIT] = "PASSIVE"
+    return True
