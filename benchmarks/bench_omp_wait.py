@@ -60,20 +60,20 @@ def _run(args: list[str], passive: bool) -> None:
 
 
 def measure(rounds: int, steps: int, tokens: int, only: list[str], out: Path | None) -> dict:
-    """Each command's figures, written to `out` as each command finishes (a long run keeps what it has)."""
-    report = {}
+    """Each command's figures, written into `out` as each command finishes (a long run keeps what it has;
+    the entries of commands not run this time are kept, so that `--only` adds to a report)."""
+    report = json.loads(out.read_text())["commands"] if out and out.exists() else {}
     for name, args in commands(steps, tokens).items():
         if only and not any(word in name for word in only):
             continue
         fns = {"default": lambda a=args: _run(a, False), "passive": lambda a=args: _run(a, True)}
         times = interleaved(fns, rounds)
         report[name] = {"passive / default": ratio(times, "passive", "default"),
-                        "default_s": spread(times["default"]), "passive_s": spread(times["passive"])}
+                        "default_s": spread(times["default"]), "passive_s": spread(times["passive"]),
+                        "rounds": rounds_note(rounds), "load_after": os.getloadavg()}
         print(line(name, report[name]["passive / default"]), flush=True)
         if out:
-            doc = {"rounds": rounds_note(rounds), "cores": os.cpu_count(), "load": os.getloadavg(),
-                   "commands": report}
-            out.write_text(json.dumps(doc, indent=2) + "\n")
+            out.write_text(json.dumps({"cores": os.cpu_count(), "commands": report}, indent=2) + "\n")
     return report
 
 

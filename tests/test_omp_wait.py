@@ -48,3 +48,28 @@ def test_the_tlm_command_sets_it_before_any_command(monkeypatch):
     monkeypatch.setattr(cli, "app", lambda: calls.append("command"))
     cli.main()
     assert calls == ["malloc", "omp", "command"]
+
+
+def test_the_development_pages_table_is_the_committed_benchmark_files():
+    """Every figure of the threads table in docs/reference/development.md is the committed benchmark files'
+    (python -m benchmarks.bench_omp_wait), rounded as printed: a number typed by hand fails here."""
+    import json
+
+    page = (ROOT / "docs" / "reference" / "development.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| `tlm ")}
+    names = {"`tlm demo --quick`": "demo --quick",
+             "`tlm train --preset tlm-tiny --steps 10`": "train tlm-tiny, 10 steps",
+             "`tlm probe` SmolLM2-135M, 1,024 tokens": "probe SmolLM2-135M, 1,024 tokens"}
+    assert rows.keys() == names.keys()
+    for load, column in (("idle", 2), ("busy", 3)):
+        measured = json.loads((ROOT / f"analyses/results/bench/omp_wait_{load}.json").read_text())["commands"]
+        for row, name in names.items():
+            cell = rows[row].split("|")[column].strip()
+            if name not in measured:
+                assert cell == "not measured"
+                continue
+            r, m = measured[name]["passive / default"], measured[name]
+            assert m["rounds"] == 7
+            assert cell.startswith(f"{r['median']:.3f}× [{r['min']:.3f}, {r['max']:.3f}]"), (load, row)
+            seconds = f"({m['passive_s']['median']:.1f} s against {m['default_s']['median']:.1f} s)"
+            assert seconds in cell or "(" not in cell, (load, row)

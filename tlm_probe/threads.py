@@ -37,11 +37,11 @@ def passive_omp_wait() -> bool:
     TLM_PROBE_OMP_WAIT=default) or torch is already imported (libgomp reads it once, when it is loaded).
 
     By default an idle OpenMP thread spins for a while before it sleeps, so that the next parallel region
-    starts without a wake-up. Where every core is taken by other jobs, the spinning threads take turns
-    with the thread that has work, and a region waits for all of them: measured with the study's two
-    training runs on this 2-core machine, `tlm demo --quick` took 62 s instead of 10 s, and with every core
-    idle PASSIVE costs little (benchmarks/bench_omp_wait.py; figures in docs/reference/development.md).
-    The `tlm` command calls this first thing; a Python caller sets the variable itself."""
+    starts without a wake-up. Where other jobs take the cores, the spinning threads take turns with the
+    thread that has work, and a region waits for all of them. Measured on this 2-core machine beside two
+    single-thread training runs (benchmarks/bench_omp_wait.py, medians of 7 interleaved rounds):
+    `tlm demo --quick` 11.6 s instead of 64.9 s; with the cores idle, 4.5% slower (10.5 s against 10.2 s).
+    The `tlm` command calls this first thing; a Python caller sets the variable before importing torch."""
     kept = os.environ.get(KEEP_DEFAULT, "").lower() == "default"
     if OMP_WAIT in os.environ or kept or "torch" in sys.modules:
         return False
