@@ -1,11 +1,12 @@
 """How --help lays out a command's options: on/off flags show no value type, and no column of `--no-x`.
 
 Every on/off flag reads `--x/--no-x` (commands/options.py). typer's help gives the `--no-x` forms a column of
-their own, as wide as the longest (`--no-trust-remote-code`), and the option table then left the help text
-17 characters at 80 columns (30 at 120). In --help a flag that is off by default shows `--x` alone, since
-`--no-x` is what it already does (where a --config file may turn it on, --config's help says so), and a flag
-that is on by default shows `--x/--no-x` in the options' own column, its default "on". Only the help is
-laid out so: the command parses the same options, and the CLI reference page lists both forms.
+their own, as wide as the longest (`--no-trust-remote-code`): with the long choice lists (options.py's
+SHORT_CHOICES) it left `tlm probe --help` 16 characters of help text at 80 columns (22 at 100, 30 at 120).
+In --help a flag that is off by default shows `--x` alone, since `--no-x` is what it already does (where a
+--config file may turn it on, --config's help says so), and a flag that is on by default shows `--x/--no-x`
+in the options' own column, its default "on". Only the help is laid out so: the command parses the same
+options, and the CLI reference page lists both forms.
 """
 
 from __future__ import annotations

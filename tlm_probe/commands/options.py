@@ -108,7 +108,8 @@ def checks(name: str, kind, metadata=None) -> dict:
 SHORT_CHOICES = 16
 """The longest choice list shown as the metavar (`['' | a | b]`); a longer one ends the help text, as a
 range does: --help's table makes the help column no wider than the widest metavar once the terminal is too
-narrow for both, and `[float32 | float64 | bfloat16 | float16]` left the help 22 characters at 80 columns."""
+narrow for both: with the lists as metavars, `tlm probe --help` had 22 characters of help text at 80 columns
+(32 at 100, 42 at 120), and 30 (50, 70) without."""
 
 
 def option(name: str, kind, doc: str, value, show, metadata) -> inspect.Parameter:
