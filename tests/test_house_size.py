@@ -42,9 +42,15 @@ def _trees() -> dict[str, ast.Module]:
     return {_name(p): ast.parse(p.read_text(), filename=str(p)) for p in _sources()}
 
 
+def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(ast.unparse(d) in ("overload", "typing.overload") for d in node.decorator_list)
+
+
 def _public_definitions(tree: ast.Module) -> list[str]:
     names = []
     for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_overload(node):
+            continue  # a typing.overload signature: the function's definition follows it
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif isinstance(node, ast.Assign):
