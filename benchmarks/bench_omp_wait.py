@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.bench_start import run_env
 from benchmarks.models import smollm2
 from benchmarks.timing import interleaved, line, ratio, rounds_note, spread
 
@@ -44,7 +45,7 @@ def commands(steps: int, tokens: int) -> dict[str, list[str]]:
 def _run(args: list[str], passive: bool) -> None:
     """One fresh `tlm` process writing into a new folder (a demo run again into its folder would continue,
     not redo, its training)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = run_env(ROOT)  # offline, bytecode cached, as bench_start's arms run
     env.pop("OMP_WAIT_POLICY", None)
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
