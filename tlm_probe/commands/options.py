@@ -101,8 +101,8 @@ def checks(name: str, kind, metadata=None) -> dict:
     if values and len(choices) <= SHORT_CHOICES:
         return {"callback": check, "metavar": choices}
     if values:  # escaped: typer reads help as rich markup, where "[auto | ...]" would be a style tag
-        return {"callback": check, "metavar": "<choice>", "range": markup.escape(choices)}
-    return {"callback": check, "range": f"[{stated}]"}
+        return {"callback": check, "metavar": "<choice>", "help_end": markup.escape(choices)}
+    return {"callback": check, "help_end": f"[{stated}]"}
 
 
 SHORT_CHOICES = 16
@@ -116,7 +116,7 @@ def option(name: str, kind, doc: str, value, show, metadata) -> inspect.Paramete
     """The typer parameter of one field: `value` its default, `show` typer's show_default."""
     kind, flag, extra = plain_type(kind), flag_of(name), checks(name, kind, metadata)
     decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag, *([SHORT[name]] if name in SHORT else [])]
-    doc = f"{doc} {extra.pop('range')}".strip() if "range" in extra else doc
+    doc = f"{doc} {extra.pop('help_end')}".strip() if "help_end" in extra else doc
     opt = typer.Option(value, *decls, help=doc, show_default=show, hidden=metadata.get(HIDDEN, False),
                        **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind)
