@@ -40,22 +40,28 @@ def test_a_star_import_gives_the_public_names():
     assert names["load"] is tp.load and names["probe"] is tp.probe
 
 
+def _shown_to_type_checkers(module) -> dict:
+    """name -> object of the module's `if TYPE_CHECKING:` imports, each written `X as X` (a re-export)."""
+    import ast
+    from importlib import import_module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    aliases = [(alias, node.module) for node in block.body for alias in node.names]
+    assert all(alias.asname == alias.name for alias, _ in aliases)  # `X as X`: re-exported to type checkers
+    return {alias.name: getattr(import_module(where), alias.name) for alias, where in aliases}
+
+
 def test_editors_are_shown_the_same_names_as_the_lazy_attributes():
     """Editors, type checkers and IPython's completer run no module __getattr__: __init__'s TYPE_CHECKING
     imports show them the public names. They must be PUBLIC's names and the objects __getattr__ gives (for the
     callable packages, the library call they make)."""
-    import ast
     import inspect
-    from importlib import import_module
 
-    tree = ast.parse(Path(tp.__file__).read_text())
-    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
-    aliases = [(alias, node.module) for node in block.body for alias in node.names]
-    assert all(alias.asname == alias.name for alias, _ in aliases)  # `X as X`: re-exported to type checkers
-    shown = {alias.name: module for alias, module in aliases}
+    shown = _shown_to_type_checkers(tp)
     assert shown.keys() == tp.PUBLIC.keys()
-    for name, module in shown.items():
-        value, lazy = getattr(import_module(module), name), getattr(tp, name)
+    for name, value in shown.items():
+        lazy = getattr(tp, name)
         assert value is (lazy._function() if inspect.ismodule(lazy) else lazy), name
 
 
@@ -64,14 +70,10 @@ def test_editors_are_shown_the_same_names_as_the_lazy_attributes():
 def test_a_lazy_package_shows_type_checkers_its_names(package, lazy):
     """These packages import their heavy modules only when a name is used; their TYPE_CHECKING imports show
     the same names (ProbeModel, in tp.load's ModelLike, had read as Any to a type checker)."""
-    import ast
     from importlib import import_module
 
     module = import_module(package)
-    tree = ast.parse(Path(module.__file__).read_text())
-    (block,) = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
-    shown = {alias.name: getattr(import_module(node.module), alias.name)
-             for node in block.body for alias in node.names}
+    shown = _shown_to_type_checkers(module)
     assert shown.keys() == set(getattr(module, lazy))
     assert all(value is getattr(module, name) for name, value in shown.items())
 
