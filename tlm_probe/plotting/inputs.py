@@ -193,7 +193,8 @@ def curve_summary(losses: pd.DataFrame) -> pd.DataFrame:
 
 def _run_order(runs: list[Path], results: pd.DataFrame | None) -> list[Path]:
     """Arms in the comparison's own order (baseline first), then by seed; unknown arms last."""
-    arms = list(dict.fromkeys(results["arm"].astype(str))) if results is not None else []
+    known = results is not None and "arm" in results  # a comparison with no finished run: a blank table
+    arms = list(dict.fromkeys(results["arm"].astype(str))) if known else []
 
     def key(run: Path):
         m = RUN_NAME.match(run.name)
