@@ -206,9 +206,10 @@ def run(opts) -> None:
 
 
 def collect(opts) -> None:
-    from analyses import confirm2_stats
+    from analyses import confirm2_stats, paired_figure
 
-    confirm2_stats.write_all(opts.results)
+    if confirm2_stats.write_all(opts.results):  # every main run is in: the contrasts, seed by seed
+        paired_figure.draw("confirm2", opts.results)
 
 
 def main() -> None:

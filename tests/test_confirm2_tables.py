@@ -93,6 +93,22 @@ def test_registered_analysis_on_a_synthetic_complete_study(tmp_path):
         assert f"{contrasts.loc[arm, 'diff_mean']:+.4f}".replace("-", "−") in section
 
 
+def test_collect_draws_the_contrasts_seed_by_seed_once_complete(tmp_path):
+    from types import SimpleNamespace
+
+    from analyses import paired_figure
+
+    truth = _fake_study(tmp_path, {"probe-derived": -0.03}, c2.jobs())
+    c2.collect(SimpleNamespace(results=tmp_path))
+    assert (tmp_path / "paired.png").read_bytes()[:4] == b"\x89PNG"
+    diffs, summary = paired_figure.tables(tmp_path)
+    main = truth[truth["lr"] == c2.MAIN_LR].pivot_table(index="seed", columns="arm", values="nll")
+    for arm in c2.CONTRASTS:  # the dots: each seed's difference, by hand (runs.csv rounds to 6 digits)
+        mine = diffs[diffs["arm"] == arm].set_index("seed")["diff"]
+        assert mine.to_numpy() == pytest.approx((main[arm] - main["uniform"]).to_numpy(), abs=2e-5)
+    assert summary["arm"].tolist() == list(c2.CONTRASTS)
+
+
 def test_no_test_score_is_shown_before_the_last_main_run(tmp_path):
     partial = [j for j in c2.jobs() if not (j["seed"] == 34 and j["arm"] == "wide-first")]
     _fake_study(tmp_path, {}, partial)

@@ -30,11 +30,13 @@ from tlm_probe.plotting.inputs import (
     split_note,
 )
 from tlm_probe.plotting.options import DEFAULT_SCHEDULES, FIGURES, PlotOptions
+from tlm_probe.plotting.paired import plot_paired
 from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.plotting.trust import plot_trust
 from tlm_probe.results import checked_in_memory
+from tlm_probe.stats.paired import paired_summary, seed_differences
 from tlm_probe.stats.sweep import sweep_table
 
 HEATMAP_STATS = ("alignment", "angular_distance", "cka_linear")  # what the hint asks for: the default set and
@@ -147,6 +149,22 @@ def sweep_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     if f"{metric}_diff_mean" not in paired:
         raise UserError(f"no paired differences of {metric!r} in {paths[0]}/paired.csv")
     return plot_sweep(sweep_table(paired, metric), metric, size=opts.pixels, dpi=opts.dpi, title=opts.title)
+
+
+def paired_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+    if len(paths) != 1 or input_kind(paths[0]) != "compare":
+        raise UserError("the paired figure takes one comparison folder (tlm compare --out DIR)")
+    tables = load_comparison(paths[0]).tables
+    paired, results = tables.get("paired"), tables.get("results")
+    if paired is None or paired.empty or results is None or results.empty:
+        raise UserError(f"{paths[0]} has no paired table yet (it needs uniform and one other arm, each "
+                        "with a finished seed)")
+    metric = _one(opts.statistic, "val_loss", "paired")
+    if f"{metric}_diff_mean" not in paired or metric not in results:
+        raise UserError(f"no paired differences of {metric!r} in {paths[0]}/paired.csv")
+    diffs = seed_differences(results, dict(zip(paired["arm"], paired["baseline"], strict=True)), metric)
+    return plot_paired(diffs, paired_summary(paired, metric), metric, size=opts.pixels, dpi=opts.dpi,
+                       title=opts.title)
 
 
 def trajectory_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:

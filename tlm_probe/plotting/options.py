@@ -14,8 +14,8 @@ from tlm_probe.ranges import check_values
 from tlm_probe.registry import Registry
 
 FIGURES: Registry[Callable] = Registry("figure kind", {k: f"tlm_probe.plotting.figures:{k}_figure" for k in (
-    "depth", "heatmap", "importance", "curves", "schedules", "sweep", "trajectory", "advantage", "diff",
-    "trust")}, lazy=True)
+    "depth", "heatmap", "importance", "curves", "schedules", "sweep", "paired", "trajectory", "advantage",
+    "diff", "trust")}, lazy=True)
 """Figure kind -> its builder (paths, options, notes) -> Figure, imported on use (no matplotlib here)."""
 DEFAULT_SCHEDULES = ("uniform", "linear:1.5:0.5", "cosine:1.5:0.5", "sigmoid:1.5:0.5", "wider-early")
 """The schedules figure's curves when no --schedule is given."""

@@ -41,6 +41,7 @@ STAT_LABELS: dict[str, str] = {
     "resid_norm_growth": "‖resid_post‖ / ‖resid_pre‖ (ratio)",
     "attn_entropy": "attention entropy, mean over heads (nats)",
     "val_loss": "validation loss (nats/token)",
+    "test_nll": "test NLL (nats/token)",
     "train_loss": "training loss (nats/token)",
     "val_ppl": "validation perplexity",
     "val_bpb": "validation bits per byte",

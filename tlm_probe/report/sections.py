@@ -27,12 +27,14 @@ from tlm_probe.plotting.inputs import (
     merge_probes,
     split_note,
 )
+from tlm_probe.plotting.paired import plot_paired
 from tlm_probe.report.diff_section import diff_section
 from tlm_probe.report.html import Document, FigureBlock, Section, Table, Text
 from tlm_probe.report.options import ReportOptions
 from tlm_probe.report.summary import comparison_summary, eval_headline
 from tlm_probe.report.trust_section import trust_section
 from tlm_probe.results import ProbeResult
+from tlm_probe.stats.paired import paired_summary, seed_differences
 
 # depth figures come in this order; statistics not listed follow in the order the table has them
 DEPTH_FIRST = (
@@ -267,7 +269,10 @@ def training_section(comp: Comparison, kind: str, n: int, size, dpi, colours: di
         "paired": "each arm against uniform, paired over seeds",
         "results": "per arm and seed",
     }
-    section.blocks += [Table(captions[name], frame) for name, frame in comp.tables.items()]
+    for name, frame in comp.tables.items():
+        section.blocks.append(Table(captions[name], frame))
+        if name == "paired":  # its picture beside it
+            section.blocks += paired_blocks(comp, n, size, dpi, colours)
     if not comp.curves.empty:
         caption = f"loss against tokens seen ({band_note(comp.curves)})"
         section.blocks.append(
@@ -278,3 +283,16 @@ def training_section(comp: Comparison, kind: str, n: int, size, dpi, colours: di
             )
         )
     return section
+
+
+def paired_blocks(comp: Comparison, n: int, size, dpi, colours: dict | None = None) -> list[FigureBlock]:
+    """A comparison's paired validation-loss differences, seed by seed, once an arm has two pairs (one pair
+    has no interval)."""
+    paired, results = comp.tables.get("paired"), comp.tables.get("results")
+    if paired is None or results is None or "val_loss_diff_mean" not in paired or paired["n_pairs"].max() < 2:
+        return []
+    diffs = seed_differences(results, dict(zip(paired["arm"], paired["baseline"], strict=True)), "val_loss")
+    caption = "validation loss, each arm minus its baseline of the same seed: seeds, mean and 95% interval"
+    return [FigureBlock(_name("paired", n, comp.path.name), caption,
+                        lambda: plot_paired(diffs, paired_summary(paired, "val_loss"), "val_loss", size=size,
+                                            dpi=dpi, colours=colours))]

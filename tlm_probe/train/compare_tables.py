@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tlm_probe.stats.paired import pair_by_seed
+
 COMPARED_METRICS = ("val_loss", "val_ppl", "val_bpb")
 
 
@@ -22,13 +24,11 @@ def paired_table(
         ref = baseline if isinstance(baseline, str) else baseline.get(mixer)
         if arm == ref or ref is None or not (results["arm"] == ref).any():
             continue
-        base = results[results["arm"] == ref].set_index("seed")
-        mine = results[results["arm"] == arm].set_index("seed")
-        seeds = sorted(set(mine.index) & set(base.index))
-        schedule = mine["schedule"].iloc[0] if "schedule" in mine else arm
-        row = {"arm": arm, "mixer": mixer, "schedule": schedule, "baseline": ref, "n_pairs": len(seeds)}
+        mine, base = pair_by_seed(results, arm, ref)
+        schedule = results.loc[results["arm"] == arm, "schedule"].iloc[0] if "schedule" in results else arm
+        row = {"arm": arm, "mixer": mixer, "schedule": schedule, "baseline": ref, "n_pairs": len(mine)}
         for m in metrics:
-            row.update(_paired(mine.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float), m))
+            row.update(_paired(mine[m].to_numpy(float), base[m].to_numpy(float), m))
         rows.append(row)
     table = pd.DataFrame(rows)
     for m in metrics if len(table) else ():  # the family: the arms tested against one baseline
