@@ -71,7 +71,7 @@ def plot_paired(diffs: pd.DataFrame, summary: pd.DataFrame, metric: str = "val_l
 def _row(ax, y: int, row, diff: np.ndarray, colours: Mapping[str, tuple] | None) -> None:
     look = style_for(row.arm, colours)
     ax.scatter(diff, y + seed_offsets(len(diff)), s=22, color=look.colour, marker=look.marker, alpha=0.75,
-               linewidths=0, zorder=2)
+               linewidths=0, zorder=5)  # above the mean: no seed is hidden
     if math.isfinite(row.ci_low) and math.isfinite(row.ci_high):
         ax.plot([row.ci_low, row.ci_high], [y, y], color="black", linewidth=2.2, solid_capstyle="butt",
                 zorder=3)
