@@ -165,3 +165,12 @@ def test_study_1s_figure_draws_its_registered_contrasts(tmp_path):
     table.to_csv(tmp_path / "contrasts.csv", index=False)
     with pytest.raises(SystemExit, match="average"):
         paired_figure.tables(tmp_path)
+
+
+def test_a_paired_arm_without_runs_is_one_line(comparison, tmp_path):
+    results = pd.read_csv(comparison / "results.csv")
+    results[results["arm"] != "hourglass"].to_csv(comparison / "results.csv", index=False)
+    argv = ["plot", str(comparison), "--kind", "paired", "--out", str(tmp_path / "p.png")]
+    bad = CliRunner().invoke(app, argv)
+    assert bad.exit_code == 1 and "pairs 'hourglass', but results.csv holds no run" in bad.output, bad.output
+    assert not (tmp_path / "p.png").exists()

@@ -162,9 +162,13 @@ def paired_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     metric = _one(opts.statistic, "val_loss", "paired")
     if f"{metric}_diff_mean" not in paired or metric not in results:
         raise UserError(f"no paired differences of {metric!r} in {paths[0]}/paired.csv")
-    diffs = seed_differences(results, dict(zip(paired["arm"], paired["baseline"], strict=True)), metric)
-    return plot_paired(diffs, paired_summary(paired, metric), metric, size=opts.pixels, dpi=opts.dpi,
-                       title=opts.title)
+    summary = paired_summary(paired, metric)
+    diffs = seed_differences(results, dict(zip(summary["arm"], summary["baseline"], strict=True)), metric)
+    unpaired = sorted(set(summary["arm"]) - set(diffs["arm"]))
+    if unpaired:
+        raise UserError(f"{paths[0]}: paired.csv pairs {unpaired[0]!r}, but results.csv holds no run of it "
+                        "and its baseline with a common seed (not files tlm wrote together)")
+    return plot_paired(diffs, summary, metric, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
 def trajectory_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:

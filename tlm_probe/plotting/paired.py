@@ -83,7 +83,8 @@ def _label(row, diff: np.ndarray, several: bool) -> str:
     interval = (f" [{row.ci_low:+.4f}, {row.ci_high:+.4f}]"
                 if math.isfinite(row.ci_low) and math.isfinite(row.ci_high) else "")
     if len(diff) < 2:
-        return f"{name}\nΔ {row.delta:+.4f}\none seed pair: no interval, no test"
+        pairs = "one seed pair" if len(diff) else "no seed pair among the runs"
+        return f"{name}\nΔ {row.delta:+.4f}\n{pairs}: no interval, no test"
     test = f"p {row.p:.2g}" if math.isfinite(row.p) else "p n/a"
     if math.isfinite(row.p_holm):
         test += f", Holm {row.p_holm:.2g}"

@@ -291,8 +291,8 @@ def paired_blocks(comp: Comparison, n: int, size, dpi, colours: dict | None = No
     paired, results = comp.tables.get("paired"), comp.tables.get("results")
     if paired is None or results is None or "val_loss_diff_mean" not in paired or paired["n_pairs"].max() < 2:
         return []
-    diffs = seed_differences(results, dict(zip(paired["arm"], paired["baseline"], strict=True)), "val_loss")
+    summary = paired_summary(paired, "val_loss")
+    diffs = seed_differences(results, dict(zip(summary["arm"], summary["baseline"], strict=True)), "val_loss")
     caption = "validation loss, each arm minus its baseline of the same seed: seeds, mean and 95% interval"
     return [FigureBlock(_name("paired", n, comp.path.name), caption,
-                        lambda: plot_paired(diffs, paired_summary(paired, "val_loss"), "val_loss", size=size,
-                                            dpi=dpi, colours=colours))]
+                        lambda: plot_paired(diffs, summary, "val_loss", size=size, dpi=dpi, colours=colours))]
