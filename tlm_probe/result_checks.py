@@ -116,6 +116,8 @@ def _compare_paired(df: pd.DataFrame, where: Path) -> None:
         column_in(df, "n_pairs", 0, 2**31, where, integer=True, nan=False)
     for col in (c for c in df.columns if c.endswith(("_p", "_p_holm"))):
         column_in(df, col, 0.0, 1.0, where)
+    for col in (c for c in df.columns if c.endswith("_detectable")):
+        column_in(df, col, 0.0, math.inf, where)
     _finite(df, where, ())
     one_row_each(df, [k for k in ("arm", "mixer") if k in df.columns], where)
 

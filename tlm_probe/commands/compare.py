@@ -188,14 +188,14 @@ def print_summary(result: dict) -> None:
     base = result["baseline"]
     title = base if isinstance(base, str) else ", ".join(base.values())
     columns = ("arm", "seeds", "params", "val loss", "val ppl", "bpb", "Δ loss vs baseline", "95% CI",
-               "p (paired t)")
+               "p (paired t)", "80% power at |Δ| ≥")
     paired = {p["arm"]: p for p in result["paired"]}
     rows = []
     for s in result["summary"]:
         p = paired.get(s["arm"], {})
         rows.append((s["arm"], str(s["n_seeds"]), f"{s['params']:,}", _pm(s, "val_loss"), _pm(s, "val_ppl"),
                      _pm(s, "val_bpb"), _num(p.get("val_loss_diff_mean"), "+.4f"), _ci(p),
-                     _num(p.get("val_loss_p"), ".3g")))
+                     _num(p.get("val_loss_p"), ".3g"), _num(p.get("val_loss_detectable"), ".4f")))
     # never cut to the console's width (80 columns in a log): split into tables that fit (commands/tables.py)
     print_fitted(console, f"validation after training (baseline {title})", columns, rows)
     if any((p.get("n_pairs") or 0) < 2 for p in result["paired"]):

@@ -12,6 +12,7 @@ from tlm_probe.report.html import Table, Text
 # a multiple-comparison-adjusted p, where the paired table carries one (the suffixes compare may write)
 ADJUSTED_P = ("_p_adj", "_p_holm")
 FIRST_METRICS = ("val_loss", "train_loss")
+DETECTABLE = "_detectable"  # the smallest |Δ| the pairs detect with 80% power (stats.power)
 
 
 def paired_metrics(paired: pd.DataFrame) -> list[str]:
@@ -36,6 +37,8 @@ def paired_rows(name: str, paired: pd.DataFrame) -> list[dict]:
             adjusted = _adjusted(r, m)
             if adjusted is not None:
                 row["p (adjusted)"] = adjusted
+            if f"{m}{DETECTABLE}" in r.index:
+                row["detectable |Δ| (80% power)"] = r[f"{m}{DETECTABLE}"]
             rows.append(row)
     return rows
 
@@ -89,4 +92,6 @@ def paired_sentence(row: dict, metric: str = "val_loss") -> str:
         return f"{head} ({n} seed pair{'s' if n != 1 else ''}: no CI or p, not evidence of a difference)"
     adjusted = next((row[f"{metric}{s}"] for s in ADJUSTED_P if _finite(row.get(f"{metric}{s}"))), None)
     p_text = f"p = {p:.2g}" + (f", adjusted {adjusted:.2g}" if adjusted is not None else "")
-    return f"{head} (95% CI [{lo:+.4f}, {hi:+.4f}], {p_text}, {n} seed pairs)"
+    detectable = row.get(f"{metric}{DETECTABLE}")
+    power = f"; 80% power for |Δ| ≥ {detectable:.4f}" if _finite(detectable) else ""
+    return f"{head} (95% CI [{lo:+.4f}, {hi:+.4f}], {p_text}, {n} seed pairs{power})"

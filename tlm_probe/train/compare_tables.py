@@ -10,6 +10,7 @@ import pandas as pd
 from scipy import stats
 
 from tlm_probe.stats.paired import pair_by_seed
+from tlm_probe.stats.power import detectable_difference
 
 COMPARED_METRICS = ("val_loss", "val_ppl", "val_bpb")
 
@@ -47,7 +48,8 @@ def holm(p: pd.Series) -> pd.Series:
 
 def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
     """Paired difference a - b: mean, std, scipy's paired t-test, the 95% t-interval of the mean
-    difference and the standardised effect size d_z = mean/std (Cohen's d for paired samples)."""
+    difference, the standardised effect size d_z = mean/std (Cohen's d for paired samples) and the
+    smallest |difference| these pairs detect with 80% power at the observed std (stats.power)."""
     diff = a - b
     ok = len(diff) >= 2 and not np.isnan(diff).any() and np.ptp(diff) > 0
     test = stats.ttest_rel(a, b) if ok else None
@@ -61,6 +63,7 @@ def _paired(a: np.ndarray, b: np.ndarray, metric: str) -> dict:
         f"{metric}_dz": float(np.mean(diff) / std) if ok else math.nan,
         f"{metric}_t": float(test.statistic) if test is not None else math.nan,
         f"{metric}_p": float(test.pvalue) if test is not None else math.nan,
+        f"{metric}_detectable": detectable_difference(std, len(diff)),
     }
 
 
