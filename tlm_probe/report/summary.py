@@ -13,6 +13,7 @@ from tlm_probe.report.html import Table, Text
 ADJUSTED_P = ("_p_adj", "_p_holm")
 FIRST_METRICS = ("val_loss", "train_loss")
 DETECTABLE = "_detectable"  # the smallest |Δ| the pairs detect with 80% power (stats.power)
+DETECTABLE_COLUMN = "detectable |Δ| (80% power)"
 
 
 def paired_metrics(paired: pd.DataFrame) -> list[str]:
@@ -38,7 +39,7 @@ def paired_rows(name: str, paired: pd.DataFrame) -> list[dict]:
             if adjusted is not None:
                 row["p (adjusted)"] = adjusted
             if f"{m}{DETECTABLE}" in r.index:
-                row["detectable |Δ| (80% power)"] = r[f"{m}{DETECTABLE}"]
+                row[DETECTABLE_COLUMN] = r[f"{m}{DETECTABLE}"]
             rows.append(row)
     return rows
 
@@ -58,6 +59,8 @@ def comparison_summary(comparisons: list[Comparison]) -> list:
         return blocks
     table = pd.DataFrame(rows)
     caption = "paired differences over seeds: Δ = arm − baseline (below 0: lower loss), 95% t-interval, p"
+    if DETECTABLE_COLUMN in table:
+        caption += "; and the smallest |Δ| those pairs detect 80% of the time (paired t, α 0.05)"
     blocks.insert(0, Table(caption, table))
     if (pd.to_numeric(table["n_pairs"], errors="coerce") < 2).any():
         blocks.append(Text("a row with fewer than 2 paired seeds has no CI and no p: it is not evidence of a "
