@@ -121,8 +121,9 @@ def plot(inputs, options=None, *, out: str | Path | None = None, **fields) -> Fi
     """Draw one figure from result folders or tables, as `tlm plot` does; returns the matplotlib Figure.
 
     inputs: probe result folders/files (kinds depth, heatmap, importance), comparison or run folders
-    (curves), a comparison folder (sweep), ...: what `tlm plot` takes; the probe figures also take
-    tp.probe's tables (and ProbeResults, for the heatmap) in memory, checked as their files would be.
+    (curves), a comparison folder (sweep, paired, advantage), ...: what `tlm plot` takes; the probe
+    figures also take tp.probe's tables (and ProbeResults, for the heatmap) in memory, checked as their
+    files would be.
     options: a PlotOptions (kind=, statistic=, size=, dpi=, ...), or its fields as keywords. out: also
     save it there (.png, .pdf or .svg; written to a temporary file, then renamed). What the figure leaves
     out, and why, is in fig.tlm_notes (the CLI prints these as notes)."""
