@@ -5,13 +5,14 @@ difference at its observed spread."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from tlm_probe.stats.power import detectable_difference, detectable_dz, paired_t_power
+from tlm_probe.stats.power import detectable_difference, detectable_dz, paired_t_power, pairs_needed
 from tlm_probe.train.compare_tables import paired_table
 
 
@@ -70,3 +71,17 @@ def test_the_report_and_the_demo_line_show_it_and_a_negative_one_is_refused(tmp_
     check_compare_table("paired", pd.DataFrame([row]), tmp_path / "paired.csv")
     with pytest.raises(UserError, match="val_loss_detectable"):
         check_compare_table("paired", pd.DataFrame([row | {"val_loss_detectable": -0.5}]), tmp_path / "p.csv")
+
+
+def test_pairs_needed_is_the_fewest_with_enough_power():
+    # study 2's pre-registration: 26 pairs for study 1's -0.0266 nats at paired SD 0.0417, alpha 0.025
+    assert pairs_needed(-0.0266, 0.0417, alpha=0.025) == 26
+    for difference, sd in ((0.05, 0.04), (0.02, 0.04), (0.003, 0.05)):
+        n = pairs_needed(difference, sd)
+        assert paired_t_power(difference / sd, n) >= 0.8 > paired_t_power(difference / sd, n - 1)
+    assert pairs_needed(1.0, 0.01) == 2  # a huge effect: the fewest pairs a t-test can take
+    page = (Path(__file__).resolve().parents[1] / "docs" / "how-to" / "compare.md").read_text()
+    assert "pairs_needed(0.02, sd=0.04)` gives" in page
+    assert f"({pairs_needed(0.02, 0.04)}; study 2's 26" in page  # the page's number, recomputed
+    with pytest.raises(ValueError):
+        pairs_needed(0.0, 0.04)

@@ -42,3 +42,21 @@ def detectable_difference(sd: float, n: int, alpha: float = ALPHA, power: float 
         return math.nan
     return detectable_dz(n, alpha, power) * sd
 
+
+
+def pairs_needed(difference: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> int:
+    """The fewest seed pairs whose paired t-test detects a true mean difference `difference` with
+    probability `power`, when the differences have standard deviation `sd` (from a pilot comparison's
+    `_diff_std`). Power grows with n, so: double until enough, then bisect."""
+    if not (math.isfinite(difference) and math.isfinite(sd) and difference != 0 and sd > 0):
+        raise ValueError(f"need a nonzero difference and a positive sd, got {difference} and {sd}")
+    d_z = abs(difference) / sd
+    low, high = 2, 2
+    while paired_t_power(d_z, high, alpha) < power:
+        low, high = high + 1, high * 2
+        if high > 10**9:
+            raise ValueError(f"more than 10^9 pairs would be needed for d_z {d_z:.3g}")
+    while low < high:  # the smallest n in [low, high] with enough power
+        mid = (low + high) // 2
+        low, high = (low, mid) if paired_t_power(d_z, mid, alpha) >= power else (mid + 1, high)
+    return low
