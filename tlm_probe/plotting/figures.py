@@ -36,7 +36,7 @@ from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.plotting.trust import plot_trust
 from tlm_probe.results import checked_in_memory
-from tlm_probe.stats.paired import paired_summary, seed_differences
+from tlm_probe.stats.paired import paired_by_seed
 from tlm_probe.stats.sweep import sweep_table
 
 HEATMAP_STATS = ("alignment", "angular_distance", "cka_linear")  # what the hint asks for: the default set and
@@ -138,32 +138,37 @@ def schedules_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
     return plot_schedules(table, opts.d_ff, size=opts.pixels, dpi=opts.dpi, title=opts.title)
 
 
-def sweep_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+NO_PAIRS = "has no paired table yet (it needs uniform and one other arm, each with a finished seed)"
+
+
+def _paired_tables(paths, opts: PlotOptions, kind: str, command: str) -> tuple[dict, str]:
+    """The tables of the one comparison folder a figure of paired differences draws, and its metric."""
     if len(paths) != 1 or input_kind(paths[0]) != "compare":
-        raise UserError("the sweep figure takes one comparison folder (tlm sweep/compare --out DIR)")
-    paired = load_comparison(paths[0]).tables.get("paired")
+        raise UserError(f"the {kind} figure takes one comparison folder ({command} --out DIR)")
+    tables = load_comparison(paths[0]).tables
+    paired = tables.get("paired")
     if paired is None or paired.empty:
-        raise UserError(f"{paths[0]} has no paired table yet (it needs uniform and one other arm, each "
-                        "with a finished seed)")
-    metric = _one(opts.statistic, "val_loss", "sweep")
+        raise UserError(f"{paths[0]} {NO_PAIRS}")
+    metric = _one(opts.statistic, "val_loss", kind)
     if f"{metric}_diff_mean" not in paired:
         raise UserError(f"no paired differences of {metric!r} in {paths[0]}/paired.csv")
-    return plot_sweep(sweep_table(paired, metric), metric, size=opts.pixels, dpi=opts.dpi, title=opts.title)
+    return tables, metric
+
+
+def sweep_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
+    tables, metric = _paired_tables(paths, opts, "sweep", "tlm sweep/compare")
+    return plot_sweep(sweep_table(tables["paired"], metric), metric, size=opts.pixels, dpi=opts.dpi,
+                      title=opts.title)
 
 
 def paired_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
-    if len(paths) != 1 or input_kind(paths[0]) != "compare":
-        raise UserError("the paired figure takes one comparison folder (tlm compare --out DIR)")
-    tables = load_comparison(paths[0]).tables
-    paired, results = tables.get("paired"), tables.get("results")
-    if paired is None or paired.empty or results is None or results.empty:
-        raise UserError(f"{paths[0]} has no paired table yet (it needs uniform and one other arm, each "
-                        "with a finished seed)")
-    metric = _one(opts.statistic, "val_loss", "paired")
-    if f"{metric}_diff_mean" not in paired or metric not in results:
+    tables, metric = _paired_tables(paths, opts, "paired", "tlm compare")
+    results = tables.get("results")
+    if results is None or results.empty:
+        raise UserError(f"{paths[0]} {NO_PAIRS}")
+    if metric not in results:
         raise UserError(f"no paired differences of {metric!r} in {paths[0]}/paired.csv")
-    summary = paired_summary(paired, metric)
-    diffs = seed_differences(results, dict(zip(summary["arm"], summary["baseline"], strict=True)), metric)
+    diffs, summary = paired_by_seed(results, tables["paired"], metric)
     unpaired = sorted(set(summary["arm"]) - set(diffs["arm"]))
     if unpaired:
         raise UserError(f"{paths[0]}: paired.csv pairs {unpaired[0]!r}, but results.csv holds no run of it "

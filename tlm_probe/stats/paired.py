@@ -49,3 +49,12 @@ def paired_summary(paired: pd.DataFrame, metric: str) -> pd.DataFrame:
                           "delta": col("diff_mean"), "ci_low": col("diff_ci_low"),
                           "ci_high": col("diff_ci_high"), "p": col("p"), "p_holm": col("p_holm")})
     return table.reset_index(drop=True)[PAIRED_SUMMARY_COLUMNS]
+
+
+def paired_by_seed(results: pd.DataFrame, paired: pd.DataFrame,
+                   metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(seed differences, summary) of `metric` for a comparison's results and paired tables: each arm of the
+    paired table against the baseline it names there."""
+    summary = paired_summary(paired, metric)
+    baselines = dict(zip(summary["arm"], summary["baseline"], strict=True))
+    return seed_differences(results, baselines, metric), summary
