@@ -181,11 +181,11 @@ def _no_pandas(monkeypatch):
 
 
 def test_every_received_table_is_size_checked_before_reading(tmp_path, monkeypatch):
-    from tlm_probe.commands.compare import write_sweep
     from tlm_probe.eval.columns import _cached_table
     from tlm_probe.files import tablefile
     from tlm_probe.plotting.inputs import read_table
     from tlm_probe.results import read_results
+    from tlm_probe.workflows.compare_figures import write_sweep
 
     big = b"model,layer,statistic,value\n" + b"m,0,s,0.5\n" * 200  # 2,028 bytes
     for name in ("probe/results.csv", "paired.csv", "eval/results.csv", "cmp/summary.csv"):

@@ -93,3 +93,23 @@ def test_sweep_bad_ratio_is_one_line(tmp_path):
                             *TINY])
     assert r.exit_code == 1 and "START:END" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "x").exists()
+
+
+def test_a_sweep_of_one_heatmap_cell_is_refused_before_training(tmp_path):
+    """It trained every run and then failed drawing the heatmap."""
+    out = tmp_path / "x"
+    r = runner.invoke(app, ["sweep", "--shapes", "cosine", "--ratios", "1.5:0.5", "--out", str(out), *TINY])
+    assert r.exit_code == 1 and r.output.count("error:") == 1 and "Traceback" not in r.output
+    assert "tlm compare --schedules uniform,cosine:1.5:0.5" in r.output and not out.exists()
+
+
+def test_overwrite_never_replaces_a_users_file_named_like_a_sweep_file(tmp_path):
+    """--overwrite writes beside a user's files, never onto one: sweep.csv was replaced after training."""
+    for name in ("sweep.csv", "sweep_heatmap.png", "paired.png"):
+        out = tmp_path / name.replace(".", "_")
+        out.mkdir()
+        (out / name).write_text("mine\n")
+        r = runner.invoke(app, ["sweep", "--shapes", "cosine", "--ratios", "1.25:0.75,1.5:0.5", "--out",
+                                str(out), "--overwrite", *TINY])
+        assert r.exit_code == 1 and r.output.count("error:") == 1 and name in r.output, r.output
+        assert (out / name).read_text() == "mine\n" and sorted(p.name for p in out.iterdir()) == [name]

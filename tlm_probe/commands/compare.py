@@ -1,6 +1,6 @@
 """`tlm compare` / `tlm sweep`: train several (mixer x) width schedules x seeds on identical data and budget;
-tidy tables out. A sweep is a comparison whose arms include a grid of shape x start:end ratio (--shapes,
---ratios); it also writes sweep.csv and the heatmap sweep_heatmap.png."""
+tidy tables and paired.png out. A sweep is a comparison whose arms include a grid of shape x start:end ratio
+(--shapes, --ratios); it also writes sweep.csv and the heatmap sweep_heatmap.png."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ SWEEP_EXAMPLE = ("tlm sweep --shapes cosine,linear,sigmoid --ratios 1.25:0.75,1.
 COMPARE_HELP = """Compare a few chosen MLP width allocations (--schedules) against uniform at the same budget.
 
 Train each arm of each mixer with each seed on the same tokens, then test each arm against the uniform arm
-of its own mixer with paired seeds (results.csv, summary.csv, paired.csv, compare.json).
+of its own mixer with paired seeds (results.csv, summary.csv, paired.csv, compare.json; with two seeds or
+more, paired.png draws each seed's difference).
 
 Re-running the same command continues an interrupted comparison where it stopped."""
 
@@ -110,53 +111,39 @@ def _compare_command():
         mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
         for m in mixer_list:  # a bad name fails here, with the list of mixers
             base.replace(mixer=m)
-        arms = make_arms(mixer_list, arm_list(run.schedules, run.shapes, run.ratios))
+        arms = make_arms(mixer_list, arm_list(run.schedules, run.shapes, run.ratios, len(mixer_list)))
         seed_list = parse_seeds(run.seeds)
         after_run = _eval_hook(run.eval_tasks, run.eval_limit) if run.eval_tasks else None
         result = run_compare(base, arms, seed_list, out, run.overwrite, after_run)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
-        heatmap = write_sweep(out) if run.shapes else None
+        from tlm_probe.workflows.compare_figures import write_paired_figure, write_sweep
+
+        figures = {"paired_figure": write_paired_figure(out),
+                   "sweep_heatmap": write_sweep(out) if run.shapes else None}
+        figures = {k: str(v) for k, v in figures.items() if v}
         if run.json_out:
-            print_json(result | ({"sweep_heatmap": str(heatmap)} if heatmap else {}))
+            print_json(result | figures)
         else:
             print_summary(result)
-            if heatmap:
-                console.print(f"sweep heatmap: {heatmap}", markup=False, highlight=False)
+            for key, path in figures.items():
+                console.print(f"{key.replace('_', ' ')}: {path}", markup=False, highlight=False)
 
     return compare_cmd
 
 
-def arm_list(schedules: str | None, shapes: str | None, ratios: str) -> list[str]:
+def arm_list(schedules: str | None, shapes: str | None, ratios: str, n_mixers: int = 1) -> list[str]:
     """The arms: --schedules as given (default PAPER_ARMS), or uniform + the --shapes x --ratios grid
-    followed by any --schedules arms."""
+    followed by any --schedules arms (a grid of one heatmap cell refused)."""
     from tlm_probe.train.arms import parse_list
-    from tlm_probe.train.sweep import grid_arms, parse_ratios
+    from tlm_probe.train.sweep import check_heatmap, grid_arms, parse_ratios
 
     if not shapes:
         return parse_list(schedules or PAPER_ARMS, "schedules")
     extra = parse_list(schedules, "schedules") if schedules else []
-    return grid_arms(parse_list(shapes, "shapes"), parse_ratios(ratios), extra)
-
-
-def write_sweep(out: Path) -> Path | None:
-    """sweep.csv (each arm's paired difference to uniform) and sweep_heatmap.png, once there are pairs."""
-    from tlm_probe.files.fileio import atomic_write_text, record
-    from tlm_probe.files.folder_lock import folder_lock
-    from tlm_probe.files.tablefile import read_table_file
-    from tlm_probe.plotting.style import save_figure
-    from tlm_probe.plotting.sweep import plot_sweep
-    from tlm_probe.stats.sweep import sweep_table
-    from tlm_probe.train.compare import SWEEP_FILES
-
-    if not (out / "paired.csv").is_file() or (out / "paired.csv").stat().st_size < 2:
-        return None
-    table = sweep_table(read_table_file(out / "paired.csv"))  # bounded: size before reading
-    on_grid = (table["ratio"].astype(str) != "").any()
-    with folder_lock(out):
-        record(out, list(SWEEP_FILES), "sweep")
-        atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
-        return save_figure(plot_sweep(table), out / "sweep_heatmap.png") if on_grid else None
+    arms = grid_arms(parse_list(shapes, "shapes"), parse_ratios(ratios), extra)
+    check_heatmap(parse_list(shapes, "shapes"), parse_ratios(ratios), n_mixers)
+    return arms
 
 
 def _eval_hook(tasks: str, limit: int | None):

@@ -84,5 +84,7 @@ def print_summary(doc: dict, out: Path) -> None:
         lines.append(f"warning: {MORE_SEEDS}")
     figure = doc.get("figures_alignment") or "(not drawn)"
     lines.append(f"wrote {out} in {since_start():.0f} s; alignment vs depth: {figure}")  # start-up included
+    if doc.get("figures", {}).get("paired"):
+        lines.append(f"each seed's difference from uniform: {doc['figures']['paired']}")
     for line in lines:
         console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -34,7 +34,7 @@ from tlm_probe.report.options import ReportOptions
 from tlm_probe.report.summary import comparison_summary, eval_headline
 from tlm_probe.report.trust_section import trust_section
 from tlm_probe.results import ProbeResult
-from tlm_probe.stats.paired import paired_by_seed
+from tlm_probe.stats.paired import has_interval, paired_by_seed
 
 # depth figures come in this order; statistics not listed follow in the order the table has them
 DEPTH_FIRST = (
@@ -289,7 +289,7 @@ def paired_blocks(comp: Comparison, n: int, size, dpi, colours: dict | None = No
     """A comparison's paired validation-loss differences, seed by seed, once an arm has two pairs (one pair
     has no interval)."""
     paired, results = comp.tables.get("paired"), comp.tables.get("results")
-    if paired is None or results is None or "val_loss_diff_mean" not in paired or paired["n_pairs"].max() < 2:
+    if results is None or not has_interval(paired, "val_loss"):
         return []
     diffs, summary = paired_by_seed(results, paired, "val_loss")
     caption = "validation loss, each arm minus its baseline of the same seed: seeds, mean and 95% interval"

@@ -5,6 +5,7 @@ figure's dots (`tlm plot --kind paired`) both take their pairs from here, so the
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeGuard
 
 import pandas as pd
 
@@ -49,6 +50,13 @@ def paired_summary(paired: pd.DataFrame, metric: str) -> pd.DataFrame:
                           "delta": col("diff_mean"), "ci_low": col("diff_ci_low"),
                           "ci_high": col("diff_ci_high"), "p": col("p"), "p_holm": col("p_holm")})
     return table.reset_index(drop=True)[PAIRED_SUMMARY_COLUMNS]
+
+
+def has_interval(paired: pd.DataFrame | None, metric: str) -> TypeGuard[pd.DataFrame]:
+    """Whether a paired table gives `metric` an interval for some arm: that arm has two seed pairs or more
+    (one pair has no interval, hence no figure worth drawing)."""
+    return (paired is not None and f"{metric}_diff_mean" in paired and "n_pairs" in paired
+            and bool((paired["n_pairs"] >= 2).any()))
 
 
 def paired_by_seed(results: pd.DataFrame, paired: pd.DataFrame,

@@ -61,6 +61,8 @@ EXTRA = "extra_columns"
 COMPARE_FILES = (SETTINGS_FILE, "results.csv", "summary.csv", "paired.csv", "compare.json", "runs")
 SWEEP_FILES = ("sweep.csv", "sweep_heatmap.png")
 """What `tlm sweep` adds to its comparison folder."""
+PAIRED_FIGURE = "paired.png"
+"""The seed-by-seed figure of the paired table `tlm compare` draws once an arm has two seed pairs."""
 
 
 def check_settings(out: Path, settings: dict, overwrite: bool) -> list[str]:
@@ -75,8 +77,9 @@ def check_settings(out: Path, settings: dict, overwrite: bool) -> list[str]:
     if same and not read_manifest(out):  # written before manifests existed: the same comparison, adopt it
         ensure_writable(out)  # what claim() checks of a folder whose entries are (about to be) ours
         return [n for n in COMPARE_FILES if (out / n).exists()]
-    claim(out, overwrite=overwrite, writes=COMPARE_FILES, own_needs_overwrite=False, kind="compare",
-          owned=SWEEP_FILES)
+    # the figures too: with --overwrite a file of the user's by one of their names is refused, never replaced
+    claim(out, overwrite=overwrite, writes=(*COMPARE_FILES, *SWEEP_FILES, PAIRED_FIGURE),
+          own_needs_overwrite=False, kind="compare")
     if overwrite or old is None or same:  # more (or fewer) seeds of the same arms: each run stands alone
         return []
     changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))

@@ -56,3 +56,12 @@ def grid_arms(
         raise UserError("the sweep names an arm twice (an extra arm repeats a grid arm)")
     return arms
 
+
+def check_heatmap(shapes: Sequence[str], ratios: Sequence[tuple[float, float]], n_mixers: int) -> None:
+    """Refuse, before training, a sweep whose heatmap would hold one cell: plotting.sweep draws two or more
+    shape x ratio cells (over all mixers' panels). Zoo shapes are off the grid and draw none."""
+    taper = [f"{s}:{a:g}:{b:g}" for s in shapes if s in GRID_SHAPES for a, b in ratios]
+    if len(taper) * n_mixers == 1:
+        raise UserError(f"a sweep's heatmap needs two or more shape x ratio cells, and --shapes x --ratios gives "
+                        f"one ({taper[0]}); give more, or compare that one arm: "
+                        f"tlm compare --schedules uniform,{taper[0]}")

@@ -3,8 +3,8 @@ cosine-tapered model of equal budget on the embedded corpus (builtin:pydoc, byte
 comparison, then probes both on the validation split and draws alignment against depth.
 
 OUT/ is a comparison folder (runs/, results.csv, summary.csv, paired.csv, compare.json) plus
-OUT/probe/<arm>-s<seed>/ (probe result folders), OUT/alignment_vs_depth.png, OUT/loss_curves.png and
-OUT/demo.json (what was done, where, how long).
+OUT/probe/<arm>-s<seed>/ (probe result folders), OUT/alignment_vs_depth.png, OUT/loss_curves.png,
+OUT/paired.png (with two seeds or more) and OUT/demo.json (what was done, where, how long).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from tlm_probe.files.fileio import atomic_write_text, record
 from tlm_probe.files.out_folder import claim
 from tlm_probe.threads import torch_threads
 from tlm_probe.train.arms import make_arms, run_name
-from tlm_probe.train.compare import COMPARE_FILES, SWEEP_FILES, compare
+from tlm_probe.train.compare import COMPARE_FILES, PAIRED_FIGURE, SWEEP_FILES, compare
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
+from tlm_probe.workflows.compare_figures import write_paired_figure
 
 ARMS = ["uniform", "cosine:1.5:0.5"]
 # ~0.6M training tokens per arm: a couple of minutes for both arms on 2 CPU cores
@@ -59,7 +60,7 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     base = demo_config(quick, steps, device, threads, mixer, mixer_settings)  # refuses threads < 0
     # compare checks the rest
     claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo",
-          owned=(*COMPARE_FILES, *SWEEP_FILES))
+          owned=(*COMPARE_FILES, *SWEEP_FILES, PAIRED_FIGURE))
     data = load_token_data(base.data, base.tokenizer)
     # training sets base.threads per run; the probes and figures run under the same setting
     with writer_lock(out), torch_threads(base.threads):  # compare() takes the same lock again
@@ -85,6 +86,9 @@ def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, start
         "train_seconds": trained,
     }
     doc["figures"] = {"loss_curves": _curves(out, base.progress)}
+    paired = write_paired_figure(out, "demo")  # with two seeds or more
+    if paired:
+        doc["figures"]["paired"] = str(paired)
     if probe:
         doc.update(_probe_and_plot(out, data.val, base, arms, seeds, "quick" if quick else "full"))
     doc["wall_seconds"] = time.perf_counter() - started

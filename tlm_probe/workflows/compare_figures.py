@@ -1,0 +1,53 @@
+"""The figures a comparison folder holds beside its tables, drawn from those tables once the runs are in:
+`paired.png` (`tlm compare`, `tlm sweep` and `tlm demo`, once an arm has two seed pairs) and `sweep.csv` with
+`sweep_heatmap.png` (`tlm sweep`). `tlm plot DIR --kind paired|sweep` redraws them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tlm_probe.files.fileio import atomic_write_text, record
+from tlm_probe.files.folder_lock import folder_lock
+from tlm_probe.files.tablefile import read_table_file
+from tlm_probe.stats.paired import has_interval, paired_by_seed
+from tlm_probe.train.compare import PAIRED_FIGURE, SWEEP_FILES
+
+
+def _paired_table(out: Path):
+    """The folder's paired.csv, or None where it is missing or blank (bounded: size before reading)."""
+    path = out / "paired.csv"
+    if not path.is_file() or path.stat().st_size < 2:
+        return None
+    return read_table_file(path)
+
+
+def write_paired_figure(out: Path, command: str = "compare") -> Path | None:
+    """paired.png: each arm's validation loss minus its baseline's, a dot per seed, with the paired table's
+    mean and interval (as `tlm plot OUT --kind paired` draws it), once an arm has two seed pairs."""
+    paired = _paired_table(out)
+    if not has_interval(paired, "val_loss"):
+        return None
+    from tlm_probe.plotting.paired import plot_paired  # matplotlib: only when there is a figure to draw
+    from tlm_probe.plotting.style import save_figure
+
+    diffs, summary = paired_by_seed(read_table_file(out / "results.csv"), paired, "val_loss")
+    with folder_lock(out):
+        record(out, [PAIRED_FIGURE], command)
+        return save_figure(plot_paired(diffs, summary, "val_loss"), out / PAIRED_FIGURE)
+
+
+def write_sweep(out: Path) -> Path | None:
+    """sweep.csv (each arm's paired difference to uniform) and sweep_heatmap.png, once there are pairs."""
+    from tlm_probe.plotting.style import save_figure
+    from tlm_probe.plotting.sweep import plot_sweep
+    from tlm_probe.stats.sweep import sweep_table
+
+    paired = _paired_table(out)
+    if paired is None:
+        return None
+    table = sweep_table(paired)
+    on_grid = (table["ratio"].astype(str) != "").any()
+    with folder_lock(out):
+        record(out, list(SWEEP_FILES), "sweep")
+        atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
+        return save_figure(plot_sweep(table), out / "sweep_heatmap.png") if on_grid else None
