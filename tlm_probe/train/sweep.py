@@ -62,6 +62,6 @@ def check_heatmap(shapes: Sequence[str], ratios: Sequence[tuple[float, float]], 
     shape x ratio cells (over all mixers' panels). Zoo shapes are off the grid and draw none."""
     taper = [f"{s}:{a:g}:{b:g}" for s in shapes if s in GRID_SHAPES for a, b in ratios]
     if len(taper) * n_mixers == 1:
-        raise UserError(f"a sweep's heatmap needs two or more shape x ratio cells, and --shapes x --ratios gives "
-                        f"one ({taper[0]}); give more, or compare that one arm: "
+        raise UserError(f"a sweep's heatmap needs two or more shape x ratio cells, and --shapes x --ratios "
+                        f"gives one ({taper[0]}); give more, or compare that one arm: "
                         f"tlm compare --schedules uniform,{taper[0]}")

@@ -59,8 +59,8 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
     out, seeds = Path(out), seeds or [0]
     base = demo_config(quick, steps, device, threads, mixer, mixer_settings)  # refuses threads < 0
     # compare checks the rest
-    claim(out, overwrite=overwrite, writes=DEMO_FILES, own_needs_overwrite=False, kind="demo",
-          owned=(*COMPARE_FILES, *SWEEP_FILES, PAIRED_FIGURE))
+    claim(out, overwrite=overwrite, writes=(*DEMO_FILES, *COMPARE_FILES, PAIRED_FIGURE),
+          own_needs_overwrite=False, kind="demo", owned=SWEEP_FILES)
     data = load_token_data(base.data, base.tokenizer)
     # training sets base.threads per run; the probes and figures run under the same setting
     with writer_lock(out), torch_threads(base.threads):  # compare() takes the same lock again
