@@ -2,9 +2,9 @@
 
 Each command runs once into a fresh folder; what it left there is the list of names it writes (learned, not
 declared, so a name the command's declaration misses is caught). Then, for each name, a folder holding only
-a user's file (or folder) by that name: the same command with --overwrite must refuse in one `error:` line
-naming it, before any work, and leave the folder as it was. `tlm sweep` once replaced a user's sweep.csv
-after training: its figures were not among the names its check refused."""
+a user's file (or folder) by that name: the same command with --overwrite (where it has one) must refuse in
+one `error:` line naming it, before any work, and leave the folder as it was. `tlm sweep` once replaced a
+user's sweep.csv after training: its figures were not among the names its check refused."""
 
 from __future__ import annotations
 
@@ -33,7 +33,10 @@ COMMANDS = {
     "compare": ["compare", *DATA, "--schedules", "uniform,cosine:1.5:0.5", "--seeds", "0,1", *TINY],
     "sweep": ["sweep", *DATA, "--shapes", "cosine", "--ratios", "1.25:0.75,1.5:0.5", "--seeds", "0,1", *TINY],
     "demo": ["demo", "--quick", "--steps", "2", "--seeds", "0,1", "--threads", "1"],
+    "eval": ["eval", "tr", "--ppl-data", "ids.npy", "--max-tokens", "64"],
 }
+NO_OVERWRITE_FLAG = {"eval"}
+"""Commands that replace their own files without --overwrite (and have no such flag)."""
 
 
 def _ok(argv: list[str]) -> None:
@@ -81,7 +84,8 @@ def test_overwrite_never_replaces_a_users_file_of_any_name_the_command_writes(wo
         folder = Path(f"user-{command.replace(' ', '-')}-{i}")
         _users(folder, name, was_folder)
         before = snapshot(work)
-        r = runner.invoke(app, [*argv, "--out", str(folder), "--overwrite"])
+        flag = [] if command in NO_OVERWRITE_FLAG else ["--overwrite"]
+        r = runner.invoke(app, [*argv, "--out", str(folder), *flag])
         lines = r.output.strip().splitlines()
         assert r.exit_code == 1 and "Traceback" not in r.output, (command, name, r.output)
         assert len(lines) == 1 and lines[0].startswith("error: ") and name in lines[0], r.output
