@@ -92,3 +92,16 @@ def test_demo_with_two_seeds_draws_it(real_demo_dir):
     png = real_demo_dir / "paired.png"
     assert png.read_bytes()[:8] == PNG and doc["figures"]["paired"] == str(png)
     assert "paired.png" in read_manifest(real_demo_dir)
+
+
+def test_a_figure_needs_an_arm_with_two_pairs_and_a_finite_mean():
+    from tlm_probe.stats.paired import has_interval
+
+    def table(n, mean):
+        return pd.DataFrame({"n_pairs": n, "val_loss_diff_mean": mean})
+
+    assert has_interval(table([2, 1], [0.1, 0.2]), "val_loss")
+    assert not has_interval(table([1, 1], [0.1, 0.2]), "val_loss")  # one pair: no interval
+    assert not has_interval(table([2], [np.nan]), "val_loss")
+    assert not has_interval(table([3], [np.inf]), "val_loss")
+    assert not has_interval(table([2], [0.1]), "val_ppl") and not has_interval(None, "val_loss")

@@ -54,9 +54,11 @@ def paired_summary(paired: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def has_interval(paired: pd.DataFrame | None, metric: str) -> TypeGuard[pd.DataFrame]:
     """Whether a paired table gives `metric` an interval for some arm: that arm has two seed pairs or more
-    (one pair has no interval, hence no figure worth drawing)."""
-    return (paired is not None and f"{metric}_diff_mean" in paired and "n_pairs" in paired
-            and bool((paired["n_pairs"] >= 2).any()))
+    and a finite mean difference (one pair has no interval, hence no figure worth drawing)."""
+    if paired is None or f"{metric}_diff_mean" not in paired or "n_pairs" not in paired:
+        return False
+    means = pd.to_numeric(paired[f"{metric}_diff_mean"], errors="coerce")
+    return bool(((paired["n_pairs"] >= 2) & means.notna() & (means.abs() != float("inf"))).any())
 
 
 def paired_by_seed(results: pd.DataFrame, paired: pd.DataFrame,
