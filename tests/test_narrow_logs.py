@@ -63,3 +63,28 @@ def test_the_probe_summary_prints_every_header_and_value_whole_at_80_columns():
             value = (-1) ** l * (0.123456 + k + l / 7)
             assert f" {value:+.4f} " in out
     assert "a-model-with-a-long-name (llama, pre_ln, 65,536 tokens, backend native)" in out  # one line
+
+
+def test_every_commands_description_fills_its_lines_at_80_and_120_columns():
+    """A command's description is flowed to the terminal, not broken where its source lines broke (typer's
+    rich mode kept those breaks: at 80 columns `tlm schedule --help` read "... derive the" / "widths from a
+    probe and")."""
+    from typer.main import get_group
+
+    from tlm_probe.cli import app
+
+    group = get_group(app)
+    names = [f"{g} {c}" if c else g for g, cmd in group.commands.items()
+             for c in (getattr(cmd, "commands", None) or [None])]
+    for width in (80, 120):
+        env = {**os.environ, "COLUMNS": str(width), "TERM": "dumb"}
+        for name in names:
+            r = subprocess.run([sys.executable, "cli.py", *name.split(), "--help"], capture_output=True,
+                               text=True, cwd=ROOT, env=env, check=True)
+            head = r.stdout.split("╭")[0].splitlines()
+            text = [line.strip() for line in head[head.index(next(x for x in head if "Usage:" in x)) + 1:]]
+            paragraphs = "\n".join(text).strip().split("\n\n")
+            for p in paragraphs:
+                lines = p.splitlines()
+                short = [ln for ln in lines[:-1] if len(ln) < width - 30]
+                assert not short, (name, width, lines)

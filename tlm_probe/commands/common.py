@@ -77,17 +77,22 @@ def command(app: typer.Typer, name: str, example: str, help: str | None = None):
                 say(f"interrupted by {interrupt_name(e)}; tlm {name} stopped")
                 raise typer.Exit(interrupt_code(e)) from None
 
-        app.command(name, epilog=f"Example: {example}", help=help, short_help=summary(help or fn.__doc__),
-                    cls=PlainFlags)(wrapper)
+        app.command(name, epilog=f"Example: {example}", help=flowed(help or fn.__doc__),
+                    short_help=summary(help or fn.__doc__), cls=PlainFlags)(wrapper)
         return fn
 
     return deco
 
 
+def flowed(text: str | None) -> str:
+    """A command's description with the line breaks of the source joined within each paragraph: typer's
+    rich mode keeps them, and a terminal narrower than the source's lines showed ragged text."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text or "").split("\n\n"))
+
+
 def summary(text: str | None) -> str:
-    """A command's line in its group's list: the first paragraph of its description with the line breaks
-    of the source joined (typer's rich mode keeps them, and the list came out ragged)."""
-    return " ".join(inspect.cleandoc(text or "").split("\n\n")[0].split())
+    """A command's line in its group's list: the first paragraph of its description, flowed."""
+    return flowed(text).split("\n\n")[0]
 
 
 class OneLineUsage(TyperGroup):
