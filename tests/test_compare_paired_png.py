@@ -105,3 +105,16 @@ def test_a_figure_needs_an_arm_with_two_pairs_and_a_finite_mean():
     assert not has_interval(table([2], [np.nan]), "val_loss")
     assert not has_interval(table([3], [np.inf]), "val_loss")
     assert not has_interval(table([2], [0.1]), "val_ppl") and not has_interval(None, "val_loss")
+
+
+def test_a_re_run_with_one_seed_deletes_the_figure_of_two(tmp_path):
+    """A comparison continued with fewer seeds rewrites its tables for those seeds: the earlier figure of
+    two seeds would contradict them, so it goes (tlm wrote it); the user's files stay."""
+    out = tmp_path / "cmp"
+    assert _compare(out, "0,1").exit_code == 0 and (out / "paired.png").is_file()
+    (out / "mine.txt").write_text("the user's\n")
+    r = _compare(out, "0")
+    assert r.exit_code == 0, r.output
+    assert not (out / "paired.png").exists() and "paired.png" not in read_manifest(out)
+    assert (out / "mine.txt").read_text() == "the user's\n"
+    assert pd.read_csv(out / "paired.csv")["n_pairs"].max() == 1

@@ -173,3 +173,18 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypa
         checkpoint.save_state(run, model.state_dict(), opt.state_dict(), 2, 20, 2)
     assert [p.name for p in (run / "state").iterdir()] == ["step_0000001"]  # no temporary left
     assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+
+
+def test_drop_entry_deletes_only_an_unchanged_entry_tlm_wrote(tmp_path):
+    from tlm_probe.files.fileio import _write_manifest, drop_entry, read_manifest
+    from tlm_probe.files.content_hash import file_sha256
+
+    (tmp_path / "a.png").write_text("tlm's")
+    (tmp_path / "b.png").write_text("tlm's, since changed")
+    (tmp_path / "c.png").write_text("the user's")
+    _write_manifest(tmp_path, "compare", "compare", ["a.png", "b.png"],
+                    {"a.png": [file_sha256(tmp_path / "a.png")], "b.png": ["0" * 64]})
+    assert not drop_entry(tmp_path, "c.png", "compare") and (tmp_path / "c.png").exists()  # not tlm's
+    assert not drop_entry(tmp_path, "b.png", "compare") and (tmp_path / "b.png").exists()  # changed since
+    assert drop_entry(tmp_path, "a.png", "compare") and not (tmp_path / "a.png").exists()
+    assert read_manifest(tmp_path) == ["b.png"]

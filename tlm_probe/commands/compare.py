@@ -141,8 +141,9 @@ def arm_list(schedules: str | None, shapes: str | None, ratios: str, n_mixers: i
     if not shapes:
         return parse_list(schedules or PAPER_ARMS, "schedules")
     extra = parse_list(schedules, "schedules") if schedules else []
-    arms = grid_arms(parse_list(shapes, "shapes"), parse_ratios(ratios), extra)
-    check_heatmap(parse_list(shapes, "shapes"), parse_ratios(ratios), n_mixers)
+    shape_list, ratio_list = parse_list(shapes, "shapes"), parse_ratios(ratios)
+    arms = grid_arms(shape_list, ratio_list, extra)
+    check_heatmap(shape_list, ratio_list, n_mixers)
     return arms
 
 

@@ -33,6 +33,7 @@ from tlm_probe.errors import UserError
 from tlm_probe.files.ownership import (  # noqa: F401 (manifest_kind: for the commands)
     HASHES,
     MANIFEST,
+    changed,
     check_kind,
     check_unchanged,
     entry_problem,
@@ -293,6 +294,20 @@ def remove_owned(folder: str | Path) -> list[str]:
     with contextlib.suppress(FileNotFoundError):
         (folder / MANIFEST).unlink()
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def drop_entry(folder: str | Path, entry: str, command: str) -> bool:
+    """Delete one entry tlm wrote and take it out of the manifest (a figure whose data a re-run no longer
+    has); an entry the manifest does not name, or a file that changed since tlm wrote it, is left alone.
+    Returns whether it was dropped."""
+    folder = Path(folder)
+    entries, hashes = read_manifest(folder), recorded_hashes(folder)
+    if entry not in entries or changed(folder, entry, hashes, strict=False):
+        return False
+    _remove_entry(folder, entry)
+    kept = [e for e in entries if e != entry]
+    _write_manifest(folder, manifest_kind(folder) or command, command, kept, hashes)
+    return True
 
 
 def _remove_entry(folder: Path, entry: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tlm_probe.files.fileio import atomic_write_text, record
+from tlm_probe.files.fileio import atomic_write_text, drop_entry, record
 from tlm_probe.files.folder_lock import folder_lock
 from tlm_probe.files.tablefile import read_table_file
 from tlm_probe.stats.paired import has_interval, paired_by_seed
@@ -23,9 +23,12 @@ def _paired_table(out: Path):
 
 def write_paired_figure(out: Path, command: str = "compare") -> Path | None:
     """paired.png: each arm's validation loss minus its baseline's, a dot per seed, with the paired table's
-    mean and interval (as `tlm plot OUT --kind paired` draws it), once an arm has two seed pairs."""
+    mean and interval (as `tlm plot OUT --kind paired` draws it), once an arm has two seed pairs; without,
+    the paired.png tlm drew there before (for more seeds) is deleted."""
     paired = _paired_table(out)
-    if not has_interval(paired, "val_loss"):
+    if not has_interval(paired, "val_loss"):  # a figure of an earlier run with more seeds is out of date
+        with folder_lock(out):
+            drop_entry(out, PAIRED_FIGURE, command)
         return None
     from tlm_probe.plotting.paired import plot_paired  # matplotlib: only when there is a figure to draw
     from tlm_probe.plotting.style import save_figure
