@@ -12,7 +12,7 @@ from tlm_probe.data.stream import TokenData
 from tlm_probe.errors import UserError
 from tlm_probe.tokenizer import ByteTokenizer
 from tlm_probe.train.arms import check_budget, run_name
-from tlm_probe.train.compare import compare
+from tlm_probe.train.compare import compare_arms
 from tlm_probe.train.config import TrainConfig
 
 BASE = TrainConfig(d_model=32, n_layers=4, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
@@ -28,7 +28,7 @@ def _data() -> TokenData:
 
 def test_tables_and_paired_test(tmp_path):
     out = tmp_path / "cmp"
-    doc = compare(BASE, ARMS, [0, 1], out, data=_data())
+    doc = compare_arms(BASE, ARMS, [0, 1], out, data=_data())
     res = pd.read_csv(out / "results.csv")
     assert len(res) == 6 and res["params"].nunique() == 1 and res["flops_per_token"].nunique() == 1
     assert {p.name for p in (out / "runs").iterdir()} == {run_name(a, s) for a in ARMS for s in (0, 1)}
@@ -64,7 +64,7 @@ def test_tables_and_paired_test(tmp_path):
 
 def test_rerun_continues_where_it_stopped(tmp_path):
     out, data = tmp_path / "cmp", _data()
-    compare(BASE, ARMS[:2], [0], out, data=data)
+    compare_arms(BASE, ARMS[:2], [0], out, data=data)
     first = pd.read_csv(out / "results.csv")
     kept = out / "runs" / run_name("uniform", 0) / "model.safetensors"
     stamp = kept.stat().st_mtime_ns
@@ -72,15 +72,15 @@ def test_rerun_continues_where_it_stopped(tmp_path):
     lost = out / "runs" / run_name("cosine:1.5:0.5", 0)
     (lost / "run.json").unlink()
     first.iloc[:-1].to_csv(out / "results.csv", index=False)
-    compare(BASE, ARMS[:2], [0], out, data=data)
+    compare_arms(BASE, ARMS[:2], [0], out, data=data)
     again = pd.read_csv(out / "results.csv")
     assert kept.stat().st_mtime_ns == stamp  # finished runs are not retrained
     assert (lost / "run.json").is_file()
     pd.testing.assert_frame_equal(first.drop(columns="tokens_per_s"), again.drop(columns="tokens_per_s"))
     with pytest.raises(UserError, match="different comparison"):
-        compare(BASE.replace(lr=1e-2), ARMS[:2], [0], out, data=data)
+        compare_arms(BASE.replace(lr=1e-2), ARMS[:2], [0], out, data=data)
     # more seeds of the same arms: the finished seed is kept, the new one trains
-    compare(BASE, ARMS[:2], [0, 1], out, data=data)
+    compare_arms(BASE, ARMS[:2], [0, 1], out, data=data)
     grown = pd.read_csv(out / "results.csv")
     assert kept.stat().st_mtime_ns == stamp and sorted(set(grown.seed)) == [0, 1] and len(grown) == 4
 
@@ -103,7 +103,7 @@ def test_folder_from_an_older_version_continues(tmp_path):
     from tlm_probe.files.fileio import MANIFEST
 
     out, data = tmp_path / "cmp", _data()
-    compare(BASE, ARMS[:2], [0], out, data=data)
+    compare_arms(BASE, ARMS[:2], [0], out, data=data)
     (out / MANIFEST).unlink()
     settings = json.loads((out / "compare_settings.json").read_text())
     del settings["base"]["min_lr_ratio"]  # as if written by a version without this option
@@ -113,7 +113,7 @@ def test_folder_from_an_older_version_continues(tmp_path):
     def must_not_train(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    compare(BASE, ARMS[:2], [0], out, data=data, train_fn=must_not_train)
+    compare_arms(BASE, ARMS[:2], [0], out, data=data, train_fn=must_not_train)
     assert (out / "results.csv").read_text() == before and (out / MANIFEST).is_file()
     with pytest.raises(UserError, match="different comparison"):
-        compare(BASE.replace(min_lr_ratio=0.5), ARMS[:2], [0], out, data=data, train_fn=must_not_train)
+        compare_arms(BASE.replace(min_lr_ratio=0.5), ARMS[:2], [0], out, data=data, train_fn=must_not_train)

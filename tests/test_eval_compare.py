@@ -12,7 +12,7 @@ import pytest
 from tlm_probe.data.stream import TokenData
 from tlm_probe.tokenizer import ByteTokenizer
 from tlm_probe.train.arms import run_name
-from tlm_probe.train.compare import compare
+from tlm_probe.train.compare import compare_arms
 from tlm_probe.train.config import TrainConfig
 
 BASE = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
@@ -30,7 +30,7 @@ def evaluated_comparison(tmp_path_factory):
     data = TokenData(ids[:1600], ids[1600:], ByteTokenizer(), "synthetic", 256)
     out = tmp_path_factory.mktemp("cmp") / "cmp"
     hook = eval_hook(EvalOptions(tasks=["pydoc-lastword"], limit=3))
-    compare(BASE, ARMS, [0, 1], out, data=data, after_run=hook)
+    compare_arms(BASE, ARMS, [0, 1], out, data=data, after_run=hook)
     return out, data, hook
 
 
@@ -60,7 +60,7 @@ def test_continuing_does_not_evaluate_again(evaluated_comparison):
     out, data, hook = evaluated_comparison
     stamp = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/eval/results.csv")}
     assert len(stamp) == 4
-    compare(BASE, ARMS, [0, 1], out, data=data, after_run=hook)
+    compare_arms(BASE, ARMS, [0, 1], out, data=data, after_run=hook)
     assert {p: p.stat().st_mtime_ns for p in stamp} == stamp
     assert "pydoc-lastword:acc" in pd.read_csv(out / "results.csv").columns
 

@@ -176,8 +176,8 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypa
 
 
 def test_drop_entry_deletes_only_an_unchanged_entry_tlm_wrote(tmp_path):
-    from tlm_probe.files.fileio import _write_manifest, drop_entry, read_manifest
     from tlm_probe.files.content_hash import file_sha256
+    from tlm_probe.files.fileio import _write_manifest, drop_entry, read_manifest
 
     (tmp_path / "a.png").write_text("tlm's")
     (tmp_path / "b.png").write_text("tlm's, since changed")

@@ -78,7 +78,7 @@ def test_validation_refuses_non_finite_logits_instead_of_a_nan_loss():
 def test_compare_refuses_to_resume_a_checkpoint_with_nan_weights(tmp_path):
     from tlm_probe.data.stream import TokenData
     from tlm_probe.train.checkpoint import step_folders
-    from tlm_probe.train.compare import compare, run_name
+    from tlm_probe.train.compare import compare_arms, run_name
     from tlm_probe.train.config import TrainConfig
 
     base = TrainConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64, multiple_of=16, seq_len=16, batch_size=2,
@@ -87,7 +87,7 @@ def test_compare_refuses_to_resume_a_checkpoint_with_nan_weights(tmp_path):
     ids = np.random.default_rng(1).integers(97, 110, size=3000).astype(np.uint32)
     data = TokenData(ids[:2500], ids[2500:], ByteTokenizer(), "synthetic", 256)
     out = tmp_path / "cmp"
-    compare(base, ["uniform"], [0], out, data=data)
+    compare_arms(base, ["uniform"], [0], out, data=data)
     run = out / "runs" / run_name("uniform", 0)
     (run / "run.json").unlink()  # as if it died after its last checkpoint
     weights = step_folders(run)[-1] / "model.safetensors"
@@ -96,5 +96,5 @@ def test_compare_refuses_to_resume_a_checkpoint_with_nan_weights(tmp_path):
     sd[name] = torch.full_like(sd[name], float("nan"))
     save_file(sd, str(weights))
     with pytest.raises(UserError, match=rf"non-finite weights \(inf/NaN\) in {name.replace('.', '[.]')} of "):
-        compare(base, ["uniform"], [0], out, data=data)
+        compare_arms(base, ["uniform"], [0], out, data=data)
     assert not (run / "run.json").exists()

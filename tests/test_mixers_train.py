@@ -16,7 +16,7 @@ from cli import app
 from tlm_probe.data.stream import TokenData
 from tlm_probe.tokenizer import ByteTokenizer
 from tlm_probe.train.arms import make_arms, run_name
-from tlm_probe.train.compare import compare
+from tlm_probe.train.compare import compare_arms
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.loop import Trainer
 from tlm_probe.train.run import plan_run
@@ -85,7 +85,7 @@ def test_resume_mid_period_is_exact(tmp_path):
 def test_compare_grid_pairs_each_mixer_with_its_own_uniform(tmp_path):
     base = BASE.replace(steps=2, eval_interval=2, mixer="attention")
     arms = make_arms(["attention", "titans"], ["uniform", "cosine:1.5:0.5"])
-    doc = compare(base, arms, [0, 1], tmp_path / "cmp", data=_data())
+    doc = compare_arms(base, arms, [0, 1], tmp_path / "cmp", data=_data())
     names = ["uniform", "cosine:1.5:0.5", "titans-uniform", "titans-cosine:1.5:0.5"]
     assert [a.name for a in arms] == names
     res = pd.read_csv(tmp_path / "cmp" / "results.csv")

@@ -1,5 +1,5 @@
-"""The library side of the commands (tp.train, tp.probe, tp.plot, tp.diff, tp.schedule), the lazy public
-names of `import tlm_probe as tp`, and the capture benchmark still running (tlm_probe/api/library.py,
+"""The library side of the commands (tp.train, tp.compare, tp.probe, tp.plot, tp.diff, tp.schedule), the lazy
+public names of `import tlm_probe as tp`, and the capture benchmark still running (tlm_probe/api/library.py,
 tlm_probe/__init__.py, benchmarks/bench_capture.py). The commands' own tests check their numbers; here the
 library side must give what the command gives."""
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from test_capture_api import _ZOO, build
@@ -279,3 +280,32 @@ def test_numpy_numbers_are_numbers():
     assert ProbeOptions(max_tokens=np.int64(4096)).max_tokens == 4096
     with pytest.raises(UserError, match="max_tokens must be an integer in"):
         ProbeOptions(max_tokens=np.int64(-3))
+
+
+def test_compare_from_the_library_is_the_command(tmp_path):
+    """tp.compare trains the runs `tlm compare` trains (the same losses, bit for bit), writes the same
+    tables and paired.png, and takes lists where the command line has comma-separated text."""
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    tiny = dict(steps=2, threads=1, multiple_of=16, seq_len=16, d_model=32, n_layers=3, n_heads=2, d_ff=64,
+                eval_tokens=64, batch_size=2, eval_interval=2)
+    flags = [x for k, v in tiny.items() for x in (f"--{k.replace('_', '-')}".replace("n-layers", "layers")
+                                                   .replace("n-heads", "heads"), str(v))]
+    r = CliRunner().invoke(app, ["compare", "--schedules", "uniform,cosine:1.5:0.5", "--seeds", "0,1",
+                                 "--out", str(tmp_path / "cli"), *flags])
+    assert r.exit_code == 0, r.output
+    doc = tp.compare(["uniform", "cosine:1.5:0.5"], [0, 1], out=tmp_path / "lib", progress=False, **tiny)
+    assert doc["paired_figure"] == str(tmp_path / "lib" / "paired.png")
+    assert Path(doc["paired_figure"]).is_file()
+    cols = ["arm", "seed", "val_loss", "val_ppl", "params", "flops_per_token", "d_ff"]
+    cli, lib = (pd.read_csv(tmp_path / x / "results.csv")[cols] for x in ("cli", "lib"))
+    pd.testing.assert_frame_equal(cli, lib, check_exact=True)
+    pd.testing.assert_frame_equal(pd.DataFrame(doc["results"])[cols[:3]], lib[cols[:3]], rtol=1e-12)
+    for bad, says in (({"schedules": "uniform,cosnie"}, "unknown schedule 'cosnie'"),
+                      ({"seeds": "0,x"}, "seed"), ({"out": None}, r"compare\(\) needs out="),
+                      ({"mixers": ["attention", "nope"]}, "nope"), ({"stepz": 3}, "did you mean steps")):
+        with pytest.raises(UserError, match=says):
+            tp.compare(**{"schedules": "uniform,cosine:1.5:0.5", "out": tmp_path / "bad", **tiny, **bad})
+        assert not (tmp_path / "bad").exists()

@@ -6,10 +6,10 @@
     df = tp.probe(h, "builtin:pydoc", max_tokens=20_000)
 
 The public names (PUBLIC) are lazy attributes (PEP 562): `import tlm_probe` imports no torch, and a name
-imports its module on first use. tp.load, tp.probe, tp.plot, tp.diff, tp.schedule, tp.train are the
-library side of their commands (tlm_probe/api/library.py; tp.probe, tp.diff and tp.train are the packages
-of those names, made callable: tlm_probe/public_call.py); tp.zero, tp.mean, tp.patch, tp.add, tp.apply
-make the edits of Handle.hooks (tlm_probe/capture/edits.py).
+imports its module on first use. tp.load, tp.probe, tp.plot, tp.diff, tp.schedule, tp.train and tp.compare
+are the library side of their commands (tlm_probe/api/library.py; tp.probe, tp.diff and tp.train are the
+packages of those names, made callable: tlm_probe/public_call.py); tp.zero, tp.mean, tp.patch, tp.add,
+tp.apply make the edits of Handle.hooks (tlm_probe/capture/edits.py).
 
 `register_with_transformers()` makes transformers' Auto classes load tlm checkpoint folders (model_type
 "tlm"); tlm's own loaders call it, and `import tlm_probe` calls it when transformers is already imported
@@ -39,7 +39,7 @@ def register_with_transformers() -> None:
 
 
 PUBLIC = {
-    **dict.fromkeys(("load", "plot", "schedule"), "tlm_probe.api.library"),
+    **dict.fromkeys(("load", "plot", "schedule", "compare"), "tlm_probe.api.library"),
     **{name: f"tlm_probe.{name}" for name in ("probe", "diff", "train")},  # callable packages: public_call.py
     **dict.fromkeys(("zero", "mean", "patch", "add", "apply", "Edit"), "tlm_probe.capture.edits"),
     "Handle": "tlm_probe.api.handle",
@@ -53,8 +53,8 @@ would depend on the whole API above it (the layers contract in pyproject.toml ch
 imports: tlm_probe.api is the top layer)."""
 
 
-__all__ = ["load", "plot", "schedule", "probe", "diff", "train", "zero", "mean", "patch", "add", "apply",
-           "Edit", "Handle", "Cache", "ProbeOptions", "UserError", "register_with_transformers"]
+__all__ = ["load", "plot", "schedule", "compare", "probe", "diff", "train", "zero", "mean", "patch", "add",
+           "apply", "Edit", "Handle", "Cache", "ProbeOptions", "UserError", "register_with_transformers"]
 """`from tlm_probe import *` gives the public names (and imports their modules: torch with most). Spelled out,
 not built from PUBLIC, because type checkers read only a literal list (a test checks the two agree)."""
 
@@ -63,6 +63,7 @@ not built from PUBLIC, because type checkers read only a literal list (a test ch
 # as the library calls they make. tests/test_public_api.py checks that these are PUBLIC's names and objects.
 if TYPE_CHECKING:
     from tlm_probe.api.handle import Handle as Handle
+    from tlm_probe.api.library import compare as compare
     from tlm_probe.api.library import diff as diff
     from tlm_probe.api.library import load as load
     from tlm_probe.api.library import plot as plot

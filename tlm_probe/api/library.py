@@ -1,4 +1,5 @@
-"""The library side of the commands: `tp.load`, `tp.probe`, `tp.plot`, `tp.diff`, `tp.schedule`, `tp.train`.
+"""The library side of the commands: `tp.load`, `tp.probe`, `tp.plot`, `tp.diff`, `tp.schedule`, `tp.train`,
+`tp.compare`.
 
 Each takes its command's options dataclass (or its fields as keywords, which replace those of the object
 given) with the command's defaults, runs the same code as the command, and returns what the command
@@ -247,25 +248,67 @@ def train(config=None, out: str | Path | None = None, *, resume: bool = False, o
     run given neither steps nor tokens trains 300 steps. out: the run folder (required); resume=True
     continues it from its checkpoint; stop_at: checkpoint and stop after this step. Never replaces a
     folder it did not write (overwrite=True replaces its own)."""
-    from tlm_probe.commands.train import build_config
     from tlm_probe.schedules.options import schedule_text
-    from tlm_probe.train.config import TrainConfig
-    from tlm_probe.train.config_sections import flat_options
     from tlm_probe.train.training import run_training
 
-    if out is None:
-        raise UserError("train() needs out=, the run folder to write")
-    if not isinstance(out, str | Path):
-        raise UserError(f"out= is the run folder to write (a path), not {type(out).__name__}")
+    _out_folder(out, "train", "the run folder")
     if "schedule" in fields:  # a list of widths, as tp.schedule takes
         fields["schedule"] = schedule_text(fields["schedule"])
-    if isinstance(config, TrainConfig):
-        tc = dataclasses.replace(config, **fields)
-    elif isinstance(config, dict):  # a config file's content: flat keys or its sections
-        tc = build_config(None, {**flat_options(config), **fields})
-    elif config is None or isinstance(config, str | Path):
-        tc = build_config(Path(config) if config is not None else None, fields)
-    else:
-        raise UserError(f"config is a TrainConfig, a dict of its fields or a config file, not "
-                        f"{type(config).__name__}")
+    tc = _train_config(config, fields)
     return run_training(tc, out, resume=resume, overwrite=overwrite, stop_at=stop_at)
+
+
+def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "0,1,2", config=None,
+            out: str | Path | None = None, *, shapes: str | list[str] | None = None,
+            ratios: str = "1.25:0.75,1.5:0.5,1.75:0.25", mixers: str | list[str] | None = None,
+            overwrite: bool = False, **fields) -> dict[str, Any]:
+    """Train each schedule with each seed on the same tokens and budget and test each arm against uniform
+    with paired seeds, as `tlm compare` does (`shapes=`: a grid of shapes x ratios, as `tlm sweep`);
+    returns what `tlm compare --json` prints (settings, budget, results, summary, paired, and the figures'
+    paths). The tables are in `out` (results.csv, summary.csv, paired.csv; pandas reads them).
+
+    schedules: schedule specs, a list or comma-separated (default: the paper's six arms; with shapes=:
+    uniform); seeds: a list of ints or "0,1,2"; config and keywords: the training options, as tp.train takes
+    them. Re-running the same call continues an interrupted comparison."""
+    from tlm_probe.commands.compare import arm_list
+    from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
+    from tlm_probe.train.compare import compare_arms
+    from tlm_probe.workflows.compare_figures import write_paired_figure, write_sweep
+
+    _out_folder(out, "compare", "the comparison folder")
+    base = _train_config(config, fields)
+    text = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
+            for k, v in (("schedules", schedules), ("seeds", seeds), ("shapes", shapes), ("mixers", mixers))}
+    mixer_list = parse_list(text["mixers"], "mixers") if text["mixers"] is not None else [base.mixer]
+    for m in mixer_list:  # a bad name fails here, with the list of mixers
+        base.replace(mixer=m)
+    arms = make_arms(mixer_list, arm_list(text["schedules"], text["shapes"], ratios, len(mixer_list)))
+    result = compare_arms(base, arms, parse_seeds(str(text["seeds"])), Path(out), overwrite=overwrite)
+    result.pop("rank", None)
+    figures = {"paired_figure": write_paired_figure(Path(out)),
+               "sweep_heatmap": write_sweep(Path(out)) if shapes else None}
+    return result | {k: str(v) for k, v in figures.items() if v}
+
+
+def _out_folder(out, call: str, what: str) -> None:
+    if out is None:
+        raise UserError(f"{call}() needs out=, {what} to write")
+    if not isinstance(out, str | Path):
+        raise UserError(f"out= is {what} to write (a path), not {type(out).__name__}")
+
+
+def _train_config(config, fields: dict):
+    """The TrainConfig of tp.train's and tp.compare's `config` (a TrainConfig, a config file or its content
+    as a dict, or None) with `fields` replacing its values."""
+    from tlm_probe.commands.train import build_config
+    from tlm_probe.train.config import TrainConfig
+    from tlm_probe.train.config_sections import flat_options
+
+    if isinstance(config, TrainConfig):
+        return dataclasses.replace(config, **fields)
+    if isinstance(config, dict):  # a config file's content: flat keys or its sections
+        return build_config(None, {**flat_options(config), **fields})
+    if config is None or isinstance(config, str | Path):
+        return build_config(Path(config) if config is not None else None, fields)
+    raise UserError(f"config is a TrainConfig, a dict of its fields or a config file, not "
+                    f"{type(config).__name__}")

@@ -158,12 +158,12 @@ def _eval_hook(tasks: str, limit: int | None):
 
 
 def run_compare(base, arms, seeds, out: Path, overwrite: bool, after_run=None) -> dict:
-    """compare() with progress bars; Ctrl-C saves the running arm and exits 130 (re-run to continue)."""
+    """compare_arms() with progress bars; Ctrl-C saves the running arm and exits 130 (re-run to continue)."""
     from tlm_probe.train import distributed as dist
-    from tlm_probe.train.compare import compare
+    from tlm_probe.train.compare import compare_arms
 
     try:
-        result = compare(base, arms, seeds, out, overwrite=overwrite, after_run=after_run)
+        result = compare_arms(base, arms, seeds, out, overwrite=overwrite, after_run=after_run)
         result["rank"] = dist.group_rank()
         dist.shutdown()
         return result

@@ -22,7 +22,7 @@ def column_name(task: str, metric: str) -> str:
 
 
 def eval_hook(opts: EvalOptions) -> Callable[[Path], dict]:
-    """after_run for train.compare.compare: {column: value} of one run folder."""
+    """after_run for train.compare.compare_arms: {column: value} of one run folder."""
     opts = resolved_device(opts)  # as run_eval records it in provenance.json
 
     def after_run(run: Path) -> dict:

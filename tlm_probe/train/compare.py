@@ -141,7 +141,7 @@ def _provenance() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def compare(base: TrainConfig, arms: list, seeds: list[int], out: str | Path, *, overwrite: bool = False,
+def compare_arms(base: TrainConfig, arms: list, seeds: list[int], out: str | Path, *, overwrite: bool = False,
             data: TokenData | None = None, train_fn: Callable | None = None,
             after_run: Callable[[Path], dict] | None = None) -> dict:
     """Train every arm x seed into OUT/runs/<arm>-s<seed>/ and write the tables; returns compare.json.

@@ -6,6 +6,7 @@ RESUME_MAY_CHANGE is refused.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
@@ -118,7 +119,9 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
         kinds = {f.name: f.type for f in fields(cls)}
         unknown = sorted(set(d) - set(kinds))
         if unknown:
-            raise UserError(f"unknown training option(s): {', '.join(unknown)}")
+            close = difflib.get_close_matches(unknown[0], sorted(kinds), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(f"unknown training option(s): {', '.join(unknown)}{hint}")
         return cls(**{k: _typed(k, v, kinds[k]) for k, v in d.items()})
 
 

@@ -1,5 +1,5 @@
 """A sweep: a grid of arms (schedule shape x start:end ratio, beside uniform and any extra arms) trained by
-compare() at one budget on identical batches.
+compare_arms() at one budget on identical batches.
 
 The grid is expanded into ordinary schedule specs ("cosine:1.5:0.5"), so a sweep folder *is* a comparison
 folder: `tlm compare` with the same arms continues it, and every table compare writes is there

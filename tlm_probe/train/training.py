@@ -1,5 +1,5 @@
 """run_training: one model from a TrainConfig into a run folder. The one entry point of `tlm train`,
-compare() (once per arm and seed) and the demo workflow."""
+compare_arms() (once per arm and seed) and the demo workflow."""
 
 from __future__ import annotations
 

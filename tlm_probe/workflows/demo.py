@@ -22,7 +22,7 @@ from tlm_probe.files.fileio import atomic_write_text, record
 from tlm_probe.files.out_folder import claim
 from tlm_probe.threads import torch_threads
 from tlm_probe.train.arms import make_arms, run_name
-from tlm_probe.train.compare import COMPARE_FILES, PAIRED_FIGURE, SWEEP_FILES, compare
+from tlm_probe.train.compare import COMPARE_FILES, PAIRED_FIGURE, SWEEP_FILES, compare_arms
 from tlm_probe.train.config import TrainConfig
 from tlm_probe.train.run import writer_lock
 from tlm_probe.workflows.compare_figures import write_paired_figure
@@ -63,7 +63,7 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
           own_needs_overwrite=False, kind="demo", owned=SWEEP_FILES)
     data = load_token_data(base.data, base.tokenizer)
     # training sets base.threads per run; the probes and figures run under the same setting
-    with writer_lock(out), torch_threads(base.threads):  # compare() takes the same lock again
+    with writer_lock(out), torch_threads(base.threads):  # compare_arms() takes the same lock again
         return _demo(out, base, data, seeds, overwrite, train_fn, probe, quick, started)
 
 
@@ -71,7 +71,7 @@ def run_demo(out: str | Path, *, quick: bool = False, steps: int | None = None,
 
 def _demo(out: Path, base, data, seeds, overwrite, train_fn, probe, quick, started) -> dict:
     arms = [a.name for a in make_arms([base.mixer], ARMS)]
-    result = compare(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
+    result = compare_arms(base, ARMS, seeds, out, overwrite=overwrite, data=data, train_fn=train_fn)
     names = [f"probe/{run_name(arm, seed)}" for seed in seeds for arm in ARMS]
     record(out, [*names, *DEMO_FILES[1:]], "demo")
     trained = time.perf_counter() - started
