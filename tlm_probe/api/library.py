@@ -270,24 +270,19 @@ def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "
     schedules: schedule specs, a list or comma-separated (default: the paper's six arms; with shapes=:
     uniform); seeds: a list of ints or "0,1,2"; config and keywords: the training options, as tp.train takes
     them. Re-running the same call continues an interrupted comparison."""
-    from tlm_probe.commands.compare import arm_list
-    from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
+    from tlm_probe.commands.compare import comparison_arms
+    from tlm_probe.train.arms import parse_seeds
     from tlm_probe.train.compare import compare_arms
-    from tlm_probe.workflows.compare_figures import write_paired_figure, write_sweep
+    from tlm_probe.workflows.compare_figures import write_figures
 
     _out_folder(out, "compare", "the comparison folder")
     base = _train_config(config, fields)
     text = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
             for k, v in (("schedules", schedules), ("seeds", seeds), ("shapes", shapes), ("mixers", mixers))}
-    mixer_list = parse_list(text["mixers"], "mixers") if text["mixers"] is not None else [base.mixer]
-    for m in mixer_list:  # a bad name fails here, with the list of mixers
-        base.replace(mixer=m)
-    arms = make_arms(mixer_list, arm_list(text["schedules"], text["shapes"], ratios, len(mixer_list)))
+    arms = comparison_arms(base, text["schedules"], text["shapes"], ratios, text["mixers"])
     result = compare_arms(base, arms, parse_seeds(str(text["seeds"])), Path(out), overwrite=overwrite)
     result.pop("rank", None)
-    figures = {"paired_figure": write_paired_figure(Path(out)),
-               "sweep_heatmap": write_sweep(Path(out)) if shapes else None}
-    return result | {k: str(v) for k, v in figures.items() if v}
+    return result | write_figures(Path(out), sweep=bool(shapes))
 
 
 def _out_folder(out, call: str, what: str) -> None:

@@ -105,23 +105,18 @@ def _compare_command():
         Re-running the same command continues an interrupted comparison where it stopped."""
         base = build_config(config, config_flags)
         with importing_libraries():  # seconds of imports: the first line within a second says so
-            from tlm_probe.train.arms import make_arms, parse_list, parse_seeds
+            from tlm_probe.train.arms import parse_seeds
 
-        mixers, out = run.mixers, run.out
-        mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
-        for m in mixer_list:  # a bad name fails here, with the list of mixers
-            base.replace(mixer=m)
-        arms = make_arms(mixer_list, arm_list(run.schedules, run.shapes, run.ratios, len(mixer_list)))
+        out = run.out
+        arms = comparison_arms(base, run.schedules, run.shapes, run.ratios, run.mixers)
         seed_list = parse_seeds(run.seeds)
         after_run = _eval_hook(run.eval_tasks, run.eval_limit) if run.eval_tasks else None
         result = run_compare(base, arms, seed_list, out, run.overwrite, after_run)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
-        from tlm_probe.workflows.compare_figures import write_paired_figure, write_sweep
+        from tlm_probe.workflows.compare_figures import write_figures
 
-        figures = {"paired_figure": write_paired_figure(out),
-                   "sweep_heatmap": write_sweep(out) if run.shapes else None}
-        figures = {k: str(v) for k, v in figures.items() if v}
+        figures = write_figures(out, sweep=bool(run.shapes))
         if run.json_out:
             print_json(result | figures)
         else:
@@ -130,6 +125,17 @@ def _compare_command():
                 console.print(f"{key.replace('_', ' ')}: {path}", markup=False, highlight=False)
 
     return compare_cmd
+
+
+def comparison_arms(base, schedules: str | None, shapes: str | None, ratios: str, mixers: str | None) -> list:
+    """The arms of `tlm compare` / `tp.compare`: each mixer (--mixers, else the config's) x arm_list's
+    schedules; a bad mixer name fails here, with the list of mixers."""
+    from tlm_probe.train.arms import make_arms, parse_list
+
+    mixer_list = parse_list(mixers, "mixers") if mixers is not None else [base.mixer]
+    for m in mixer_list:
+        base.replace(mixer=m)
+    return make_arms(mixer_list, arm_list(schedules, shapes, ratios, len(mixer_list)))
 
 
 def arm_list(schedules: str | None, shapes: str | None, ratios: str, n_mixers: int = 1) -> list[str]:

@@ -54,3 +54,11 @@ def write_sweep(out: Path) -> Path | None:
         record(out, list(SWEEP_FILES), "sweep")
         atomic_write_text(out / "sweep.csv", table.to_csv(index=False))
         return save_figure(plot_sweep(table), out / "sweep_heatmap.png") if on_grid else None
+
+
+def write_figures(out: Path, sweep: bool) -> dict[str, str]:
+    """The figures `tlm compare` (and with `sweep`, `tlm sweep`) writes after its runs: {name: path} of
+    those drawn (paired_figure, sweep_heatmap), as --json prints them."""
+    figures = {"paired_figure": write_paired_figure(out),
+               "sweep_heatmap": write_sweep(out) if sweep else None}
+    return {k: str(v) for k, v in figures.items() if v}
