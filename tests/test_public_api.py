@@ -305,7 +305,12 @@ def test_compare_from_the_library_is_the_command(tmp_path):
     pd.testing.assert_frame_equal(pd.DataFrame(doc["results"])[cols[:3]], lib[cols[:3]], rtol=1e-12)
     for bad, says in (({"schedules": "uniform,cosnie"}, "unknown schedule 'cosnie'"),
                       ({"seeds": "0,x"}, "seed"), ({"out": None}, r"compare\(\) needs out="),
-                      ({"mixers": ["attention", "nope"]}, "nope"), ({"stepz": 3}, "did you mean steps")):
+                      ({"mixers": ["attention", "nope"]}, "nope"), ({"stepz": 3}, "did you mean steps"),
+                      ({"eval_tasks": ["nosuch_task"]}, "unknown task 'nosuch_task'")):
         with pytest.raises(UserError, match=says):
             tp.compare(**{"schedules": "uniform,cosine:1.5:0.5", "out": tmp_path / "bad", **tiny, **bad})
         assert not (tmp_path / "bad").exists()
+    scored = tp.compare("uniform,cosine:1.5:0.5", "0", out=tmp_path / "eval", progress=False,
+                        eval_tasks=["pydoc-lastword"], eval_limit=2, **tiny)
+    assert {"pydoc-lastword:acc", "pydoc-lastword:perplexity"} <= set(scored["results"][0])
+    assert (tmp_path / "eval" / "runs" / "uniform-s0" / "eval").is_dir()

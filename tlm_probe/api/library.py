@@ -261,7 +261,8 @@ def train(config=None, out: str | Path | None = None, *, resume: bool = False, o
 def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "0,1,2", config=None,
             out: str | Path | None = None, *, shapes: str | list[str] | None = None,
             ratios: str = "1.25:0.75,1.5:0.5,1.75:0.25", mixers: str | list[str] | None = None,
-            overwrite: bool = False, **fields) -> dict[str, Any]:
+            overwrite: bool = False, eval_tasks: str | list[str] = "", eval_limit: int | None = None,
+            **fields) -> dict[str, Any]:
     """Train each schedule with each seed on the same tokens and budget and test each arm against uniform
     with paired seeds, as `tlm compare` does (`shapes=`: a grid of shapes x ratios, as `tlm sweep`);
     returns what `tlm compare --json` prints (settings, budget, results, summary, paired, and the figures'
@@ -269,8 +270,9 @@ def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "
 
     schedules: schedule specs, a list or comma-separated (default: the paper's six arms; with shapes=:
     uniform); seeds: a list of ints or "0,1,2"; config and keywords: the training options, as tp.train takes
-    them. Re-running the same call continues an interrupted comparison."""
-    from tlm_probe.commands.compare import comparison_arms
+    them; eval_tasks (eval_limit documents each): `tlm eval` tasks scored after each run, as task:metric
+    columns of the tables. Re-running the same call continues an interrupted comparison."""
+    from tlm_probe.commands.compare import comparison_arms, eval_hook_for
     from tlm_probe.train.arms import parse_seeds
     from tlm_probe.train.compare import compare_arms
     from tlm_probe.workflows.compare_figures import write_figures
@@ -278,9 +280,11 @@ def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "
     _out_folder(out, "compare", "the comparison folder")
     base = _train_config(config, fields)
     text = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
-            for k, v in (("schedules", schedules), ("seeds", seeds), ("shapes", shapes), ("mixers", mixers))}
+            for k, v in (("schedules", schedules), ("seeds", seeds), ("shapes", shapes), ("mixers", mixers),
+                         ("eval_tasks", eval_tasks))}
     arms = comparison_arms(base, text["schedules"], text["shapes"], ratios, text["mixers"])
-    result = compare_arms(base, arms, parse_seeds(str(text["seeds"])), Path(out), overwrite=overwrite)
+    seed_list, after_run = parse_seeds(str(text["seeds"])), eval_hook_for(text["eval_tasks"], eval_limit)
+    result = compare_arms(base, arms, seed_list, Path(out), overwrite=overwrite, after_run=after_run)
     result.pop("rank", None)
     return result | write_figures(Path(out), sweep=bool(shapes))
 

@@ -110,7 +110,7 @@ def _compare_command():
         out = run.out
         arms = comparison_arms(base, run.schedules, run.shapes, run.ratios, run.mixers)
         seed_list = parse_seeds(run.seeds)
-        after_run = _eval_hook(run.eval_tasks, run.eval_limit) if run.eval_tasks else None
+        after_run = eval_hook_for(run.eval_tasks, run.eval_limit)
         result = run_compare(base, arms, seed_list, out, run.overwrite, after_run)
         if result.pop("rank", 0) != 0:  # under torchrun only rank 0 reports
             return
@@ -153,11 +153,14 @@ def arm_list(schedules: str | None, shapes: str | None, ratios: str, n_mixers: i
     return arms
 
 
-def _eval_hook(tasks: str, limit: int | None):
-    """Checked before any training, so a bad --eval-tasks fails at once."""
+def eval_hook_for(tasks: str, limit: int | None):
+    """compare's after_run for --eval-tasks (None without tasks), checked before any training, so a bad
+    --eval-tasks fails at once."""
     from tlm_probe.eval.columns import eval_hook
     from tlm_probe.eval.run import EvalOptions, check_options
 
+    if not tasks:
+        return None
     opts = EvalOptions(tasks=[t.strip() for t in tasks.split(",") if t.strip()], limit=limit)
     check_options(opts)
     return eval_hook(opts)
