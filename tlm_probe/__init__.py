@@ -23,7 +23,7 @@ install, nothing can tell it); a folder that save_tlm wrote then loads with `tru
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 STARTED = time.perf_counter()
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from tlm_probe.probe.options import ProbeOptions as ProbeOptions
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in PUBLIC:
         from importlib import import_module  # here: importlib's package is not loaded at start-up
 

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def renamed_keywords(**old_to_new: str):
+def renamed_keywords(**old_to_new: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a function whose keyword `old` is now called `new`: `old=` is passed on as `new=`."""
 
-    def deco(fn):
+    def deco(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)  # inspect.signature shows the new names (it follows __wrapped__)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             for old, new in old_to_new.items():
                 if old not in kwargs:
                     continue

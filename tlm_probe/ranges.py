@@ -146,6 +146,8 @@ def _accepts(kind) -> tuple[str, typing.Callable[[object], bool]] | None:
     if typing.get_origin(kind) is tuple and args and all(a is int for a in args):
         return f"{len(args)} integers", lambda v: isinstance(v, list | tuple) and len(v) == len(args) and all(
             isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v)
+    if typing.get_origin(kind) is dict:  # dict[str, Any]: checked as a dict (its keys by the field's reader)
+        return _PLAIN[dict]
     return _PLAIN.get(kind) or (("a path", lambda v: isinstance(v, str | PurePath))
                                 if isinstance(kind, type) and issubclass(kind, PurePath) else None)
 

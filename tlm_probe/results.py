@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -51,7 +52,7 @@ class ProbeResult:
 
     table: pd.DataFrame
     matrices: pd.DataFrame | None
-    provenance: dict = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     agreement: pd.DataFrame | None = None
     """AGREEMENT_COLUMNS rows (--stats with spearman_*), None when none were asked or computed."""

@@ -17,18 +17,26 @@ Everything here is a thin layer over the probe's own parts: the adapter row says
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
 
 from tlm_probe.capture import ProbeModel
 from tlm_probe.capture import cache as capture
-from tlm_probe.capture.edits import hooked, parse_edits
-from tlm_probe.capture.inputs import encode
-from tlm_probe.capture.names import NAMES, check_layers, check_names, sources
+from tlm_probe.capture.edits import Edits, hooked, parse_edits
+from tlm_probe.capture.inputs import Inputs, encode
+from tlm_probe.capture.names import NAMES, Layers, Names, check_layers, check_names, sources
+from tlm_probe.data.sequences import Corpus
 from tlm_probe.errors import UserError
 from tlm_probe.probe.custom import stream_accumulators
 from tlm_probe.probe.options import ProbeOptions
-from tlm_probe.stats.user import UserStatistic
+from tlm_probe.stats.user import Reducer, UserStatistic
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STREAMED = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
 """The pieces a streamed statistic may read (the probe's sink captures these on every family)."""
@@ -40,25 +48,38 @@ class Handle:
     Attributes: `model` (the nn.Module), `tokenizer`, `probe_model` (the ProbeModel the probe uses),
     `n_layers`, `family`, `names` (the pieces this model gives) and `refused` ({piece: why not})."""
 
-    def __init__(self, pm: ProbeModel):
+    def __init__(self, pm: ProbeModel) -> None:
         self.probe_model = pm
-        given, self.refused = sources(pm)
-        self.names = tuple(n for n in NAMES if n in given)
+        given, refused = sources(pm)
+        self.refused: dict[str, str] = refused
+        self.names: tuple[str, ...] = tuple(n for n in NAMES if n in given)
 
-    model = property(lambda self: self.probe_model.model)
-    tokenizer = property(lambda self: self.probe_model.tokenizer)
-    n_layers = property(lambda self: self.probe_model.n_layers)
-    family = property(lambda self: self.probe_model.family)
+    @property
+    def model(self) -> nn.Module:
+        return self.probe_model.model
+
+    @property
+    def tokenizer(self) -> Any | None:
+        return self.probe_model.tokenizer
+
+    @property
+    def n_layers(self) -> int:
+        return self.probe_model.n_layers
+
+    @property
+    def family(self) -> str:
+        return self.probe_model.family
 
     def __repr__(self) -> str:
         pm = self.probe_model
         return f"Handle({pm.name!r}, family={pm.family}, {pm.n_layers} layers, {pm.block_kind} blocks)"
 
-    def encode(self, inputs):
+    def encode(self, inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids, attention_mask) of `inputs` as run_with_cache runs them (right-padded)."""
         return encode(self.probe_model, inputs)
 
-    def run_with_cache(self, inputs, names=None, layers=None, device=None, dtype=None,
+    def run_with_cache(self, inputs: Inputs, names: Names = None, layers: Layers = None,
+                       device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                        backend: str = "native") -> capture.Cache:
         """Run the model once and keep the named pieces of the asked layers.
 
@@ -76,7 +97,7 @@ class Handle:
         return capture.run_with_cache(pm, ids, mask, names, layers, device, dtype, backend)
 
     @contextlib.contextmanager
-    def hooks(self, edits: Mapping | list):
+    def hooks(self, edits: Edits) -> Iterator[Handle]:
         """Inside the `with`, every forward of the model carries `edits`; on exit, error or not, the model
         is as it was (every hook removed).
 
@@ -90,8 +111,8 @@ class Handle:
         with hooked(self.probe_model, parsed):
             yield self
 
-    def stream(self, corpus, reducer, names, name: str = "custom", options: ProbeOptions | None = None, *,
-               progress: bool = False, **fields):
+    def stream(self, corpus: Corpus, reducer: Reducer, names: Names, name: str = "custom",
+               options: ProbeOptions | None = None, *, progress: bool = False, **fields: Any) -> pd.DataFrame:
         """Stream a corpus through the probe's engine and compute `reducer` per layer, with the same 95%
         CI over sequences, bounded memory and torchrun merging as the built-in statistics.
 

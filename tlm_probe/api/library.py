@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, overload
 
 from torch import nn
 
 from tlm_probe.api.handle import Handle
 from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel, as_probe_model, load_probe_model
+from tlm_probe.capture.model_source import Dtype
+from tlm_probe.data.sequences import Corpus
 from tlm_probe.errors import UserError
 from tlm_probe.models.device import resolve_device_name
 from tlm_probe.probe.options import ProbeOptions
@@ -27,19 +30,28 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
+    from tlm_probe.commands.schedule import ScheduleArch
     from tlm_probe.diff.engine import DiffResult
+    from tlm_probe.diff.options import DiffOptions
+    from tlm_probe.plotting.figures import PlotInput
+    from tlm_probe.plotting.options import PlotOptions
     from tlm_probe.results import ProbeResult
+    from tlm_probe.schedules.options import ScheduleOptions
+    from tlm_probe.train.config import TrainConfig
 
 ModelLike: TypeAlias = str | Path | nn.Module | Handle | ProbeModel
 """A model as tp.load, tp.probe and tp.diff take it: a checkpoint folder, hub name, `.gguf` file or
 `FOLDER:decoder` (str or Path), a loaded nn.Module (transformers' or ours), a Handle or a ProbeModel."""
+TrainConfigLike: TypeAlias = "TrainConfig | str | Path | dict[str, Any] | None"
+"""tp.train's and tp.compare's config: a TrainConfig, a config file (YAML/JSON), its content or None."""
 
+T = TypeVar("T")
 _PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`
 PLACEMENT = ("device", "dtype", "device_map", "max_memory")
 """load()'s keywords that say where and in what precision a model is loaded: for a path only."""
 
 
-def load(model: ModelLike, tokenizer: Any = None, *, device: str = _PROBE.device, dtype: str = _PROBE.dtype,
+def load(model: ModelLike, tokenizer: Any = None, *, device: str = _PROBE.device, dtype: Dtype = _PROBE.dtype,
          trust_remote_code: bool = False, unsafe_pickle: bool = False, device_map: str = _PROBE.device_map,
          max_memory: str = _PROBE.max_memory) -> Handle:
     """Load a model of any supported family and return a Handle (run_with_cache, hooks, stream).
@@ -79,17 +91,20 @@ def _model_arg(model, tokenizer) -> str | Path | ProbeModel:
 
 
 @overload  # type checkers: the table, or with full=True the ProbeResult
-def probe(model: ModelLike, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
-          progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
-          full: Literal[False] = False, threads: int = 0, **fields: Any) -> pd.DataFrame: ...
+def probe(model: ModelLike, data: Corpus | None = None, options: ProbeOptions | None = None, *,
+          tokenizer: Any = None, progress: bool = False, trust_remote_code: bool = False,
+          unsafe_pickle: bool = False, full: Literal[False] = False, threads: int = 0,
+          **fields: Any) -> pd.DataFrame: ...
 @overload
-def probe(model: ModelLike, data: Any = None, options: ProbeOptions | None = None, *, tokenizer: Any = None,
-          progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
-          full: Literal[True], threads: int = 0, **fields: Any) -> ProbeResult: ...
+def probe(model: ModelLike, data: Corpus | None = None, options: ProbeOptions | None = None, *,
+          tokenizer: Any = None, progress: bool = False, trust_remote_code: bool = False,
+          unsafe_pickle: bool = False, full: Literal[True], threads: int = 0,
+          **fields: Any) -> ProbeResult: ...
 @renamed_keywords(allow_pickle="unsafe_pickle")
-def probe(model: ModelLike, data=None, options: ProbeOptions | None = None, *, tokenizer=None,
-          progress: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
-          full: bool = False, threads: int = 0, **fields):
+def probe(model: ModelLike, data: Corpus | None = None, options: ProbeOptions | None = None, *,
+          tokenizer: Any = None, progress: bool = False, trust_remote_code: bool = False,
+          unsafe_pickle: bool = False, full: bool = False, threads: int = 0,
+          **fields: Any) -> pd.DataFrame | ProbeResult:
     """Probe a model: per-layer statistics streamed over a corpus, as `tlm probe` computes them.
 
     model: anything `tp.load` takes (folder, hub name, .gguf, our run, loaded nn.Module, Handle,
@@ -118,7 +133,8 @@ def probe(model: ModelLike, data=None, options: ProbeOptions | None = None, *, t
     return res if full else res.table
 
 
-def plot(inputs, options=None, *, out: str | Path | None = None, **fields) -> Figure:
+def plot(inputs: PlotInput | Sequence[PlotInput], options: PlotOptions | dict[str, Any] | None = None, *,
+         out: str | Path | None = None, **fields: Any) -> Figure:
     """Draw one figure from result folders or tables, as `tlm plot` does; returns the matplotlib Figure.
 
     inputs: probe result folders/files (kinds depth, heatmap, importance), comparison or run folders
@@ -135,21 +151,21 @@ def plot(inputs, options=None, *, out: str | Path | None = None, **fields) -> Fi
     from tlm_probe.plotting.style import figure_format, save_figure
     from tlm_probe.results import ProbeResult
 
-    options = _replaced(options, PlotOptions, fields)
+    opts = _replaced(options, PlotOptions, fields)
     if out is not None:
         figure_format(Path(out))  # a bad suffix fails before any reading
     notes: list[str] = []
     one = isinstance(inputs, str | Path | pd.DataFrame | ProbeResult)  # a table iterates over its columns
-    fig = build_figure([inputs] if one else list(inputs), options, notes=notes)
+    fig = build_figure([inputs] if one else list(inputs), opts, notes=notes)
     fig.tlm_notes = notes
     if out is not None:
         save_figure(fig, out)
     return fig
 
 
-def diff(model_a: ModelLike, model_b: ModelLike, options=None, *, out: str | Path | None = None,
-         overwrite: bool = False, trust_remote_code: bool = False, unsafe_pickle: bool = False,
-         **fields) -> DiffResult:
+def diff(model_a: ModelLike, model_b: ModelLike, options: DiffOptions | dict[str, Any] | None = None, *,
+         out: str | Path | None = None, overwrite: bool = False, trust_remote_code: bool = False,
+         unsafe_pickle: bool = False, **fields: Any) -> DiffResult:
     """Compare two models on the same tokens, as `tlm diff A B` does; returns the DiffResult
     (.summary: what diff.json holds and --json prints; .cka: the layer x layer CKA matrix; .drift).
 
@@ -163,7 +179,7 @@ def diff(model_a: ModelLike, model_b: ModelLike, options=None, *, out: str | Pat
     from tlm_probe.files.folder_lock import folder_lock
     from tlm_probe.files.out_folder import claim
 
-    options = _replaced(options, DiffOptions, fields)
+    opts = _replaced(options, DiffOptions, fields)
     if isinstance(model_a, str | Path) and isinstance(model_b, str | Path):
         check_models(str(model_a), str(model_b))  # the command's checks before loading
     a, b = _model_arg(model_a, None), _model_arg(model_b, None)
@@ -173,13 +189,15 @@ def diff(model_a: ModelLike, model_b: ModelLike, options=None, *, out: str | Pat
     if out is not None:
         claim(Path(out), overwrite=overwrite, writes=DIFF_FILES, own_needs_overwrite=False, kind="diff")
     with folder_lock(Path(out)) if out is not None else contextlib.nullcontext():
-        res = run_diff(a, b, options, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
+        res = run_diff(a, b, opts, trust_remote_code=trust_remote_code, unsafe_pickle=unsafe_pickle)
         if out is not None:
             write_diff(Path(out), res)
     return res
 
 
-def schedule(schedule: str | None = None, options=None, *, arch=None, **fields) -> dict:
+def schedule(schedule: str | Path | Sequence[int] | None = None,
+             options: ScheduleOptions | dict[str, Any] | None = None, *,
+             arch: ScheduleArch | dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """Per-layer widths of a schedule with its parameter, FLOP and KV-cache parity against uniform, as
     `tlm schedule --json` prints them.
 
@@ -195,12 +213,12 @@ def schedule(schedule: str | None = None, options=None, *, arch=None, **fields) 
         fields["schedule"] = schedule
     given = {**_as_fields(options), **_as_fields(arch), **fields}  # either given as a dict: its fields
     ours, theirs = _split(given, ScheduleOptions, ScheduleArch)
-    options = _replaced(None if isinstance(options, dict) else options, ScheduleOptions, ours)
-    arch = _replaced(None if isinstance(arch, dict) else arch, ScheduleArch, theirs)
-    return schedule_result(_spec(options), arch, options.component)[0]
+    opts = _replaced(None if isinstance(options, dict) else options, ScheduleOptions, ours)
+    shape = _replaced(None if isinstance(arch, dict) else arch, ScheduleArch, theirs)
+    return schedule_result(_spec(opts), shape, opts.component)[0]
 
 
-def _split(fields: dict, *classes) -> list[dict]:
+def _split(fields: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
     """fields -> one dict per dataclass, by field name; a name none has is a UserError (with the closest
     name, where one is close)."""
     import difflib
@@ -215,7 +233,7 @@ def _split(fields: dict, *classes) -> list[dict]:
     return [{k: v for k, v in fields.items() if k in n} for n in names]
 
 
-def _as_fields(options) -> dict:
+def _as_fields(options: object) -> dict[str, Any]:
     """An options object given as a dict: its items, checked by _split like keywords; else nothing."""
     return dict(options) if isinstance(options, dict) else {}
 
@@ -224,7 +242,7 @@ COMMA_LISTS = ("stats",)
 """Text fields that hold a comma-separated list (--stats a,b): a list or tuple of words is taken too."""
 
 
-def _replaced(options, cls, fields: dict):
+def _replaced(options: T | dict[str, Any] | None, cls: type[T], fields: dict[str, Any]) -> T:
     """`options` (an instance of cls, a dict of its fields, or None for the defaults) with `fields`
     replacing its own; an unknown name is one UserError, as on the command line."""
     if not (options is None or isinstance(options, dict | cls)):
@@ -237,8 +255,8 @@ def _replaced(options, cls, fields: dict):
     return dataclasses.replace(cls() if options is None or isinstance(options, dict) else options, **ours)
 
 
-def train(config=None, out: str | Path | None = None, *, resume: bool = False, overwrite: bool = False,
-          stop_at: int | None = None, **fields) -> dict[str, Any]:
+def train(config: TrainConfigLike = None, out: str | Path | None = None, *, resume: bool = False,
+          overwrite: bool = False, stop_at: int | None = None, **fields: Any) -> dict[str, Any]:
     """Train one tapered (or uniform) model and write its checkpoint folder, as `tlm train` does; returns
     the run summary (what `tlm train --json` prints: step, val_loss, val_ppl, params, out, ...).
 
@@ -251,18 +269,19 @@ def train(config=None, out: str | Path | None = None, *, resume: bool = False, o
     from tlm_probe.schedules.options import schedule_text
     from tlm_probe.train.training import run_training
 
-    _out_folder(out, "train", "the run folder")
+    folder = _out_folder(out, "train", "the run folder")
     if "schedule" in fields:  # a list of widths, as tp.schedule takes
         fields["schedule"] = schedule_text(fields["schedule"])
     tc = _train_config(config, fields)
-    return run_training(tc, out, resume=resume, overwrite=overwrite, stop_at=stop_at)
+    return run_training(tc, folder, resume=resume, overwrite=overwrite, stop_at=stop_at)
 
 
-def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "0,1,2", config=None,
+def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "0,1,2",
+            config: TrainConfigLike = None,
             out: str | Path | None = None, *, shapes: str | list[str] | None = None,
             ratios: str = "1.25:0.75,1.5:0.5,1.75:0.25", mixers: str | list[str] | None = None,
             overwrite: bool = False, eval_tasks: str | list[str] = "", eval_limit: int | None = None,
-            **fields) -> dict[str, Any]:
+            **fields: Any) -> dict[str, Any]:
     """Train each schedule with each seed on the same tokens and budget and test each arm against uniform
     with paired seeds, as `tlm compare` does (`shapes=`: a grid of shapes x ratios, as `tlm sweep`);
     returns what `tlm compare --json` prints (settings, budget, results, summary, paired, and the figures'
@@ -277,23 +296,28 @@ def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "
     from tlm_probe.train.compare import compare_arms
     from tlm_probe.workflows.compare_figures import write_figures
 
-    _out_folder(out, "compare", "the comparison folder")
+    folder = _out_folder(out, "compare", "the comparison folder")
     base = _train_config(config, fields)
-    text = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
-            for k, v in (("schedules", schedules), ("seeds", seeds), ("shapes", shapes), ("mixers", mixers),
-                         ("eval_tasks", eval_tasks))}
-    arms = comparison_arms(base, text["schedules"], text["shapes"], ratios, text["mixers"])
-    seed_list, after_run = parse_seeds(str(text["seeds"])), eval_hook_for(text["eval_tasks"], eval_limit)
-    result = compare_arms(base, arms, seed_list, Path(out), overwrite=overwrite, after_run=after_run)
+    arms = comparison_arms(base, _listed(schedules), _listed(shapes), ratios, _listed(mixers))
+    seed_list = parse_seeds(str(_listed(seeds)))
+    after_run = eval_hook_for(_listed(eval_tasks) or "", eval_limit)
+    result = compare_arms(base, arms, seed_list, folder, overwrite=overwrite, after_run=after_run)
     result.pop("rank", None)
-    return result | write_figures(Path(out), sweep=bool(shapes))
+    return result | write_figures(folder, sweep=bool(shapes))
 
 
-def _out_folder(out, call: str, what: str) -> None:
+def _listed(value: str | list[str] | list[int] | None) -> str | None:
+    """A list as the command line's comma-separated text; text or None as is."""
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else value
+
+
+def _out_folder(out: str | Path | None, call: str, what: str) -> Path:
+    """`out` as a Path; None (not given) or another type is a UserError naming the call."""
     if out is None:
         raise UserError(f"{call}() needs out=, {what} to write")
     if not isinstance(out, str | Path):
         raise UserError(f"out= is {what} to write (a path), not {type(out).__name__}")
+    return Path(out)
 
 
 def _train_config(config, fields: dict):

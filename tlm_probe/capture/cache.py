@@ -9,17 +9,23 @@ derived pieces summed as the guardrails sum them. The cache is a plain dict keye
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, TypeAlias
 
 import torch
 
 from tlm_probe.capture.attention import eager_attention, register_pattern
 from tlm_probe.capture.names import PATTERN, Source, sources
 from tlm_probe.capture.native import register_taps
+from tlm_probe.capture.probe_model import ProbeModel
 from tlm_probe.capture.sink import as_btd
 from tlm_probe.errors import UserError
 
+Key: TypeAlias = tuple[str, int]
+"""(name, layer): a piece of one layer."""
 
-class Cache(dict[tuple[str, int], torch.Tensor]):
+
+class Cache(dict[Key, torch.Tensor]):
     """{(name, layer): tensor}: `cache["mlp_out", 5]` is (B, T, d); `cache["pattern", 0]` (B, H, T, T).
 
     Beside the pieces: `logits` (B, T, V) (None for an encoder), `loss` (the mean next-token NLL over the
@@ -30,12 +36,14 @@ class Cache(dict[tuple[str, int], torch.Tensor]):
     input_ids: torch.Tensor | None
     attention_mask: torch.Tensor | None
 
-    def __init__(self, pieces=(), *, logits=None, loss=None, input_ids=None, attention_mask=None):
+    def __init__(self, pieces: Mapping[Key, torch.Tensor] | Iterable[tuple[Key, torch.Tensor]] = (),
+                 *, logits: torch.Tensor | None = None, loss: torch.Tensor | None = None,
+                 input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None) -> None:
         super().__init__(pieces)
         self.logits, self.loss = logits, loss
         self.input_ids, self.attention_mask = input_ids, attention_mask
 
-    def __missing__(self, key):
+    def __missing__(self, key: object) -> NoReturn:
         raise KeyError(f"{key!r} is not in this cache, which holds {self.names() or 'no piece'} at layers "
                        f"{self.layers() or 'none'}: give run_with_cache names= and layers= that include it")
 
@@ -48,7 +56,7 @@ class Cache(dict[tuple[str, int], torch.Tensor]):
     def stack(self, name: str) -> torch.Tensor:
         """(L, B, T, ...) the piece at every cached layer, in layer order."""
         if name not in self.names():
-            self[name, None]  # the missing piece's KeyError
+            self.__missing__((name, None))  # the missing piece's KeyError
         return torch.stack([self[name, layer] for layer in self.layers() if (name, layer) in self])
 
     def mean(self, name: str, layer: int) -> torch.Tensor:
@@ -64,8 +72,9 @@ class Cache(dict[tuple[str, int], torch.Tensor]):
         return f"Cache({{{shapes}{more}}}, loss={loss})"
 
 
-def run_with_cache(pm, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, ...], layers: tuple[int, ...],
-                   device=None, dtype=None, backend: str = "native") -> Cache:
+def run_with_cache(pm: ProbeModel, ids: torch.Tensor, mask: torch.Tensor, names: tuple[str, ...],
+                   layers: tuple[int, ...], device: str | torch.device | None = None,
+                   dtype: torch.dtype | None = None, backend: str = "native") -> Cache:
     """One forward of the whole model on (ids, mask), keeping `names` at `layers` (checked by the caller,
     capture/names.py) moved to `device` and cast to `dtype` when given. backend: "native" (these hooks),
     or "nnsight" / "transformer-lens" (the probe's backends capture the pieces; logits from a plain
@@ -168,14 +177,15 @@ def _moved(x: torch.Tensor, device, dtype) -> torch.Tensor:
     return x if device is None and dtype is None else x.to(device=device, dtype=dtype)
 
 
-def logits_of(out) -> torch.Tensor | None:
+def logits_of(out: Any) -> torch.Tensor | None:
     """The logits of a causal LM's output (ours returns them bare), None for an encoder's hidden states."""
     if isinstance(out, torch.Tensor):
         return out
     return getattr(out, "logits", None)
 
 
-def next_token_loss(logits: torch.Tensor | None, ids: torch.Tensor, mask: torch.Tensor):
+def next_token_loss(logits: torch.Tensor | None, ids: torch.Tensor,
+                    mask: torch.Tensor) -> torch.Tensor | None:
     """Mean NLL (float64 sum, in nats) of each next token whose position and predecessor are unpadded."""
     if logits is None or logits.shape[:2] != ids.shape:
         return None

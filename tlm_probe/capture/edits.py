@@ -10,10 +10,11 @@ times the row's scale (Granite), and the module gets back the edited piece divid
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+import numpy as np
 import torch
 
 from tlm_probe.capture.names import check_layers, check_names, editable
@@ -21,6 +22,9 @@ from tlm_probe.capture.native import tap_input
 from tlm_probe.capture.probe_model import in_block
 from tlm_probe.capture.rows import split_tap
 from tlm_probe.errors import UserError
+
+if TYPE_CHECKING:
+    from tlm_probe.capture.cache import Cache
 
 
 @dataclass(frozen=True)
@@ -32,32 +36,41 @@ class Edit:
     source: Any = None
 
 
+EditLike: TypeAlias = Edit | str | Callable[[torch.Tensor], torch.Tensor]
+"""An edit as Handle.hooks takes it: an Edit, "zero", or a function of the (B, T, d) piece (apply)."""
+# The key is Any, not tuple[str, int | Sequence[int]]: a Mapping's key type is invariant, so a user's
+# dict[tuple[str, int], Edit] would not match the wider key. parse_edits checks every key.
+Edits: TypeAlias = Mapping[Any, EditLike] | Sequence[tuple[Any, EditLike]]
+"""{(name, layer or layers): edit}, or [((name, layers), edit), ...]: layers an int, or a tuple, range or
+list of ints. Every name and layer is checked before any hook is set."""
+
+
 def zero() -> Edit:
     """Replace the piece by zeros (a zero ablation)."""
     return Edit("zero")
 
 
-def mean(cache) -> Edit:
+def mean(cache: Cache) -> Edit:
     """Replace the piece at every position by its mean over the unpadded tokens of `cache` (another run's
     Cache holding the same name and layer): a mean ablation."""
     return Edit("mean", cache)
 
 
-def patch(cache) -> Edit:
+def patch(cache: Cache) -> Edit:
     """Replace the piece by the same piece of another run (`cache`, same batch shape): activation patching."""
     return Edit("patch", cache)
 
 
-def add(vector: torch.Tensor) -> Edit:
+def add(vector: torch.Tensor | np.ndarray | Sequence[float]) -> Edit:
     """Add `vector` ((d,), or anything broadcasting to (B, T, d)) to the piece: steering."""
     try:
-        vector = torch.as_tensor(vector)
+        tensor: torch.Tensor | None = torch.as_tensor(vector)
     except (TypeError, ValueError, RuntimeError):
-        vector = None
-    if vector is None or vector.dtype == torch.bool or vector.is_complex():
+        tensor = None
+    if tensor is None or tensor.dtype == torch.bool or tensor.is_complex():
         raise UserError("add() takes a vector of numbers (a tensor, an array or a list; (d,) for every "
                         "position)") from None
-    return Edit("add", vector)
+    return Edit("add", tensor)
 
 
 def apply(fn: Callable[[torch.Tensor], torch.Tensor]) -> Edit:
@@ -89,7 +102,7 @@ def _vector(edit: Edit, key, x: torch.Tensor) -> torch.Tensor:
 
 
 # kind -> (piece (B, T, d), the Edit, its (name, layer)) -> the piece to write
-RULES: dict[str, Callable[[torch.Tensor, Edit, tuple], torch.Tensor]] = {
+RULES: dict[str, Callable[[torch.Tensor, Edit, tuple[str, int]], torch.Tensor]] = {
     "zero": lambda x, e, key: torch.zeros_like(x),
     # copies: a model may add into the tensor it gets back in place (Falcon), which must not be the cache's
     "mean": lambda x, e, key: _cached(e, key, x).expand_as(x).clone(),
@@ -100,7 +113,7 @@ RULES: dict[str, Callable[[torch.Tensor, Edit, tuple], torch.Tensor]] = {
 SHORTHANDS = {"zero": zero}
 
 
-def as_edit(value) -> Edit:
+def as_edit(value: EditLike) -> Edit:
     """An Edit, "zero", or a function (apply)."""
     if isinstance(value, Edit):
         return value
@@ -112,7 +125,7 @@ def as_edit(value) -> Edit:
                     f"function, not {type(value).__name__}")
 
 
-def parse_edits(pm, edits) -> list[tuple[str, int, Edit]]:
+def parse_edits(pm, edits: Edits) -> list[tuple[str, int, Edit]]:
     """{(name, layer or layers): edit}, or [((name, layers), edit), ...] where layers may be a list ->
     [(name, layer, Edit)], every name and layer checked first."""
     out = []

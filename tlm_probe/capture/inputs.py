@@ -6,13 +6,20 @@ tensor, a list of ids or of id lists), a tokenizer's output (input_ids and atten
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
+import numpy as np
 import torch
 
 from tlm_probe.capture.dispatch import input_device
 from tlm_probe.data.sequences import batches, pad_id
 from tlm_probe.errors import UserError
+
+Inputs: TypeAlias = (str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | torch.Tensor | np.ndarray
+                     | Mapping[str, Any] | tuple[torch.Tensor, torch.Tensor])
+"""What Handle.run_with_cache and Handle.encode take: a text or texts, token ids (a list, a list of lists, a
+1-D or 2-D tensor or array), a tokenizer's output, or the (input_ids, attention_mask) pair encode returns."""
 
 
 def max_positions(pm) -> int | None:
@@ -38,7 +45,7 @@ def check_seq_len(pm, seq_len: int) -> None:
         raise UserError(f"--seq-len {seq_len} exceeds the model's maximum of {limit} positions")
 
 
-def encode(pm, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+def encode(pm, inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), (B, T) int64 on the device of the model's first block. Texts are
     tokenized with the model's special tokens, as the model is usually called. Ids outside the vocabulary
     and more positions than the model has are one UserError each, not an IndexError from the embedding."""

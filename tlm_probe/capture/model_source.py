@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal, get_args
 
 from tlm_probe.capture.adapters import check_folder, split_stack
 from tlm_probe.capture.map_check import check_map_before_loading
@@ -14,7 +15,8 @@ from tlm_probe.errors import UserError
 
 TRUE = ("1", "true", "yes", "on")
 GGUF_SUFFIX = ".gguf"
-DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+Dtype = Literal["float32", "float64", "bfloat16", "float16"]
+DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)
 """The --dtype values the loaders take (capture/loading.py DTYPES maps each to torch's), without torch."""
 
 

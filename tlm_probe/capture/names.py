@@ -20,11 +20,18 @@ Nothing here knows a family: it reads the row's taps, block kind and MLP paths.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from tlm_probe.capture.guardrails import DERIVED, NO_MLP
 from tlm_probe.capture.rows import MIXER_ONLY, POST_LN, split_tap
 from tlm_probe.errors import UserError
+
+Names: TypeAlias = str | Sequence[str] | None
+"""A piece's name or several (None: every piece the model gives but pattern)."""
+Layers: TypeAlias = int | Sequence[int] | None
+"""A layer, or several (a list, tuple, range or 1-D array; negative counts from the end; None: all)."""
 
 NAMES = ("resid_pre", "attn_out", "resid_mid", "mlp_in", "mlp_out", "resid_post", "pattern")
 PATTERN = "pattern"
@@ -74,7 +81,7 @@ def _mlp_in(pm) -> Source | str:
     return Source(tap=f"{row.mlp}:in")
 
 
-def check_names(pm, names) -> tuple[str, ...]:
+def check_names(pm, names: Names) -> tuple[str, ...]:
     """The asked names (all the model gives when None), each known and given, else one UserError line."""
     given, refused = sources(pm)
     if names is None:
@@ -98,14 +105,14 @@ def _sequence(values, what: str) -> tuple:
     return tuple(values)
 
 
-def check_layers(pm, layers) -> tuple[int, ...]:
+def check_layers(pm, layers: Layers) -> tuple[int, ...]:
     """The asked layers (all when None; negative counts from the end), each in range."""
     if layers is None:
         return tuple(range(pm.n_layers))
     one = isinstance(layers, numbers.Integral) and not isinstance(layers, bool)
-    layers = (layers,) if one else _sequence(layers, "layers is a layer or a list of layers")
+    asked = (layers,) if one else _sequence(layers, "layers is a layer or a list of layers")
     out = []
-    for layer in layers:
+    for layer in asked:
         if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):  # 0.5 is no layer, True no 1
             raise UserError(f"a layer is an integer, not {layer!r}")
         if not -pm.n_layers <= int(layer) < pm.n_layers:

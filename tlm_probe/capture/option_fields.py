@@ -5,17 +5,15 @@ them, `device: str = shared("device")`, instead of pasting them. Light (no torch
 from __future__ import annotations
 
 from dataclasses import MISSING, field
-from typing import Any, Literal
+from typing import Any
 
 from tlm_probe.capture.dispatch import DEVICE_MAP_HELP, MAX_MEMORY_HELP
-from tlm_probe.capture.model_source import DTYPE_NAMES
-from tlm_probe.data.sources import SPLIT_CHOICES, SPLIT_HELP
-from tlm_probe.data.windows import SAMPLE_HELP, SAMPLES
+from tlm_probe.capture.model_source import Dtype as Dtype  # Dtype, Split, Sample: re-exported Literals
+from tlm_probe.data.sources import SPLIT_HELP
+from tlm_probe.data.sources import Split as Split
+from tlm_probe.data.windows import SAMPLE_HELP
+from tlm_probe.data.windows import Sample as Sample
 from tlm_probe.ranges import IN_MEMORY
-
-Dtype = Literal[DTYPE_NAMES]
-Split = Literal[SPLIT_CHOICES]
-Sample = Literal[SAMPLES]
 
 FIELDS = {
     # not a closed set (cuda:N): checked once, where it is resolved (models/device.py)

@@ -38,7 +38,7 @@ class ProbeModel:
     path: Path | None = None
     scales: dict[str, float] = field(default_factory=dict)
     """piece -> factor applied to the captured module output (Adapter.scale)."""
-    mlp_layers: tuple[dict, ...] = ()
+    mlp_layers: tuple[dict[str, Any], ...] = ()
     """Per layer: what the MLP is and what d_ff means there (widths.layer_mlp)."""
     lens_refusal: str | None = None
     """Why final norm + head of a layer is not the model's readout (Adapter.head_transform); None if it is."""
@@ -74,7 +74,7 @@ class ProbeModel:
     def lm_head(self) -> nn.Module | None:
         return self.model.get_submodule(self.adapter.lm_head) if self.adapter.lm_head else None
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The adapter as provenance: where the row came from, its taps and what d_ff means per layer."""
         kinds = {m["kind"] for m in self.mlp_layers}
         return {
@@ -95,7 +95,8 @@ class ProbeModel:
         """piece -> tap for this model's block kind."""
         return dict(self.adapter.taps[self.block_kind])
 
-    def base_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[tuple, dict]:
+    def base_inputs(self, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """(args, kwargs) for calling `self.base` on a batch."""
         config = getattr(self.model, "config", None)
         return CALLS[self.adapter.inputs](input_ids, attention_mask, config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -52,14 +53,14 @@ class ScheduleArch:
     """Key/value heads per layer of uniform (allowed beside --preset; default: --heads, plain multi-head
     attention; 0: --heads)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_values(self)  # ranges.py's, one range per concept in every command
         MIXERS.check(self.mixer)
         for key in DERIVED_AT_ZERO:  # 0 says "derive it" here as in train and probe: the default below
             if getattr(self, key) == 0:
                 object.__setattr__(self, key, None)
 
-    def given(self) -> dict:
+    def given(self) -> dict[str, Any]:
         """The architecture fields set by flag, under TLMConfig's names."""
         return {CONFIG_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()
                 if k in ARCH_FLAGS and v is not None}

@@ -15,8 +15,9 @@ position 0 is each sequence's first token.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -25,6 +26,10 @@ from tlm_probe.data.sources import iter_documents
 from tlm_probe.data.stream import TOKEN_SUFFIXES
 from tlm_probe.data.tokens import load_token_rows
 from tlm_probe.errors import UserError
+
+Corpus: TypeAlias = str | Path | Sequence[str] | np.ndarray | torch.Tensor
+"""A corpus as the library takes it: what --data takes (builtin:pydoc, a text file, folder or glob, a .jsonl,
+hf:NAME, a token file or folder), a list of texts, or token ids in memory (1-D: a stream; 2-D: rows)."""
 
 
 def is_token_source(data) -> bool:
@@ -62,7 +67,7 @@ def token_sequences(
     return _text_chunks(tokenizer, docs, seq_len)
 
 
-def read_source(data, split: str = "all"):
+def read_source(data: Corpus, split: str = "all") -> Corpus:
     """A token file or folder read into its array once (its row length and its sequences both need it:
     read twice, a large token file cost two full reads per probe); any other source as given."""
     return _load_ids(data, split) if is_token_source(data) else data

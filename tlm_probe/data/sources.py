@@ -14,6 +14,7 @@ import hashlib
 import sysconfig
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Literal, get_args
 
 from tlm_probe.data.corpus_cache import cached_corpus
 from tlm_probe.data.env_corpus import env_documents
@@ -22,8 +23,9 @@ from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import jsonl_records, read_json
 from tlm_probe.registry import Registry
 
-SPLITS = ("train", "val", "test", "all")
-SPLIT_CHOICES = ("auto", *SPLITS)
+Split = Literal["auto", "train", "val", "test", "all"]
+SPLIT_CHOICES: tuple[str, ...] = get_args(Split)
+SPLITS = SPLIT_CHOICES[1:]
 SPLIT_HELP = (
     "The documents read from a source with a hash split (token files have none). auto reads val where a "
     "model may have trained on the source (the built-in corpora, a prepared "

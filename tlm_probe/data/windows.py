@@ -21,10 +21,12 @@ this count, 1,232 files).
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import numpy as np
 
-SAMPLES = ("spread", "prefix")
+Sample = Literal["spread", "prefix"]
+SAMPLES: tuple[str, ...] = get_args(Sample)
 SAMPLE_HELP = ("Which windows are scored when fewer tokens are asked for than the split holds: spread (a "
                "seeded uniform sample of windows across the whole split) | prefix (its first windows)")
 STREAM = 44

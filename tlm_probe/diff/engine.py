@@ -23,6 +23,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,7 +54,7 @@ BUCKETS = (("position", POSITION_EDGES), ("target_count", COUNT_EDGES))
 
 @dataclass
 class DiffResult:
-    summary: dict
+    summary: dict[str, Any]
     """diff.json: cka, best_match, drift, kl_mean, dnll_mean, buckets, stats, provenance."""
     cka: np.ndarray
     drift: list[float]

@@ -28,7 +28,7 @@ class DiffOptions:
     device: str = shared("device")
     dtype: Dtype = shared("dtype")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_values(self)
         if self.seq_len == 1:
             raise UserError("--seq-len 1 leaves no next token to predict: give 0 (automatic) or at least 2")

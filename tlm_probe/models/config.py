@@ -6,6 +6,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from tlm_probe.models.mixer_registry import MIXER_HELP, MIXERS, REFERENCE_MIXER, SETTINGS, owns
 from tlm_probe.models.mixer_spec import MLPS, ConfigError
@@ -75,10 +76,10 @@ class TLMConfig(*SETTINGS):
     """none | lns (LayerNorm Scaling, arXiv 2502.05795: the output of every pre-norm of block l, 1-based,
     times 1/sqrt(l): ln1, ln2, Titans' norm before its sliding-window attention and the continuum-memory
     levels' own norms; the final norm is not scaled); adds no parameters."""
-    schedule: dict = field(default_factory=dict, hash=False, compare=False)
+    schedule: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     """The ScheduleSpec (as a dict) that produced d_ff, for provenance."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in fields(self):  # lists (from JSON) and numpy integers become the tuples of ints declared
             if f.type == "tuple[int, ...]":
                 object.__setattr__(self, f.name, tuple(int(w) for w in getattr(self, f.name)))
@@ -167,7 +168,7 @@ class TLMConfig(*SETTINGS):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         # absent when uniform (or norm_scaling none): an old model's config.json is written byte for byte
         for key in ("layer_heads", "layer_kv_heads", "layer_mem_width"):
@@ -183,7 +184,7 @@ class TLMConfig(*SETTINGS):
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> TLMConfig:
+    def from_dict(cls, d: dict[str, Any]) -> TLMConfig:
         known = {f.name for f in fields(cls)}
         for key, why in ((k, w) for row in MIXERS.values() for k, w in row.retired.items() if k in d):
             raise ConfigError(f"this config is of an older mixer ({key}: {why}); retrain it")
@@ -202,7 +203,7 @@ class TLMConfig(*SETTINGS):
 
         return cls.from_dict(read_json_object(path))
 
-    def replace(self, **changes) -> TLMConfig:
+    def replace(self, **changes: Any) -> TLMConfig:
         return replace(self, **changes)
 
 
@@ -224,7 +225,7 @@ FIELD_TYPES = {
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "tuple[int, ...]": (lambda v: isinstance(v, list | tuple) and all(map(_is_int, v)), "a list of integers"),
-    "dict": (lambda v: isinstance(v, dict), "a JSON object"),
+    "dict[str, Any]": (lambda v: isinstance(v, dict), "a JSON object"),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -35,13 +36,16 @@ from tlm_probe.plotting.schedules import plot_schedules
 from tlm_probe.plotting.sweep import plot_sweep
 from tlm_probe.plotting.trajectory import plot_trajectory
 from tlm_probe.plotting.trust import plot_trust
-from tlm_probe.results import checked_in_memory
+from tlm_probe.results import ProbeResult, checked_in_memory
 from tlm_probe.stats.paired import paired_by_seed
 from tlm_probe.stats.sweep import sweep_table
 
 HEATMAP_STATS = ("alignment", "angular_distance", "cka_linear")  # what the hint asks for: the default set and
 # the two matrices that need no second pass
 PROBE_IT = {"compare": "tlm probe {p}/runs/NAME --out DIR", "run": "tlm probe {p} --out DIR"}
+
+PlotInput: TypeAlias = str | Path | pd.DataFrame | ProbeResult
+"""One input of a figure (tp.plot): a result folder or file, or a probe's table or ProbeResult in memory."""
 
 
 def _probe_folders(paths: Sequence[str | Path]) -> list[str | Path]:
@@ -217,7 +221,7 @@ def trust_figure(paths, opts: PlotOptions, notes: list[str]) -> Figure:
 
 
 
-def build_figure(paths: Sequence[str | Path], options: PlotOptions | None = None, *,
+def build_figure(paths: Sequence[PlotInput], options: PlotOptions | None = None, *,
                  notes: list[str] | None = None, **fields) -> Figure:
     """The figure `options` asks for (or PlotOptions(**fields)) from the input folders. What the figure
     leaves out, and why, is appended to `notes` (the CLI prints these)."""

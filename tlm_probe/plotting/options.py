@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from tlm_probe.errors import UserError
 from tlm_probe.ranges import check_values
@@ -53,6 +53,12 @@ def size_text(size: str | Sequence[int]) -> str:
     return size if isinstance(size, str) else "x".join(str(int(v)) for v in size)
 
 
+if TYPE_CHECKING:  # a registry's keys are known at run time: to a type checker, a figure kind is any text
+    FigureKind: TypeAlias = str
+else:  # the closed choice the CLI offers and check_values enforces (ranges.literal_values)
+    FigureKind = Literal[tuple(FIGURES)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlotOptions:
     """Everything that shapes one figure besides its input folders. `tlm plot`'s figure options are
@@ -60,7 +66,7 @@ class PlotOptions:
     CLI. A library caller may give the size as (width, height); it is held as the CLI's text. Checked when
     made: a bad kind, size or dpi is one UserError before anything is read."""
 
-    kind: Literal[tuple(FIGURES)] = "depth"
+    kind: FigureKind = "depth"
     """Figure kind."""
     statistic: tuple[str, ...] = ()
     """Statistic to draw (repeat for one panel each: depth, importance; curves: train_loss, val_loss)."""
@@ -81,7 +87,7 @@ class PlotOptions:
     multiple_of: int = 64
     """Schedules figure: width rounding multiple."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_values(self)
         for name in ("statistic", "schedule"):  # a library caller's list (or one name) held as a tuple
             value = getattr(self, name)

@@ -4,7 +4,7 @@ engine and its torch imports, so that the CLI builds `tlm probe`'s options from 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tlm_probe.capture.dispatch import check_dispatch_options
 from tlm_probe.capture.option_fields import Dtype, Split, shared
@@ -45,11 +45,11 @@ class ProbeOptions:
     """Check that the captured pieces add up (cheap; turn off only to measure its cost)."""
     length_bucketing: bool = field(default=True, metadata={"cli": False})
     """Batch sequences of similar length together (less padding) when every statistic ignores order."""
-    importance: dict = field(default_factory=dict, metadata={"cli": False})
+    importance: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
     """Options of the importance set (tlm_probe.importance.options.ImportanceOptions fields); the CLI's
     repeatable --importance-option KEY=VALUE fills it."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_values(self)
         _check_options(self)
 

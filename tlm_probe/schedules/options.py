@@ -12,11 +12,11 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from tlm_probe.ranges import check_values
 from tlm_probe.schedules.heads import COMPONENTS
-from tlm_probe.schedules.rules import MONOTONE, TRANSFORMS, Rule, check_rule
+from tlm_probe.schedules.rules import TRANSFORMS, Monotone, Rule, check_rule
 from tlm_probe.schedules.widths import FILE, SCHEDULES, ScheduleError, ScheduleSpec
 
 MAX_LAYERS = 10_000
@@ -25,6 +25,14 @@ probe table, refused before an allocation whose cost grows with L runs."""
 MAX_WIDTH = 2**20
 """The widest uniform MLP (d_ff) or residual (d_model) a schedule is accounted for: 1,048,576, some 14x
 the widest trained dense model's d_ff (PaLM 540B: 73,728). More is a typo or a corrupt probe table."""
+
+if TYPE_CHECKING:  # a registry's keys are known at run time: to a type checker, these are any text
+    Component: TypeAlias = str
+    Transform: TypeAlias = str
+else:  # the closed choice the CLI offers and check_values enforces (ranges.literal_values)
+    Component = Literal[tuple(COMPONENTS)]
+    Transform = Literal[tuple(TRANSFORMS)]
+
 
 
 def _shape_help(text: str, key: str) -> str:
@@ -71,12 +79,12 @@ class ScheduleOptions:
     """Width ratio of the wide third of the grouped controls (None: ScheduleSpec.wide_factor)."""
     multiple_of: int = ScheduleSpec.multiple_of
     """Round every width to a multiple of this."""
-    component: Literal[tuple(COMPONENTS)] = "mlp"
+    component: Component = "mlp"
     """What --schedule tapers: mlp (MLP width d_l), heads (query heads, in units of one GQA group), kv
     (key/value heads, each dividing its layer's query heads) or mem (--mixer titans: the memory MLP's hidden
     width, multiples of 8)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", schedule_text(self.schedule))  # a list of widths: its text
         check_values(self)
 
@@ -97,7 +105,7 @@ class FromProbeOptions:
     statistic: str | None = None
     """--from-probe: the per-layer statistic (e.g. ablation_dnll_mlp_zero, align_mlp_mid, taylor_mlp,
     effective_rank)."""
-    rule: Literal[tuple(TRANSFORMS)] = Rule.transform
+    rule: Transform = Rule.transform
     """--from-probe: f in widths ∝ max(0, f(x))^power."""
     power: float = Rule.power
     """--from-probe: exponent on the weights."""
@@ -105,7 +113,7 @@ class FromProbeOptions:
     """--from-probe: smallest d_l/d_ff (0 allows no MLP)."""
     max_ratio: float = Rule.max_ratio
     """--from-probe: largest d_l/d_ff."""
-    monotone: Literal[MONOTONE] = Rule.monotone
+    monotone: Monotone = Rule.monotone
     """--from-probe: isotonic projection of the weights."""
     model: str | None = None
     """--from-probe: the model, when the probe holds several."""
@@ -125,7 +133,7 @@ class FromProbeOptions:
     """--check-with / --trust: write the schedule even when it is not stable, with a warning (the file
     records the difference)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_values(self)
         check_rule(self.how, 1)  # a bad rule is refused before the probe is read
         if self.from_probe is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Literal, get_args
 
 from tlm_probe.registry import Registry
 from tlm_probe.schedules.widths import ScheduleError, allocate
@@ -27,7 +28,8 @@ TRANSFORMS: Registry[Callable[[float], float]] = Registry("rule transform", {
     "1+x": lambda x: 1.0 + x,
 }, error=ScheduleError)
 """f(x): the declared function of the statistic (weights are clipped at 0 after it)."""
-MONOTONE = ("none", "decreasing", "increasing")
+Monotone = Literal["none", "decreasing", "increasing"]
+MONOTONE: tuple[str, ...] = get_args(Monotone)
 
 
 @dataclass(frozen=True)

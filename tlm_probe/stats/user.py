@@ -9,6 +9,7 @@ mean, the token std and a 95% t interval over sequences, merged across ranks by 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 import torch
 
@@ -18,7 +19,8 @@ from tlm_probe.stats.accumulator import Accumulator
 from tlm_probe.stats.moments import SequenceMoments
 from tlm_probe.stats.pieces import LayerPieces
 
-Reducer = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+Reducer: TypeAlias = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+"""A streamed statistic: {name: (B, T, d) piece of one layer of one batch} -> (B, T) per-token values."""
 
 
 def check_name(name) -> None:

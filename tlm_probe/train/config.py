@@ -11,6 +11,7 @@ import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
@@ -49,7 +50,7 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
     flat (`cfg.lr`, train_config.json). Its model options (d_model, n_heads, mixer, every mixer's settings,
     ...) are TLMConfig's fields; those not given come from the preset (or TLMConfig's defaults)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_values(self)
         _check_positive(self)
         _ = self.schedule_spec  # the one parse of the schedule spec: a bad spec is a UserError naming it
@@ -101,19 +102,19 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
         full = {**ARCH_DEFAULTS, **arch, **extra}
         return config_with_schedule(spec, full.pop("d_ff"), **full)
 
-    def _schedules(self) -> dict:
+    def _schedules(self) -> dict[str, str]:
         """The heads / kv / memory-width schedules given, as config_with_schedule's arguments."""
         given = {k: getattr(self, f"{k}_schedule") for k in ("heads", "kv", "mem")}
         return {k: spec for k, spec in given.items() if spec}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def replace(self, **changes) -> TrainConfig:
+    def replace(self, **changes: Any) -> TrainConfig:
         return replace(self, **changes)
 
     @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         """From train_config.json's flat keys, or from the sections a --config file may use."""
         d = flat_options(d)
         kinds = {f.name: f.type for f in fields(cls)}

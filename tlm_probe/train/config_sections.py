@@ -6,12 +6,17 @@ list them flat, and train_config.json stays flat (the keys committed results and
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from tlm_probe.capture.option_fields import Sample, shared
 from tlm_probe.errors import UserError
 from tlm_probe.models.presets import PRESETS
 from tlm_probe.train.model_options import ModelOptions
+
+if TYPE_CHECKING:  # a registry's keys are known at run time: to a type checker, a preset is any text
+    Preset: TypeAlias = str
+else:  # the closed choice the CLI offers and check_values enforces (ranges.literal_values)
+    Preset = Literal[("", *PRESETS)]
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class ModelSection(ModelOptions):
     """The model: TLMConfig's fields (ModelOptions: d_model, n_heads, mixer, every mixer's settings, ...),
     the preset they override and the schedules that set the per-layer widths and heads."""
 
-    preset: Literal[("", *PRESETS)] = ""
+    preset: Preset = ""
     """Model preset; empty = flags only."""
     schedule: str = "uniform"
     """MLP width schedule spec, as in `tlm schedule` (cosine:1.5:0.5, wider-early, ...)."""
@@ -118,7 +123,7 @@ SECTIONS = {"model": ModelSection, "optim": OptimSection, "data": DataSection, "
 """Section name -> its fields' class: the shape a --config file may take."""
 
 
-def flat_options(options: dict) -> dict:
+def flat_options(options: dict[str, Any]) -> dict[str, Any]:
     """A mapping of training options in sections ({"optim": {"lr": ...}, ...}) or flat, as flat keywords
     (a flat key beside the sections wins); a key under a section it is not in is refused (one line)."""
     out, flat = {}, {k: v for k, v in options.items() if not (k in SECTIONS and isinstance(v, dict))}

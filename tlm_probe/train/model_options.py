@@ -9,6 +9,7 @@ comma-separated string ("": not given), and a string or number keeps the model's
 from __future__ import annotations
 
 from dataclasses import field, fields, make_dataclass
+from typing import Any
 
 from tlm_probe.docstrings import field_docs
 from tlm_probe.errors import UserError
@@ -54,8 +55,9 @@ def _model_options() -> type:
     return cls
 
 
-ModelOptions = _model_options()
-"""The base of TrainConfig: one field per name in MODEL_OPTIONS and MIXER_FIELDS."""
+ModelOptions: Any = _model_options()
+"""The base of TrainConfig: one field per name in MODEL_OPTIONS and MIXER_FIELDS. Made at run time, so a type
+checker knows none of its fields: annotated Any (a TrainConfig's model options are any value to it)."""
 
 
 def given_model_options(options) -> dict:
