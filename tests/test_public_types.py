@@ -28,9 +28,10 @@ TAKEN_OR_RETURNED = {
     "ScheduleOptions": "tlm_probe.schedules.options",
     "ScheduleArch": "tlm_probe.commands.schedule",
     "TrainConfig": "tlm_probe.train.config",
+    "TLMConfig": "tlm_probe.models.config",
 }
 """Classes a public call takes (options=, arch=, config=) or returns (Handle.probe_model, tp.probe(full=True),
-tp.diff), beside those of __all__."""
+tp.diff, TrainConfig.model_config), beside those of __all__."""
 
 BARE = {"dict", "list", "tuple", "set", "frozenset", "type", "Mapping", "Sequence", "Iterable", "Iterator",
         "Callable", "Generator"}

@@ -17,11 +17,10 @@ from pathlib import Path
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass and of its bases (the string after its annotation).
-    A base made by dataclasses.make_dataclass has no source: its fields carry their help in metadata."""
+    """The docstring under each field of a dataclass and of its bases (the string after its annotation)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass) and not klass.__dict__.get("__generated__"):
+        if dataclasses.is_dataclass(klass):
             docs.update(_own_docs(klass))
     return docs
 
