@@ -152,3 +152,30 @@ def test_registry_choices_stay_closed_at_run_time():
     assert choices(TrainConfig, "preset") == ("", *PRESETS)
     with pytest.raises(tp.UserError, match="kind"):
         PlotOptions(kind="nope")
+
+
+def test_a_users_script_types_cleanly_under_a_real_checker():
+    """tests/typed_usage.py (some 40 calls of the public API, as a notebook makes them) gives basedpyright
+    no error but on the lines marked `# expect-error`, each of which it must refuse. Runs where basedpyright
+    is on PATH (`pip install basedpyright`; it brings node, so the locked stack leaves it out)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    checker = shutil.which("basedpyright")
+    if checker is None:
+        pytest.skip("basedpyright is not installed")
+    script = Path(__file__).with_name("typed_usage.py")
+    lines = script.read_text().splitlines()
+    expected = {i for i, line in enumerate(lines, 1) if "  # expect-error:" in line}
+    # from the repository root, with this interpreter's packages: the checker finds tlm_probe's source there
+    # (an editable install's import hook is invisible to it)
+    out = subprocess.run([checker, "--pythonpath", sys.executable, "--outputjson", str(script)],
+                         capture_output=True, text=True, timeout=600, cwd=script.parents[1])
+    diagnostics = json.loads(out.stdout)["generalDiagnostics"]
+    found = {d["range"]["start"]["line"] + 1: d["message"] for d in diagnostics if d["severity"] == "error"}
+    assert expected, "the script marks no line a checker must refuse"
+    assert set(found) == expected, {"unexpected": {k: v for k, v in found.items() if k not in expected},
+                                    "not refused": sorted(expected - set(found))}
