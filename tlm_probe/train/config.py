@@ -99,7 +99,7 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
             return preset_config(self.preset, spec, **arch, **extra)
         extra.setdefault("vocab_size", vocab_size)
         extra.setdefault("max_seq_len", self.seq_len)
-        full = {**ARCH_DEFAULTS, **arch, **extra}
+        full: dict[str, Any] = {**ARCH_DEFAULTS, **arch, **extra}
         return config_with_schedule(spec, full.pop("d_ff"), **full)
 
     def _schedules(self) -> dict[str, str]:
@@ -117,7 +117,7 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         """From train_config.json's flat keys, or from the sections a --config file may use."""
         d = flat_options(d)
-        kinds = {f.name: f.type for f in fields(cls)}
+        kinds: dict[str, str] = {f.name: str(f.type) for f in fields(cls)}
         unknown = sorted(set(d) - set(kinds))
         if unknown:
             close = difflib.get_close_matches(unknown[0], sorted(kinds), n=1)
@@ -156,7 +156,7 @@ _KINDS = {
 }
 
 
-def _typed(key: str, value, kind: str):
+def _typed(key: str, value: Any, kind: str) -> Any:
     """`value` checked (and a numeric string converted) against the field's type: one clear line for
     `steps: "five"` instead of a TypeError deep inside."""
     types, convert, words = _KINDS.get(kind, ((object,), None, kind))

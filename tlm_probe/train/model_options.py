@@ -36,7 +36,7 @@ def model_option(name: str) -> Any:
     help, and the default that says "not given" (the model's own for a string or a number)."""
     f = {f.name: f for f in fields(TLMConfig)}[name]
     doc = f.metadata.get("help") or field_docs(TLMConfig)[name]  # mixer's help: the registry's rows
-    default = _AS_OPTION[f.type][1]
+    default = _AS_OPTION[str(f.type)][1]
     meta = {"help": doc, MODEL_TYPE: f.type}
     if default is ...:
         return field(default=f.default, metadata=meta)

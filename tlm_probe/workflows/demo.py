@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,9 +41,9 @@ DEMO_FILES = ("probe", "loss_curves.png", "alignment_vs_depth.png", "demo.json")
 
 def demo_config(quick: bool = False, steps: int | None = None, device: str = "auto",
                 threads: int = 0, mixer: str = "attention",
-                mixer_settings: dict | None = None) -> TrainConfig:
+                mixer_settings: dict[str, Any] | None = None) -> TrainConfig:
     """mixer_settings: TrainConfig mixer fields (window, cms_chunks, match_params, ...) given as flags."""
-    opts = dict(_QUICK if quick else _FULL, mixer=mixer, **(mixer_settings or {}))
+    opts: dict[str, Any] = dict(_QUICK if quick else _FULL, mixer=mixer, **(mixer_settings or {}))
     if steps is not None and steps < 1:
         raise UserError(f"--steps must be >= 1, got {steps}")
     if steps:
