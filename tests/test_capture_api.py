@@ -23,6 +23,7 @@ pieces, an edit's scale divided back out) by a few float32 eps (1.2e-7) times th
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import transformers as T
@@ -372,6 +373,10 @@ def test_stream_equals_the_mean_of_the_cache(handles):
     for col in ("value", "ci_low", "ci_high"):
         torch.testing.assert_close(torch.tensor(df[col].to_numpy()), torch.tensor(ref[col].to_numpy()),
                                    rtol=1e-5, atol=1e-6)
+    with pytest.warns(DeprecationWarning, match=r"stream\(corpus=\.\.\.\) is deprecated; use data="):
+        old = h.stream(corpus=texts, reducer=cos, names=["mlp_out", "resid_mid"], name="my_cos", seq_len=16,
+                       max_tokens=0)  # the old keyword, as tp.probe's data (the CLI's --data)
+    pd.testing.assert_frame_equal(old, df)
     fig = tp.plot(df, kind="depth", statistic="my_cos")  # the table drawn as it is: its own name, its split
     assert fig.axes[0].get_ylabel() == "my_cos" and "data split all" in fig.axes[0].get_title()
     y = [line.get_ydata().tolist() for line in fig.axes[0].lines if len(line.get_ydata()) == 3]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from tlm_probe.api_names import renamed_keywords
 from tlm_probe.capture import ProbeModel
 from tlm_probe.capture import cache as capture
 from tlm_probe.capture.edits import Edits, hooked, parse_edits
@@ -111,19 +112,20 @@ class Handle:
         with hooked(self.probe_model, parsed):
             yield self
 
-    def stream(self, corpus: Corpus, reducer: Reducer, names: Names, name: str = "custom",
+    @renamed_keywords(corpus="data")
+    def stream(self, data: Corpus, reducer: Reducer, names: Names, name: str = "custom",
                options: ProbeOptions | None = None, *, progress: bool = False, **fields: Any) -> pd.DataFrame:
         """Stream a corpus through the probe's engine and compute `reducer` per layer, with the same 95%
         CI over sequences, bounded memory and torchrun merging as the built-in statistics.
 
-        corpus: what `tlm probe --data` takes (builtin:pydoc, a text file or folder, hf:NAME, token ids, or
-        a list of texts). reducer(pieces) -> (B, T) per-token values, where pieces is {name: (B, T, d)} of
-        one layer of one batch, for the `names` asked (of resid_pre, attn_out, resid_mid, mlp_out,
-        resid_post); a non-finite value at a counted token is refused. name: the statistic column's
-        value (a word, not a built-in statistic's name). options / fields: ProbeOptions (max_tokens,
-        seq_len, batch_size, exclude_bos, backend, split, ...; stats is not used). Returns the tidy
-        result table of `tp.probe` (model, layer, depth, statistic, value, ci_low, ci_high, n_tokens,
-        d_ff), with std (over tokens) beside it."""
+        data: the corpus, what `tlm probe --data` takes (builtin:pydoc, a text file or folder, hf:NAME,
+        token ids, or a list of texts; corpus= is its deprecated name). reducer(pieces) -> (B, T) per-token
+        values, where pieces is {name: (B, T, d)} of one layer of one batch, for the `names` asked (of
+        resid_pre, attn_out, resid_mid, mlp_out, resid_post); a non-finite value at a counted token is
+        refused. name: the statistic column's value (a word, not a built-in statistic's name). options /
+        fields: ProbeOptions (max_tokens, seq_len, batch_size, exclude_bos, backend, split, ...; stats is
+        not used). Returns the tidy result table of `tp.probe` (model, layer, depth, statistic, value,
+        ci_low, ci_high, n_tokens, d_ff), with std (over tokens) beside it."""
         pm = self.probe_model
         needs = check_names(pm, names)
         wrong = [n for n in needs if n not in STREAMED]
@@ -132,7 +134,7 @@ class Handle:
                             f"{', '.join(STREAMED)})")
         if wrong:
             raise UserError(f"a streamed statistic reads {', '.join(STREAMED)}; not {', '.join(wrong)}")
-        opts = replace(options or ProbeOptions(), data=corpus, **fields)
+        opts = replace(options or ProbeOptions(), data=data, **fields)
         acc = UserStatistic(pm.n_layers, pm.d_ff, name, reducer, needs)
         table, _ = stream_accumulators(pm, [acc], opts, progress)
         return table
