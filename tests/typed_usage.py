@@ -1,6 +1,6 @@
-"""A notebook user's calls, as a type checker reads them (tests/test_public_types.py runs basedpyright on it
-where that is installed): every line types cleanly but those marked `# expect-error`, which a checker must
-refuse. Never run: the paths name nothing."""
+"""A notebook user's calls, as a type checker reads them (tests/test_public_types.py runs pyright on it):
+every line types cleanly but those marked `# expect-error`, which a checker must refuse. Never run: the
+paths name nothing."""
 # pyright: basic
 
 from pathlib import Path
