@@ -131,12 +131,29 @@ def _code_names(tree: ast.AST) -> list[tuple[int, str]]:
     return out
 
 
+DECLARED = {"train/model_options.py": "ModelOptions"}
+"""A class body that declares every mixer setting by name for type checkers (one line each, checked against
+the rows at import): its lines may name a mixer's settings, the rest of its module may not."""
+
+
+def _declared_lines(tree: ast.AST, class_name: str | None) -> set[int]:
+    """The lines of the body of the module's class `class_name` (none for None)."""
+    return {line for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == class_name
+            for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
+
+
 def test_no_code_outside_a_mixers_own_modules_names_it():
     """Training hooks, init, generation and schedulable components come from the rows (models/mixer_spec.py);
     train/loop.py, models/hf.py, models/config.py and schedules/ name no mixer."""
     package = Path(tp.__file__).parent
     named = re.compile(r"titans|hope|cms|multifreq", re.IGNORECASE)
-    found = [f"{p.relative_to(package)}:{line}: {name}" for p in sorted(package.rglob("*.py"))
-             if str(p.relative_to(package)) not in MIXER_OWN
-             for line, name in _code_names(ast.parse(p.read_text())) if named.search(name)]
+    found = []
+    for p in sorted(package.rglob("*.py")):
+        where = str(p.relative_to(package))
+        if where in MIXER_OWN:
+            continue
+        tree = ast.parse(p.read_text())
+        allowed = _declared_lines(tree, DECLARED.get(where))
+        found += [f"{where}:{line}: {name}" for line, name in _code_names(tree)
+                  if named.search(name) and line not in allowed]
     assert found == [], found

@@ -99,34 +99,38 @@ def test_every_setting_is_a_training_option_or_set_by_a_schedule():
 
 
 def test_a_setting_without_its_declared_option_stops_the_import_with_the_line_to_add():
-    """ModelOptions is declared by hand (so that type checkers know it); check_declared, run at import,
+    """ModelOptions is declared by hand (so that type checkers know it); check_model_options, run at import,
     refuses a class missing a mixer setting, or giving one another type, naming the line to write."""
     from dataclasses import make_dataclass
 
-    from tlm_probe.train.model_options import MODEL_OPTIONS, ModelOptions, check_declared, model_option
+    from tlm_probe.train.model_options import MODEL_OPTIONS, ModelOptions, check_model_options, model_option
 
     def like(skip: str = "", retype: str = "") -> type:
         rows = [(f.name, "int" if f.name == retype else f.type, model_option(f.name))
                 for f in fields(ModelOptions) if f.name != skip]
         return make_dataclass("Declared", rows, frozen=True)
 
-    check_declared(ModelOptions)
-    check_declared(like())
+    check_model_options(ModelOptions)
+    check_model_options(like())
     with pytest.raises(RuntimeError, match=r"add mem_chunk: int \| None = model_option\('mem_chunk'\)"):
-        check_declared(like(skip="mem_chunk"))
+        check_model_options(like(skip="mem_chunk"))
     with pytest.raises(RuntimeError, match=r"ModelOptions.window is int; its model field makes it int \|"):
-        check_declared(like(retype="window"))
+        check_model_options(like(retype="window"))
     assert MODEL_OPTIONS == ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp", "mixer", "norm_scaling",
                              "dropout")
     assert model_option("window").metadata["help"] == field_docs(TLMConfig)["window"]
 
 
-def test_config_bases_are_the_registrys_settings(monkeypatch):
-    """TLMConfig names its bases (for type checkers); a registry whose settings differ stops the import."""
-    assert TLMConfig.__bases__ == SETTINGS
-    monkeypatch.setattr(config, "SETTINGS", (*SETTINGS[::-1],))
-    with pytest.raises(RuntimeError, match=r"class TLMConfig\(HopeSettings, TitansSettings\)"):
-        config._check_bases()
+def test_mixer_settings_bases_are_the_rows_settings(monkeypatch):
+    """MixerSettings (TLMConfig's base) names its bases, for type checkers; rows whose settings differ stop
+    the import with the line to write."""
+    from tlm_probe.models import mixer_registry
+    from tlm_probe.models.mixer_registry import MixerSettings
+
+    assert MixerSettings.__bases__ == SETTINGS and TLMConfig.__bases__ == (MixerSettings,)
+    monkeypatch.setattr(mixer_registry, "SETTINGS", (*SETTINGS[::-1],))
+    with pytest.raises(RuntimeError, match=r"class MixerSettings\(HopeSettings, TitansSettings\)"):
+        mixer_registry._check_settings()
 
 
 def _given(mixer: str) -> dict:

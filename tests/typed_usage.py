@@ -55,3 +55,4 @@ h.run_with_cache("x", layers="0")  # expect-error: a layer is an int
 tp.zero(1)  # expect-error: zero() takes nothing
 tp.probe(h, full="yes")  # expect-error: full is a bool
 w2: str = mc.window  # expect-error: window is an int
+bad_cfg = TrainConfig(d_model=64, stepz=10)  # expect-error: a misspelt training option

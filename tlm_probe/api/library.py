@@ -45,7 +45,7 @@ ModelLike: TypeAlias = str | Path | nn.Module | Handle | ProbeModel
 TrainConfigLike: TypeAlias = "TrainConfig | str | Path | dict[str, Any] | None"
 """tp.train's and tp.compare's config: a TrainConfig, a config file (YAML/JSON), its content or None."""
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 _PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`
 PLACEMENT = ("device", "dtype", "device_map", "max_memory")
 """load()'s keywords that say where and in what precision a model is loaded: for a path only."""
@@ -242,7 +242,7 @@ COMMA_LISTS = ("stats",)
 """Text fields that hold a comma-separated list (--stats a,b): a list or tuple of words is taken too."""
 
 
-def _replaced(options: T | dict[str, Any] | None, cls: type[T], fields: dict[str, Any]) -> T:
+def _replaced(options: _T | dict[str, Any] | None, cls: type[_T], fields: dict[str, Any]) -> _T:
     """`options` (an instance of cls, a dict of its fields, or None for the defaults) with `fields`
     replacing its own; an unknown name is one UserError, as on the command line."""
     if not (options is None or isinstance(options, dict | cls)):

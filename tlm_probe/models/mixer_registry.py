@@ -195,7 +195,25 @@ REFERENCE_MIXER = ROWS[0].name
 MIXERS: Registry[MixerSpec] = Registry("mixer", {row.name: row for row in ROWS}, error=ConfigError)
 """cfg.mixer -> its row, in the order of config.json's settings and the --mixer help."""
 SETTINGS = tuple(dict.fromkeys(row.settings for row in ROWS if row.settings is not None))
-"""The settings classes, each once, in registry order: TLMConfig's bases, and config.json's order."""
+"""The settings classes, each once, in registry order: MixerSettings' bases, and config.json's order."""
+
+
+@dataclass(frozen=True)
+class MixerSettings(TitansSettings, HopeSettings):
+    """Every mixer's settings in one class, TLMConfig's base. Its bases are named, not `*SETTINGS`, so that a
+    type checker knows TLMConfig's fields; _check_settings holds them to the rows' SETTINGS at import."""
+
+
+def _check_settings() -> None:
+    """MixerSettings' bases are SETTINGS, in the rows' order; a row with new settings not listed there stops
+    the import with the line to write."""
+    if MixerSettings.__bases__ != SETTINGS:
+        names = ", ".join(c.__name__ for c in SETTINGS)
+        raise RuntimeError(f"models/mixer_registry.py: MixerSettings' bases must be the rows' settings "
+                           f"classes, in their order: class MixerSettings({names})")
+
+
+_check_settings()
 MIXER_HELP = " | ".join(f"{r.name} ({r.help})" if r.help else r.name for r in ROWS)
 """TLMConfig.mixer's help: every row with its description."""
 

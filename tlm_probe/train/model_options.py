@@ -5,8 +5,10 @@ What each option is comes from the model field: `model_option(name)` gives its h
 and its default. A training option must be able to say "not given" so that a preset's value (or TLMConfig's
 default) applies: an integer field becomes `int | None` (None: not given; the help shows the model's
 default), a per-layer list a comma-separated string ("": not given), and a string or number keeps the
-model's type and default. `check_declared` holds the class to that at import: a mixer setting added to the
-registry without its option here (or an option of the wrong type) stops the import with the line to add.
+model's type and default. `check_model_options` holds the class to that at import: a mixer setting added
+to the registry without its option here (or an option of the wrong type) stops the import with the line to
+add. The mixer settings' lines are the one place outside a mixer's own modules that names them
+(tests/test_extension_rows.py allows this class body only).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions) if f.name not in MIXE
 a schedule keeps), vocab_size and max_seq_len (0: the tokenizer's / seq_len) mean something else: its own."""
 
 
-def check_declared(cls: type = ModelOptions) -> None:
+def check_model_options(cls: type = ModelOptions) -> None:
     """ModelOptions declares every mixer setting, after the model's own options, each with the annotation
     its model field's type gives (_AS_OPTION); else a RuntimeError naming the line to write."""
     declared = [f.name for f in fields(cls)]
@@ -92,7 +94,7 @@ def check_declared(cls: type = ModelOptions) -> None:
                                f"makes it {want}")
 
 
-check_declared()
+check_model_options()
 
 
 def given_model_options(options) -> dict:
