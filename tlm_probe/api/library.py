@@ -37,13 +37,11 @@ if TYPE_CHECKING:
     from tlm_probe.plotting.options import PlotOptions
     from tlm_probe.results import ProbeResult
     from tlm_probe.schedules.options import ScheduleOptions
-    from tlm_probe.train.config import TrainConfig
+    from tlm_probe.train.config import TrainConfigLike
 
 ModelLike: TypeAlias = str | Path | nn.Module | Handle | ProbeModel
 """A model as tp.load, tp.probe and tp.diff take it: a checkpoint folder, hub name, `.gguf` file or
 `FOLDER:decoder` (str or Path), a loaded nn.Module (transformers' or ours), a Handle or a ProbeModel."""
-TrainConfigLike: TypeAlias = "TrainConfig | str | Path | dict[str, Any] | None"
-"""tp.train's and tp.compare's config: a TrainConfig, a config file (YAML/JSON), its content or None."""
 
 _T = TypeVar("_T")
 _PROBE = ProbeOptions()  # the defaults load() shares with `tlm probe`

@@ -11,7 +11,7 @@ import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from tlm_probe.errors import UserError
 from tlm_probe.files.jsonfile import decode_utf8, loads_bounded
@@ -124,6 +124,10 @@ class TrainConfig(RunSection, DataSection, OptimSection, ModelSection):
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(f"unknown training option(s): {', '.join(unknown)}{hint}")
         return cls(**{k: _typed(k, v, kinds[k]) for k, v in d.items()})
+
+
+TrainConfigLike: TypeAlias = TrainConfig | str | Path | dict[str, Any] | None
+"""tp.train's and tp.compare's config: a TrainConfig, a config file (YAML/JSON/TOML), its content or None."""
 
 
 def size_matched(build, cfg: TLMConfig, target: int, multiple_of: int) -> TLMConfig:
