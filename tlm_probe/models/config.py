@@ -208,7 +208,6 @@ class TLMConfig(MixerSettings):
         return replace(self, **changes)
 
 
-
 # keys that transformers adds to config.json when the model is saved through save_pretrained
 _IGNORED_KEYS = {
     "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "tie_word_embeddings",
