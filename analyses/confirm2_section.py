@@ -1,10 +1,13 @@
 """Study 2's result as markdown (results/confirm2/section.md), from its registered tables
-(analyses.confirm2_stats); written by `python -m analyses.confirm2 collect` once every main run has finished.
+(analyses.confirm2_stats): the primary contrasts, the power and the registered secondaries (the
+learning-rate check has its own table, lr_check.csv, and page section); written by
+`python -m analyses.confirm2 collect` once every main run has finished.
 tests/test_confirm2_tables.py recomputes the numbers from the per-run files, independently of this code."""
 
 from __future__ import annotations
 
 import pandas as pd
+from scipy import stats
 
 from analyses import confirm2_stats as s2
 from analyses.confirm_section import _num, _p
@@ -24,7 +27,7 @@ def _row(df: pd.DataFrame, arm: str, c: pd.Series | None) -> str:
             f"{c['losses']} |")
 
 
-def _secondary(sec: pd.DataFrame) -> list[str]:
+def _secondary(sec: pd.DataFrame, pooled: pd.DataFrame) -> list[str]:
     rows = ["| secondary | Δ [95% CI] | p |", "|---|---|---|"]
     for _, r in sec.iterrows():
         what = (f"{r['arm']} − {r['baseline']}, " +
@@ -32,6 +35,11 @@ def _secondary(sec: pd.DataFrame) -> list[str]:
                  else "primary outcome"))
         rows.append(f"| {what} | {_num(r['diff_mean'], 4)} [{_num(r['ci_low'], 4)}, {_num(r['ci_high'], 4)}] "
                     f"| {_p(r['p'])} |")
+    for _, r in pooled.iterrows():
+        half = stats.t.ppf(0.975, r["dof"]) * r["se"]
+        rows.append(f"| {r['arm']} − uniform, pooled model (NLL ~ arm + seed, all three arms) | "
+                    f"{_num(r['coef'], 4)} [{_num(r['coef'] - half, 4)}, {_num(r['coef'] + half, 4)}] | "
+                    f"{_p(r['p'])} |")
     return rows
 
 
@@ -42,16 +50,8 @@ def _power(power: dict) -> str:
             f"{power['power_for_study1_effect']:.0%} power at that SD.")
 
 
-def _lr(table: pd.DataFrame) -> list[str]:
-    rows = ["| arm | seed | learning rate | validation NLL | Δ vs 3e-3 |", "|---|---|---|---|---|"]
-    rows += [f"| {r.arm} | {r.seed} | {r.lr} | {r.val_nll:.4f} | {_num(r.diff, 4)} |"
-             for r in table.itertuples()]
-    return rows
-
-
 def section(df: pd.DataFrame, summary: dict) -> list[str]:
     contrasts = s2.contrasts(df).set_index("arm")
     table = [HEADER, "|---|---|---|---|---|---|---|---|", _row(df, s2.BASELINE, None),
              *[_row(df, a, contrasts.loc[a]) for a in contrasts.index]]
-    return [*table, "", _power(summary["power"]), "", *_secondary(s2.secondary(df)), "",
-            *_lr(s2.lr_table(df))]
+    return [*table, "", _power(summary["power"]), "", *_secondary(s2.secondary(df), s2.pooled_model(df))]

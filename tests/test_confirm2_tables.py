@@ -6,6 +6,7 @@ runs are committed, the committed tables are checked against the per-run files."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -245,3 +246,141 @@ def test_the_pages_bit_for_bit_check_is_the_committed_files():
     assert f"at step 30 and ended {prefix[1] - prefix[0]:.3f} nats away on its outcome" in readme
     how_to = " ".join((ROOT / "docs" / "how-to" / "compare.md").read_text().split())
     assert f"at step 30 and ended {prefix[1] - prefix[0]:.3f} nats away on its test outcome" in how_to
+
+
+TAU = 0.024  # study 1's registered win threshold, kept by study 2's pre-registration ("Wins")
+
+
+def _printed(cells: str) -> list[float]:
+    """The numbers a table row or sentence prints, in order (widths in backticks left out)."""
+    text = re.sub(r"`[^`]*`", "", cells).replace("−", "-")
+    return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)]
+
+
+def _shown(printed: float, value: float, text: str) -> bool:
+    """`printed` equals `value` to the last digit `text` shows it with."""
+    mant = text.lower().split("e")[0]
+    unit = 10.0 ** -(len(mant.split(".")[1]) if "." in mant else 0)
+    if "e" in text.lower():
+        unit *= 10.0 ** int(text.lower().split("e")[1])
+    return abs(printed - value) <= 0.5 * unit * (1 + 1e-9) + 1e-12
+
+
+def _assert_row(line: str, expected: list[float], what: str) -> None:
+    text = re.sub(r"`[^`]*`", "", line).replace("−", "-")
+    raw = re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)
+    assert len(raw) == len(expected), (what, raw, expected)
+    for r, e in zip(raw, expected, strict=True):
+        assert _shown(float(r), e, r), (what, r, e)
+
+
+def _scores(results: Path) -> pd.DataFrame:
+    """Every run's outcomes straight from its files: run.json names arm, seed and rate."""
+    rows = []
+    for info_path in sorted((results / "runs").glob("*/run.json")):
+        info = json.loads(info_path.read_text())
+        rows.append({"arm": info["arm"], "seed": int(info["seed"]), "lr": info["lr"],
+                     "test": _nll(info_path.parent / "test.csv"),
+                     "prefix": _nll(info_path.parent / "test_prefix.csv"),
+                     "val": _nll(info_path.parent / "val.csv"),
+                     "widths": json.loads((info_path.parent / "config.json").read_text())["d_ff"]})
+    return pd.DataFrame(rows)
+
+
+def _power(dz: float, n: int, alpha: float) -> float:
+    """Two-sided paired t-test power: the noncentral t's mass beyond both critical values."""
+    crit, nc = stats.t.ppf(1 - alpha / 2, n - 1), dz * np.sqrt(n)
+    return float(stats.nct.sf(crit, n - 1, nc) + np.nan_to_num(stats.nct.cdf(-crit, n - 1, nc)))
+
+
+def _check_main_table(lines: list[str], main: pd.DataFrame) -> pd.DataFrame:
+    """The arms' rows: widths, mean ± SD, and each contrast's Δ [CI], d_z, p, Holm p, wins/ties/losses."""
+    first = {arm: next(x for x in lines if x.startswith(f"| {arm} |")) for arm in ["uniform", *c2.CONTRASTS]}
+    test = main.pivot(index="seed", columns="arm", values="test")
+    assert list(test.index) == list(c2.SEEDS) and not test.isna().any().any()
+    for arm, line in first.items():
+        assert f"`{','.join(map(str, main.loc[main['arm'] == arm, 'widths'].iloc[0]))}`" in line
+    _assert_row(first["uniform"], [test["uniform"].mean(), test["uniform"].std(ddof=1)], "uniform")
+    p = np.array([stats.ttest_rel(test[a], test["uniform"]).pvalue for a in c2.CONTRASTS])
+    for arm, p_arm, p_holm in zip(c2.CONTRASTS, p, _holm(p), strict=True):
+        d = test[arm] - test["uniform"]
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        wins, losses = int((d < -TAU).sum()), int((d > TAU).sum())
+        counts = [wins, len(d) - wins - losses, losses]
+        _assert_row(first[arm], [test[arm].mean(), test[arm].std(ddof=1), d.mean(), lo, hi,
+                                 d.mean() / d.std(ddof=1), p_arm, p_holm, *counts], arm)
+    return test
+
+
+def _check_power(lines: list[str], test: pd.DataFrame) -> None:
+    from scipy.optimize import brentq
+
+    n, alpha = len(test), 0.05 / len(c2.CONTRASTS)
+    sd = float(np.median([(test[a] - test["uniform"]).std(ddof=1) for a in c2.CONTRASTS]))
+    dz = brentq(lambda z: _power(z, n, alpha) - 0.8, 0.05, 2.0)
+    study1 = 100 * _power(0.026616 / sd, n, alpha)  # study 1's probe-derived - uniform (its contrasts.csv)
+    sentence = next(x for x in lines if x.startswith("Power:"))
+    _assert_row(sentence, [n, alpha, dz, 80, dz * sd, sd, 1, -0.0266, study1], "power")
+
+
+def _check_secondary(lines: list[str], main: pd.DataFrame) -> None:
+    prefix = main.pivot(index="seed", columns="arm", values="prefix")
+    test = main.pivot(index="seed", columns="arm", values="test")
+    rows = [(a, "uniform", prefix, f"| {a} − uniform, first 262,144 test tokens") for a in c2.CONTRASTS]
+    for arm, base, table, label in [*rows, ("probe-derived", "wide-first", test,
+                                            "| probe-derived − wide-first, primary outcome")]:
+        d = table[arm] - table[base]
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        line = next(x for x in lines if x.startswith(label))
+        p = stats.ttest_rel(table[arm], table[base]).pvalue
+        _assert_row("|".join(line.split("|")[2:]), [d.mean(), lo, hi, p], label)
+
+
+def _check_pooled(lines: list[str], main: pd.DataFrame) -> None:
+    """nll ~ arm + seed over the three arms, as the balanced two-way ANOVA without interaction."""
+    wide = main.pivot(index="seed", columns="arm", values="test")
+    y = wide[["uniform", *c2.CONTRASTS]].to_numpy()
+    resid = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+    dof = (y.shape[0] - 1) * (y.shape[1] - 1)
+    se = np.sqrt((resid**2).sum() / dof * 2 / y.shape[0])
+    for j, arm in enumerate(c2.CONTRASTS, start=1):
+        coef = y[:, j].mean() - y[:, 0].mean()
+        half = stats.t.ppf(0.975, dof) * se
+        line = next(x for x in lines if x.startswith(f"| {arm} − uniform, pooled model"))
+        _assert_row("|".join(line.split("|")[2:]),
+                    [coef, coef - half, coef + half, 2 * stats.t.sf(abs(coef / se), dof)], line)
+
+
+def _check_result_section(section: str, results: Path) -> None:
+    """Every number of study 2's result section, recomputed from the per-run files (not analyses/)."""
+    runs = _scores(results)
+    main = runs[(runs["lr"] == c2.MAIN_LR) & runs["arm"].isin(["uniform", *c2.CONTRASTS])]
+    lines = section.splitlines()
+    test = _check_main_table(lines, main)
+    _check_power(lines, test)
+    _check_secondary(lines, main)
+    _check_pooled(lines, main)
+
+
+def test_the_result_check_recomputes_a_synthetic_section_and_catches_a_wrong_digit(tmp_path):
+    _fake_study(tmp_path, {"probe-derived": -0.03, "wide-first": -0.01}, c2.jobs())
+    s2.write_all(tmp_path)
+    section = (tmp_path / "section.md").read_text()
+    _check_result_section(section, tmp_path)
+    line = next(x for x in section.splitlines() if x.startswith("| wide-first |"))
+    cells = line.split("|")
+    cells[4] = cells[4].replace(cells[4].split("[")[0].strip(), "−0.9999", 1)  # a wrong mean difference
+    with pytest.raises(AssertionError):
+        _check_result_section(section.replace(line, "|".join(cells)), tmp_path)
+
+
+def test_the_studies_page_shows_the_result_only_once_every_main_run_is_in():
+    """docs/studies/study2.md has no result section before the 78th main run (no interim look); after it,
+    every number of its result section is recomputed from the committed per-run files."""
+    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
+    complete = s2.is_complete(s2.load_runs(RESULTS))
+    assert ("## The result" in page) is complete
+    if complete:
+        start = page.index("## The result")
+        end = page.find("\n## ", start + 1)
+        _check_result_section(page[start:] if end < 0 else page[start:end], RESULTS)
