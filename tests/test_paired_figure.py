@@ -174,3 +174,23 @@ def test_a_paired_arm_without_runs_is_one_line(comparison, tmp_path):
     bad = CliRunner().invoke(app, argv)
     assert bad.exit_code == 1 and "pairs 'hourglass', but results.csv holds no run" in bad.output, bad.output
     assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("size", [(1000, 620), (1200, 800), (640, 480)])
+def test_tick_labels_of_a_study_sized_spread_never_touch(size):
+    """26 seeds spread over ±0.09 nats (study 2's scale): matplotlib's own locator put a tick every 0.025
+    at 1000 px, and the labels (−0.075, −0.050, ...) ran into each other."""
+    from figure_text import cut, overlaps
+
+    from tlm_probe.plotting.paired import plot_paired
+
+    rng = np.random.default_rng(0)
+    diffs = pd.DataFrame([{"arm": arm, "baseline": "uniform", "seed": s, "diff": rng.uniform(-0.092, 0.079)}
+                          for arm in ("probe-derived", "wide-first") for s in range(9, 35)])
+    summary = pd.DataFrame([{"arm": a, "baseline": "uniform", "n_pairs": 26, "delta": -0.017,
+                             "ci_low": -0.033, "ci_high": -0.001, "p": 0.036, "p_holm": 0.072}
+                            for a in ("probe-derived", "wide-first")])
+    fig = plot_paired(diffs, summary, "test_nll", size=size, title="Study 2: each arm − uniform")
+    assert not overlaps(fig, ("xtick",)), overlaps(fig, ("xtick",))
+    assert not cut(fig), cut(fig)
+    assert len([t for t in fig.axes[0].get_xticks() if -0.1 <= t <= 0.09]) >= (3 if size[0] >= 1000 else 2)

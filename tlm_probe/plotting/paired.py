@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from tlm_probe.errors import UserError
 from tlm_probe.plotting.arms import style_for
@@ -56,6 +57,9 @@ def plot_paired(diffs: pd.DataFrame, summary: pd.DataFrame, metric: str = "val_l
         ax.set_yticks([y for y, _ in labels], [text for _, text in labels], fontsize="small")
         ax.set_ylim(-0.6, len(summary) - 0.4)
         ax.margins(x=0.08)  # a dot at the edge stays whole
+        # at most one tick per 1.33 inches of figure: labels such as −0.075 never run into each other
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=max(3, int(fig.get_figwidth() * 0.75)),
+                                               steps=[1, 2, 2.5, 5, 10]))
         ax.grid(axis="y", visible=False)
         base = "its baseline" if several else str(summary["baseline"].iloc[0])
         width = text_width(fig)
