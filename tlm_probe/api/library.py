@@ -249,7 +249,7 @@ def _replaced(options: _T | dict[str, Any] | None, cls: type[_T], fields: dict[s
     for name in COMMA_LISTS:
         words = ours.get(name)
         if isinstance(words, list | tuple) and all(isinstance(w, str) for w in words):
-            ours[name] = ",".join(words)
+            ours[name] = _listed(words)
     return dataclasses.replace(cls() if options is None or isinstance(options, dict) else options, **ours)
 
 
@@ -304,7 +304,7 @@ def compare(schedules: str | list[str] | None = None, seeds: str | list[int] = "
     return result | write_figures(folder, sweep=bool(shapes))
 
 
-def _listed(value: str | list[str] | list[int] | None) -> str | None:
+def _listed(value: str | list[str] | list[int] | tuple[str, ...] | None) -> str | None:
     """A list as the command line's comma-separated text; text or None as is."""
     return ",".join(map(str, value)) if isinstance(value, list | tuple) else value
 
