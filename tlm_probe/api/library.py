@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, overload
 
-from torch import nn
+import torch
 
 from tlm_probe.api.handle import Handle
 from tlm_probe.api_names import renamed_keywords
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tlm_probe.schedules.options import ScheduleOptions
     from tlm_probe.train.config import TrainConfigLike
 
-ModelLike: TypeAlias = str | Path | nn.Module | Handle | ProbeModel
+ModelLike: TypeAlias = str | Path | torch.nn.Module | Handle | ProbeModel
 """A model as tp.load, tp.probe and tp.diff take it: a checkpoint folder, hub name, `.gguf` file or
 `FOLDER:decoder` (str or Path), a loaded nn.Module (transformers' or ours), a Handle or a ProbeModel."""
 
