@@ -384,3 +384,25 @@ def test_the_studies_page_shows_the_result_only_once_every_main_run_is_in():
         start = page.index("## The result")
         end = page.find("\n## ", start + 1)
         _check_result_section(page[start:] if end < 0 else page[start:end], RESULTS)
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}".replace("-", "−")
+
+
+def test_the_readme_quotes_study_2_only_once_every_main_run_is_in():
+    """Before the 78th main run the README calls study 2 running and quotes none of its test scores; after
+    it, the README quotes both contrasts as the per-run files give them (Δ [95% CI], Holm p)."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    if not s2.is_complete(s2.load_runs(RESULTS)):
+        assert "pre-registered and running" in readme
+        return
+    runs = _scores(RESULTS)
+    main = runs[(runs["lr"] == c2.MAIN_LR) & runs["arm"].isin(["uniform", *c2.CONTRASTS])]
+    test = main.pivot(index="seed", columns="arm", values="test")
+    p = np.array([stats.ttest_rel(test[a], test["uniform"]).pvalue for a in c2.CONTRASTS])
+    for arm, p_holm in zip(c2.CONTRASTS, _holm(p), strict=True):
+        d = test[arm] - test["uniform"]
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        quote = f"{arm} {_signed(d.mean())} nats [{_signed(lo)}, {_signed(hi)}], Holm p {p_holm:.2g}"
+        assert quote in readme, quote
