@@ -6,13 +6,13 @@ runs are committed, the committed tables are checked against the per-run files."
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from test_confirm_readme import _close, _numbers
 
 from analyses import confirm2 as c2
 from analyses import confirm2_stats as s2
@@ -251,27 +251,12 @@ def test_the_pages_bit_for_bit_check_is_the_committed_files():
 TAU = 0.024  # study 1's registered win threshold, kept by study 2's pre-registration ("Wins")
 
 
-def _printed(cells: str) -> list[float]:
-    """The numbers a table row or sentence prints, in order (widths in backticks left out)."""
-    text = re.sub(r"`[^`]*`", "", cells).replace("−", "-")
-    return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)]
-
-
-def _shown(printed: float, value: float, text: str) -> bool:
-    """`printed` equals `value` to the last digit `text` shows it with."""
-    mant = text.lower().split("e")[0]
-    unit = 10.0 ** -(len(mant.split(".")[1]) if "." in mant else 0)
-    if "e" in text.lower():
-        unit *= 10.0 ** int(text.lower().split("e")[1])
-    return abs(printed - value) <= 0.5 * unit * (1 + 1e-9) + 1e-12
-
-
 def _assert_row(line: str, expected: list[float], what: str) -> None:
-    text = re.sub(r"`[^`]*`", "", line).replace("−", "-")
-    raw = re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)
+    """Every number `line` prints (widths in backticks left out) equals `expected` to the digit shown."""
+    raw = _numbers(line)
     assert len(raw) == len(expected), (what, raw, expected)
     for r, e in zip(raw, expected, strict=True):
-        assert _shown(float(r), e, r), (what, r, e)
+        assert _close(r, e), (what, r, e)
 
 
 def _scores(results: Path) -> pd.DataFrame:
@@ -293,10 +278,9 @@ def _power(dz: float, n: int, alpha: float) -> float:
     return float(stats.nct.sf(crit, n - 1, nc) + np.nan_to_num(stats.nct.cdf(-crit, n - 1, nc)))
 
 
-def _check_main_table(lines: list[str], main: pd.DataFrame) -> pd.DataFrame:
+def _check_main_table(lines: list[str], main: pd.DataFrame, test: pd.DataFrame) -> None:
     """The arms' rows: widths, mean ± SD, and each contrast's Δ [CI], d_z, p, Holm p, wins/ties/losses."""
     first = {arm: next(x for x in lines if x.startswith(f"| {arm} |")) for arm in ["uniform", *c2.CONTRASTS]}
-    test = main.pivot(index="seed", columns="arm", values="test")
     assert list(test.index) == list(c2.SEEDS) and not test.isna().any().any()
     for arm, line in first.items():
         assert f"`{','.join(map(str, main.loc[main['arm'] == arm, 'widths'].iloc[0]))}`" in line
@@ -309,7 +293,6 @@ def _check_main_table(lines: list[str], main: pd.DataFrame) -> pd.DataFrame:
         counts = [wins, len(d) - wins - losses, losses]
         _assert_row(first[arm], [test[arm].mean(), test[arm].std(ddof=1), d.mean(), lo, hi,
                                  d.mean() / d.std(ddof=1), p_arm, p_holm, *counts], arm)
-    return test
 
 
 def _check_power(lines: list[str], test: pd.DataFrame) -> None:
@@ -323,9 +306,8 @@ def _check_power(lines: list[str], test: pd.DataFrame) -> None:
     _assert_row(sentence, [n, alpha, dz, 80, dz * sd, sd, 1, -0.0266, study1], "power")
 
 
-def _check_secondary(lines: list[str], main: pd.DataFrame) -> None:
+def _check_secondary(lines: list[str], main: pd.DataFrame, test: pd.DataFrame) -> None:
     prefix = main.pivot(index="seed", columns="arm", values="prefix")
-    test = main.pivot(index="seed", columns="arm", values="test")
     rows = [(a, "uniform", prefix, f"| {a} − uniform, first 262,144 test tokens") for a in c2.CONTRASTS]
     for arm, base, table, label in [*rows, ("probe-derived", "wide-first", test,
                                             "| probe-derived − wide-first, primary outcome")]:
@@ -336,10 +318,9 @@ def _check_secondary(lines: list[str], main: pd.DataFrame) -> None:
         _assert_row("|".join(line.split("|")[2:]), [d.mean(), lo, hi, p], label)
 
 
-def _check_pooled(lines: list[str], main: pd.DataFrame) -> None:
+def _check_pooled(lines: list[str], test: pd.DataFrame) -> None:
     """nll ~ arm + seed over the three arms, as the balanced two-way ANOVA without interaction."""
-    wide = main.pivot(index="seed", columns="arm", values="test")
-    y = wide[["uniform", *c2.CONTRASTS]].to_numpy()
+    y = test[["uniform", *c2.CONTRASTS]].to_numpy()
     resid = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
     dof = (y.shape[0] - 1) * (y.shape[1] - 1)
     se = np.sqrt((resid**2).sum() / dof * 2 / y.shape[0])
@@ -351,15 +332,21 @@ def _check_pooled(lines: list[str], main: pd.DataFrame) -> None:
                     [coef, coef - half, coef + half, 2 * stats.t.sf(abs(coef / se), dof)], line)
 
 
-def _check_result_section(section: str, results: Path) -> None:
-    """Every number of study 2's result section, recomputed from the per-run files (not analyses/)."""
+def _main_runs(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The main runs' files, and their primary outcome as a seed x arm table."""
     runs = _scores(results)
     main = runs[(runs["lr"] == c2.MAIN_LR) & runs["arm"].isin(["uniform", *c2.CONTRASTS])]
+    return main, main.pivot(index="seed", columns="arm", values="test")
+
+
+def _check_result_section(section: str, results: Path) -> None:
+    """Every number of study 2's result section, recomputed from the per-run files (not analyses/)."""
+    main, test = _main_runs(results)
     lines = section.splitlines()
-    test = _check_main_table(lines, main)
+    _check_main_table(lines, main, test)
     _check_power(lines, test)
-    _check_secondary(lines, main)
-    _check_pooled(lines, main)
+    _check_secondary(lines, main, test)
+    _check_pooled(lines, test)
 
 
 def test_the_result_check_recomputes_a_synthetic_section_and_catches_a_wrong_digit(tmp_path):
@@ -397,9 +384,7 @@ def test_the_readme_quotes_study_2_only_once_every_main_run_is_in():
     if not s2.is_complete(s2.load_runs(RESULTS)):
         assert "pre-registered and running" in readme
         return
-    runs = _scores(RESULTS)
-    main = runs[(runs["lr"] == c2.MAIN_LR) & runs["arm"].isin(["uniform", *c2.CONTRASTS])]
-    test = main.pivot(index="seed", columns="arm", values="test")
+    _, test = _main_runs(RESULTS)
     p = np.array([stats.ttest_rel(test[a], test["uniform"]).pvalue for a in c2.CONTRASTS])
     for arm, p_holm in zip(c2.CONTRASTS, _holm(p), strict=True):
         d = test[arm] - test["uniform"]
