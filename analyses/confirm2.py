@@ -206,10 +206,13 @@ def run(opts) -> None:
 
 
 def collect(opts) -> None:
-    from analyses import confirm2_stats, paired_figure
+    """Study 2's tables (and figure, once complete), then study 1's re-score's, where its runs are."""
+    from analyses import confirm2_stats, confirm_rescore, confirm_rescore_stats, paired_figure
 
     if confirm2_stats.write_all(opts.results):  # every main run is in: the contrasts, seed by seed
         paired_figure.draw("confirm2", opts.results)
+    if (confirm_rescore.results_of(opts) / "runs").is_dir():
+        confirm_rescore_stats.write_all(confirm_rescore.results_of(opts))
 
 
 def main() -> None:

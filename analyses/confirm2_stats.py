@@ -22,7 +22,17 @@ import pandas as pd
 from scipy import stats
 
 from analyses.confirm2 import ARMS, CONTRASTS, LR_CHECK, MAIN_LR, SCORES, SEEDS
-from analyses.confirm_stats import ALPHA, TAU, _ols, _seed_dummies, centroid, detectable_dz, holm, power_of
+from analyses.confirm_stats import (
+    ALPHA,
+    TAU,
+    _ols,
+    _seed_dummies,
+    centroid,
+    detectable_dz,
+    holm,
+    power_of,
+    token_nll,
+)
 
 BASELINE = "uniform"
 OUTCOMES = {"test.csv": "test_nll", "test_prefix.csv": "test_prefix_nll", "val.csv": "val_nll"}
@@ -37,18 +47,13 @@ def load_runs(results: Path) -> pd.DataFrame:
     for info_path in sorted((results / "runs").glob("*/run.json")):
         run = info_path.parent
         info, cfg = json.loads(info_path.read_text()), json.loads((run / "config.json").read_text())
-        scores = {col: _nll(run / name) for name, col in OUTCOMES.items()}
+        scores = {col: token_nll(run / name) for name, col in OUTCOMES.items()}
         widths = [int(w) for w in cfg["d_ff"]]
         rows.append({"name": run.name, "arm": info["arm"], "seed": int(info["seed"]), "lr": info["lr"],
                      **scores, "documents": _documents(run / "test.csv"), "started": info["started"],
                      "ended": info["ended"], "model_sha256": info["model_sha256"], "widths": widths,
                      "centroid": centroid(widths)})
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
-
-
-def _nll(path: Path) -> float:
-    t = pd.read_csv(path)
-    return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
 
 
 def _documents(path: Path) -> str:

@@ -41,14 +41,19 @@ def load_runs(results: Path) -> pd.DataFrame:
         run = folder.parent
         cfg = json.loads((run / "config.json").read_text())
         info = json.loads((run / "run.json").read_text())
-        test = pd.read_csv(folder)
-        nll = float(test.loc[test["metric"] == "token_nll", "value"].iloc[0])
+        nll = token_nll(folder)
         widths = _widths(cfg)
         rows.append({"name": run.name, "arm": _arm(run.name), "seed": int(run.name.rsplit("-s", 1)[1]),
                      "lr": _lr(run.name),
                      "source": run.name.startswith("source-"), "test_nll": nll,
                      "val_loss": _final_val(info), "widths": widths, "centroid": centroid(widths)})
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def token_nll(path: Path) -> float:
+    """The mean next-token NLL of a `tlm eval` results table."""
+    t = pd.read_csv(path)
+    return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
 
 
 def _widths(cfg: dict) -> list[int]:
@@ -105,6 +110,10 @@ def paired(df: pd.DataFrame, arm: str, baseline: str = BASELINE) -> pd.Series:
     return (wide[arm] - wide[baseline]).dropna()
 
 
+PRIMARY_COLUMNS = ["arm", "n_pairs", "diff_mean", "diff_sd", "ci_low", "ci_high", "d_z", "t", "p", "wins",
+                   "losses", "ties", "p_holm"]
+
+
 def primary_contrasts(df: pd.DataFrame) -> pd.DataFrame:
     runs, rows = main_runs(df), []
     for arm in PRIMARY:
@@ -119,9 +128,8 @@ def primary_contrasts(df: pd.DataFrame) -> pd.DataFrame:
                      "ci_high": mean + half, "d_z": mean / sd if sd > 0 else float("nan"), "t": float(t),
                      "p": float(p), "wins": int((d < -TAU).sum()), "losses": int((d > TAU).sum()),
                      "ties": int((d.abs() <= TAU).sum())})
-    out = pd.DataFrame(rows)
-    if not out.empty:
-        out["p_holm"] = holm(out["p"].tolist())
+    out = pd.DataFrame(rows, columns=PRIMARY_COLUMNS[:-1])
+    out["p_holm"] = holm(out["p"].tolist())
     return out
 
 

@@ -1,0 +1,158 @@
+"""Study 1 re-scored (issue 44 part 4): its re-trained runs' contrasts, recomputed from the per-run files
+independently of analyses/ (scipy's paired t-test, a hand Holm step-down, scipy's noncentral t for power),
+first on a synthetic complete re-score, then on the committed one once all 36 runs are in; and that no
+contrast is computed or shown before then."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from scipy.optimize import brentq
+from test_confirm2_tables import _assert_row, _holm, _nll, _power
+from test_confirm_readme import _numbers
+
+from analyses import confirm_rescore_stats as rs
+from analyses.confirm_section import _num
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY1 = ROOT / "analyses" / "results" / "confirm"
+PAGE = ROOT / "docs" / "studies" / "study2.md"
+HEADING = "## Study 1 re-scored: the result"
+ARMS = {"uniform": "uniform", "cosine 1.5→0.5": "cosine_1.5_0.5", "hourglass": "hourglass",
+        "probe-derived": "probe-derived"}
+"""The section's row label -> study 1's run-folder name of the arm."""
+RUN_ARM = {"uniform": "uniform", "cosine_1.5_0.5": "cosine:1.5:0.5", "hourglass": "hourglass",
+           "probe-derived": "probe-derived.json"}
+"""Run-folder name -> the arm its run.json names (study 1's job arms)."""
+WIDTHS = {"uniform": [256] * 9, "cosine_1.5_0.5": [384, 384, 352, 320, 256, 192, 160, 128, 128],
+          "hourglass": [416, 320, 256, 224, 192, 128, 128, 224, 416],
+          "probe-derived": [512, 256, 64, 96, 96, 192, 224, 352, 512]}
+
+
+def _write_scores(folder: Path, scores: dict[str, float], arm: str, seed: int) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"d_ff": WIDTHS[arm], "n_layers": 9}))
+    (folder / "run.json").write_text(json.dumps({"seed": seed, "arm": RUN_ARM[arm], "lr": "3e-3",
+                                                 "val_loss": 3.7, "started": "t0", "ended": "t1",
+                                                 "model_sha256": "0" * 64}))
+    for name, value in scores.items():
+        pd.DataFrame([{"metric": "token_nll", "value": value}]).to_csv(folder / name, index=False)
+
+
+def _fake(study1: Path, runs: int = 36, prefix: bool = True) -> None:
+    """Study 1's runs (its outcome, test.csv) and `runs` of its re-trained runs (both outcomes)."""
+    rng = np.random.default_rng(1)
+    effect = {"uniform": 0.0, "cosine_1.5_0.5": 0.01, "hourglass": 0.0, "probe-derived": -0.04}
+    jobs = [(arm, seed) for seed in range(9) for arm in ARMS.values()]
+    for k, (arm, seed) in enumerate(jobs):
+        base = 2.9 + effect[arm] + 0.03 * np.sin(seed)
+        _write_scores(study1 / "runs" / f"{arm}-s{seed}", {"test.csv": base + rng.normal(0, 0.02)}, arm, seed)
+        if k < runs:
+            scores = {"test.csv": base + 0.05 + rng.normal(0, 0.03)}
+            if prefix:
+                scores["test_prefix.csv"] = base + rng.normal(0, 0.02)
+            _write_scores(study1 / "rescore" / "runs" / f"{arm}-s{seed}", scores, arm, seed)
+    from analyses import confirm_stats as cs
+
+    cs.primary_contrasts(cs.load_runs(study1)).to_csv(study1 / "contrasts.csv", index=False)
+
+
+def _table(runs: Path, name: str) -> pd.DataFrame:
+    """seed x arm (folder names) of one outcome, straight from the run folders."""
+    rows = [{"arm": f.name.rsplit("-s", 1)[0], "seed": int(f.name.rsplit("-s", 1)[1]), "nll": _nll(f / name)}
+            for f in sorted(runs.iterdir()) if f.is_dir() and "-" in f.name and not f.name.startswith("lr")
+            and not f.name.startswith("source-")]
+    return pd.DataFrame(rows).pivot(index="seed", columns="arm", values="nll")
+
+
+def _contrast_cells(t: pd.DataFrame) -> dict[str, list[float]]:
+    """Per arm: Δ, 95% CI, p and Holm p over the three arms, as the section prints them."""
+    arms = [a for a in ARMS.values() if a != "uniform"]
+    p = np.array([stats.ttest_rel(t[a], t["uniform"]).pvalue for a in arms])
+    out = {}
+    for arm, p_arm, p_holm in zip(arms, p, _holm(p), strict=True):
+        d = t[arm] - t["uniform"]
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        out[arm] = [d.mean(), lo, hi, p_arm, p_holm]
+    return out
+
+
+def _check_section(section: str, study1: Path) -> None:
+    """Every number of the re-score's section, from study 1's and the re-trained runs' files."""
+    rescored = study1 / "rescore" / "runs"
+    tables = [_table(study1 / "runs", "test.csv"), _table(rescored, "test_prefix.csv"),
+              _table(rescored, "test.csv")]
+    assert all(list(t.index) == list(range(9)) and not t.isna().any().any() for t in tables)
+    cells = [_contrast_cells(t) for t in tables]
+    lines = section.splitlines()
+    for label, arm in list(ARMS.items())[1:]:
+        line = next(x for x in lines if x.startswith(f"| {label} |"))
+        _assert_row("|".join(line.split("|")[2:]), [v for c in cells for v in c[arm]], label)
+    uniform = [tables[k]["uniform"] for k in (1, 2)]
+    sentence = next(x for x in lines if x.startswith("Each cell:"))
+    _assert_row(sentence, [95, 9, uniform[0].mean(), uniform[0].std(ddof=1), 1, uniform[1].mean(),
+                           uniform[1].std(ddof=1), 2], "uniform")
+    sd = float(np.median([(tables[2][a] - tables[2]["uniform"]).std(ddof=1) for a in cells[2]]))
+    dz = brentq(lambda z: _power(z, 9, 0.05 / 3) - 0.8, 0.05, 3.0)
+    power = next(x for x in lines if x.startswith("Power of the re-score:"))
+    _assert_row(power, [9, 0.05, 3, dz, 80, dz * sd, sd], "power")
+
+
+def test_the_rescore_check_recomputes_a_synthetic_section_and_catches_a_wrong_digit(tmp_path):
+    _fake(tmp_path)
+    out = rs.write_all(tmp_path / "rescore")
+    assert len(out["contrasts"]) == 6 and set(out["contrasts"]["outcome"]) == {"test_nll", "test_prefix_nll"}
+    section = (tmp_path / "rescore" / "section.md").read_text()
+    _check_section(section, tmp_path)
+    row = next(x for x in section.splitlines() if x.startswith("| cosine"))
+    delta = _numbers(row.split("|")[2])[0]  # the first cell's Δ, one unit of its last digit off
+    wrong = section.replace(row, row.replace(delta.replace("-", "−"), _num(float(delta) + 1e-4, 4), 1))
+    assert wrong != section
+    with pytest.raises(AssertionError):
+        _check_section(wrong, tmp_path)
+    runs = pd.read_csv(tmp_path / "rescore" / "runs.csv")
+    assert len(runs) == 36 and {"test_nll", "test_prefix_nll"} <= set(runs.columns)
+
+
+@pytest.mark.parametrize(("runs", "prefix"), [(35, True), (36, False)])
+def test_no_contrast_before_all_36_are_in_and_scored_on_both_outcomes(tmp_path, runs, prefix):
+    _fake(tmp_path, runs=runs, prefix=prefix)
+    assert rs.write_all(tmp_path / "rescore") == {}
+    folder = tmp_path / "rescore"
+    assert not (folder / "contrasts.csv").exists() and not (folder / "section.md").exists()
+    table = pd.read_csv(folder / "runs.csv")
+    assert len(table) == runs and not {"test_nll", "test_prefix_nll"} & set(table.columns)
+    status = (folder / "STATUS.md").read_text()
+    assert f"finished: {runs} of 36" in status
+    assert f"too (analyses.rescore_prefix): {runs * prefix} of 36" in status
+    assert "No contrast is computed until" in status
+
+
+def test_the_committed_rescore_tables_are_the_per_run_files(tmp_path):
+    """What collect writes from the committed run folders is what is committed."""
+    copy = tmp_path / "rescore"
+    shutil.copytree(STUDY1 / "rescore", copy)
+    shutil.copyfile(STUDY1 / "contrasts.csv", tmp_path / "contrasts.csv")
+    rs.write_all(copy)
+    for name in ("runs.csv", "STATUS.md", "contrasts.csv", "section.md"):
+        mine, committed = copy / name, STUDY1 / "rescore" / name
+        assert mine.is_file() == committed.is_file(), name
+        if mine.is_file():
+            assert mine.read_bytes() == committed.read_bytes(), name
+
+
+def test_the_studies_page_shows_the_rescore_only_once_complete():
+    page = PAGE.read_text()
+    section = STUDY1 / "rescore" / "section.md"
+    if not section.is_file():
+        assert HEADING not in page
+        return
+    shown = page[page.index(HEADING):]
+    assert section.read_text().strip() in shown
+    _check_section(shown, STUDY1)
