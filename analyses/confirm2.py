@@ -211,8 +211,9 @@ def collect(opts) -> None:
 
     if confirm2_stats.write_all(opts.results):  # every main run is in: the contrasts, seed by seed
         paired_figure.draw("confirm2", opts.results)
-    if (confirm_rescore.results_of(opts) / "runs").is_dir():
-        confirm_rescore_stats.write_all(confirm_rescore.results_of(opts))
+    rescore = confirm_rescore.results_of(opts)
+    if (rescore / "runs").is_dir() and confirm_rescore_stats.write_all(rescore):
+        paired_figure.draw("rescore", rescore)
 
 
 def main() -> None:

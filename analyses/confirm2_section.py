@@ -12,7 +12,8 @@ from scipy import stats
 from analyses import confirm2_stats as s2
 from analyses.confirm_section import _num, _p
 
-HEADER = "| arm | test NLL, mean ± SD | Δ vs uniform [95% CI] | d_z | p | p (Holm, 2) | wins / ties / losses |"
+HEADER = ("| arm | test NLL, mean ± SD | Δ vs uniform [95% CI] | d_z | p | p (Holm, 2) | "
+          "wins / ties / losses |")
 """The arms' widths are in the page's design table, not here: eight columns did not fit the page."""
 
 

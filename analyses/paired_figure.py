@@ -4,8 +4,9 @@ study's contrasts.csv; the dots from its runs.csv, and they must average to the 
 
     python -m analyses.paired_figure confirm     # -> results/confirm/paired.png (study 1)
     python -m analyses.paired_figure confirm2    # -> results/confirm2/paired.png, once every run is in
+    python -m analyses.paired_figure rescore     # -> results/confirm/rescore/paired.png (study 1 re-trained)
 
-`python -m analyses.confirm2 collect` draws study 2's once its contrasts exist.
+`python -m analyses.confirm2 collect` draws study 2's and the re-score's once their contrasts exist.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ BASELINE, MAIN_LR, OUTCOME = "uniform", "3e-3", "test_nll"
 class Study:
     folder: str
     title: str
+    outcome: str | None = None
+    """contrasts.csv's `outcome` whose rows are drawn, where the table holds several (the re-score)."""
 
 
 STUDIES = {
@@ -38,16 +41,22 @@ STUDIES = {
     "confirm2": Study("confirm2", "Study 2: each arm − uniform, same seed, on its primary outcome\n"
                       "(1,048,576 test tokens sampled over the whole test split)\n"
                       "dots: seeds; tick, bar: mean, 95% interval; Holm over 2 arms"),
+    "rescore": Study("confirm/rescore", "Study 1 re-trained (post hoc): each arm − uniform, same seed\n"
+                     "on study 2's outcome (1,048,576 test tokens over the whole split)\n"
+                     "dots: seeds; tick, bar: mean, 95% interval; Holm over 3 arms", outcome="test_nll"),
 }
 
 
-def tables(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(seed differences, summary) of a study folder's main runs and registered contrasts."""
+def tables(results: Path, outcome: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(seed differences, summary) of a study folder's main runs and registered contrasts (those on
+    `outcome`, where contrasts.csv holds several)."""
     runs = pd.read_csv(results / "runs.csv", dtype={"lr": str})
     runs = runs[runs["lr"] == MAIN_LR]
     if "source" in runs:  # study 1: the run its probe-derived schedule was derived from is no seed of it
         runs = runs[~runs["source"].astype(bool)]
     contrasts = pd.read_csv(results / "contrasts.csv")
+    if outcome is not None:
+        contrasts = contrasts[contrasts["outcome"] == outcome]
     summary = contrasts.rename(columns={"diff_mean": "delta"}).assign(baseline=BASELINE)
     diffs = seed_differences(runs, dict.fromkeys(summary["arm"], BASELINE), OUTCOME)
     drawn = diffs.groupby("arm", sort=False)["diff"].agg(["mean", "size"])
@@ -66,7 +75,7 @@ def draw(name: str, folder: Path | None = None) -> Path:
     if not (folder / "contrasts.csv").is_file():
         raise SystemExit(f"error: {folder} has no contrasts.csv yet (a study's contrasts come once every "
                          "main run has finished)")
-    diffs, summary = tables(folder)
+    diffs, summary = tables(folder, study.outcome)
     fig = plot_paired(diffs, summary, OUTCOME, size=(1000, 220 + 200 * len(summary)), title=study.title)
     return save_figure(fig, folder / "paired.png")
 

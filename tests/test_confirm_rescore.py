@@ -118,6 +118,15 @@ def test_the_rescore_check_recomputes_a_synthetic_section_and_catches_a_wrong_di
         _check_section(wrong, tmp_path)
     runs = pd.read_csv(tmp_path / "rescore" / "runs.csv")
     assert len(runs) == 36 and {"test_nll", "test_prefix_nll"} <= set(runs.columns)
+    from analyses import paired_figure
+
+    diffs, summary = paired_figure.tables(tmp_path / "rescore", "test_nll")  # the re-score's block only
+    expected = _contrast_cells(_table(tmp_path / "rescore" / "runs", "test.csv"))
+    assert len(diffs) == 27 and len(summary) == 3
+    for row in summary.itertuples():
+        arm = row.arm.removesuffix(".json").replace(":", "_")
+        assert row.delta == pytest.approx(expected[arm][0], rel=1e-5)
+    assert paired_figure.draw("rescore", tmp_path / "rescore").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize(("runs", "prefix"), [(35, True), (36, False)])
