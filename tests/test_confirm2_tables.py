@@ -176,19 +176,30 @@ def _val_nll(name: str) -> float:
     return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
 
 
+LR_ROWS = {"uniform": "uniform", "cosine 1.5→0.5": "cosine_1.5_0.5", "probe-derived": "probe-derived"}
+"""The page's row label -> the run-folder name of the arm."""
+
+
+def _lr_section(lr: str) -> tuple[str, list[float]]:
+    """The page's section on the check at `lr`, its table checked against the runs' val.csv files: each
+    entry val(lr) - val(3e-3) of the same arm and seed, and each arm's mean; returns the nine entries."""
+    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
+    start = page.index(f"## The learning-rate check at {lr}")
+    end = page.find("\n## ", start + 1)
+    section, diffs = page[start:end if end > 0 else None], []
+    for label, folder in LR_ROWS.items():
+        row = next(line for line in section.splitlines() if line.startswith(f"| {label} |"))
+        printed = [float(c.strip().replace("−", "-")) for c in row.strip("|").split("|")[1:]]
+        mine = [_val_nll(f"lr{lr}-{folder}-s{seed}") - _val_nll(f"{folder}-s{seed}") for seed in (9, 10, 11)]
+        diffs += mine
+        assert printed == pytest.approx([*mine, np.mean(mine)], abs=5e-4), label
+    return section, diffs
+
+
 def test_the_pages_learning_rate_table_is_the_runs_val_files():
     """docs/studies/study2.md's 6e-3 table (and the README's count of pairs), recomputed from each run's
     val.csv without analyses/: the difference from the same arm and seed at 3e-3, to the digits shown."""
-    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
-    section = page[page.index("## The learning-rate check at 6e-3"):]
-    rows = {"uniform": "uniform", "cosine 1.5→0.5": "cosine_1.5_0.5", "probe-derived": "probe-derived"}
-    diffs = []
-    for label, folder in rows.items():
-        row = next(line for line in section.splitlines() if line.startswith(f"| {label} |"))
-        printed = [float(c.strip().replace("−", "-")) for c in row.strip("|").split("|")[1:]]
-        mine = [_val_nll(f"lr6e-3-{folder}-s{seed}") - _val_nll(f"{folder}-s{seed}") for seed in (9, 10, 11)]
-        diffs += mine
-        assert printed == pytest.approx([*mine, np.mean(mine)], abs=5e-4), label
+    section, diffs = _lr_section("6e-3")
     assert all(d < 0 for d in diffs) and "All nine pairs prefer the higher rate" in section
     assert f"(mean {np.mean(diffs):.3f} nats)".replace("-", "−") in section
     readme = " ".join((ROOT / "README.md").read_text().split())
