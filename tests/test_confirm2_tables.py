@@ -211,6 +211,40 @@ def test_the_pages_learning_rate_table_is_the_runs_val_files():
     assert len(lower) == 4 and min(lower) > 0 and "higher at 1.5e-3 in all 4 runs of study 1's" in readme
 
 
+def test_the_pages_second_learning_rate_section_is_the_runs_val_files():
+    """docs/studies/study2.md's 1.2e-2 section (and the README's sentence), recomputed from each run's
+    val.csv without analyses/: the table against 3e-3, the comparison with 6e-3, and the arms' means."""
+    page = (ROOT / "docs" / "studies" / "study2.md").read_text()
+    if len(list(RESULTS.glob("runs/lr1.2e-2-*/run.json"))) < 9:
+        assert "## The learning-rate check at 1.2e-2" not in page
+        return
+    section, diffs = _lr_section("1.2e-2")
+    text = " ".join(section.split())
+    pairs = [(f, s) for f in LR_ROWS.values() for s in (9, 10, 11)]
+    against = [_val_nll(f"lr1.2e-2-{f}-s{s}") - _val_nll(f"lr6e-3-{f}-s{s}") for f, s in pairs]
+    six = [_val_nll(f"lr6e-3-{f}-s{s}") - _val_nll(f"{f}-s{s}") for f, s in pairs]
+    lower = sum(d < 0 for d in against)
+    assert all(d < 0 for d in diffs) and "All nine pairs are lower at 1.2e-2 than at 3e-3" in text
+    for said in (f"(mean {_3(np.mean(diffs))} nats)", f"(mean {_3(np.mean(six))})",
+                 f"{lower} of the 9 are lower and the mean difference is {_3(np.mean(against))} nats (from "
+                 f"{_3(min(against))} to {_3(max(against))}"):
+        assert said in text, said
+    means = {label: [np.mean([_val_nll(f"{p}{folder}-s{s}") for s in (9, 10, 11)])
+                     for p in ("", "lr6e-3-", "lr1.2e-2-")] for label, folder in LR_ROWS.items()}
+    for label, row_means in means.items():
+        row = [x for x in section.splitlines() if x.startswith(f"| {label} |")][1]  # the second table
+        _assert_row("|".join(row.split("|")[2:]), row_means, label)
+    order = {tuple(sorted(means, key=lambda a: means[a][k])) for k in range(3)}  # "keep their order"
+    assert order == {("probe-derived", "uniform", "cosine 1.5→0.5")}
+    assert "probe-derived lowest, cosine 1.5→0.5 highest" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"at 1.2e-2 in all 9 too, but in only {lower} of 9 below 6e-3" in readme
+
+
+def _3(x: float) -> str:
+    return f"{x:+.3f}".replace("-", "−") if x > 0 else f"{x:.3f}".replace("-", "−")
+
+
 def _nll(path: Path) -> float:
     t = pd.read_csv(path)
     return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
