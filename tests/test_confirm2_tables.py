@@ -410,7 +410,7 @@ def test_the_studies_page_shows_the_result_only_once_every_main_run_is_in():
     page = (ROOT / "docs" / "studies" / "study2.md").read_text()
     complete = s2.is_complete(s2.load_runs(RESULTS))
     assert ("## The result" in page) is complete
-    widths = {r.arm: r.widths for r in s2.main_runs(s2.load_runs(RESULTS)).itertuples()}
+    widths = {r.arm: r.widths for r in _scores(RESULTS).itertuples() if r.lr == c2.MAIN_LR}
     design = page[page.index("## Design"):page.index("## What the outcomes")]
     assert widths["uniform"] == [256] * 9 and "`uniform` (256 × 9)" in design  # the arms' widths are here
     assert widths["wide-first"] == [512] + [224] * 8 and "`wide-first` (512, then 224 × 8" in design
