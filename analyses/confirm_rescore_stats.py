@@ -57,11 +57,11 @@ def contrasts(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(blocks, ignore_index=True)[COLUMNS]
 
 
-def status_lines(df: pd.DataFrame) -> list[str]:
+def status_lines(df: pd.DataFrame, complete: bool) -> list[str]:
     main = cs.main_runs(df)
     scored = int(main["test_prefix_nll"].notna().sum())
     closing = ("All 36 are in and scored on both outcomes: the contrasts are in contrasts.csv and section.md."
-               if is_complete(df) else
+               if complete else
                "No contrast is computed until all 36 are in and scored on both outcomes.")
     return ["# Study 1 re-scored: status", "",
             "Made by `python -m analyses.confirm2 collect` from `runs/*` (post hoc; see study 2's "
@@ -75,12 +75,13 @@ def write_all(results: Path = RESULTS) -> dict:
     """runs.csv (test columns only once complete) and STATUS.md always; contrasts.csv and section.md once
     complete. Returns {"contrasts": table} then, {} before."""
     df = load_runs(results)
+    complete = is_complete(df)
     flat = df.assign(widths=df["widths"].map(lambda w: " ".join(map(str, w))))
-    if not is_complete(df):
+    if not complete:
         flat = flat.drop(columns=list(OUTCOMES))
     flat.to_csv(results / "runs.csv", index=False, float_format="%.6g")
-    (results / "STATUS.md").write_text("\n".join(status_lines(df)) + "\n")
-    if not is_complete(df):
+    (results / "STATUS.md").write_text("\n".join(status_lines(df, complete)) + "\n")
+    if not complete:
         return {}
     table = contrasts(df)
     table.to_csv(results / "contrasts.csv", index=False, float_format="%.6g")

@@ -172,8 +172,7 @@ def test_outcome_coverage_table_is_whole_and_says_what_the_docs_say():
 
 
 def _val_nll(name: str) -> float:
-    t = pd.read_csv(RESULTS / "runs" / name / "val.csv")
-    return float(t.loc[t["metric"] == "token_nll", "value"].iloc[0])
+    return _nll(RESULTS / "runs" / name / "val.csv")
 
 
 LR_ROWS = {"uniform": "uniform", "cosine 1.5→0.5": "cosine_1.5_0.5", "probe-derived": "probe-derived"}
@@ -225,9 +224,10 @@ def test_the_pages_second_learning_rate_section_is_the_runs_val_files():
     six = [_val_nll(f"lr6e-3-{f}-s{s}") - _val_nll(f"{f}-s{s}") for f, s in pairs]
     lower = sum(d < 0 for d in against)
     assert all(d < 0 for d in diffs) and "All nine pairs are lower at 1.2e-2 than at 3e-3" in text
-    for said in (f"(mean {_3(np.mean(diffs))} nats)", f"(mean {_3(np.mean(six))})",
-                 f"{lower} of the 9 are lower and the mean difference is {_3(np.mean(against))} nats (from "
-                 f"{_3(min(against))} to {_3(max(against))}"):
+    spread = f"(from {_signed(min(against), 3)} to {_signed(max(against), 3)}"
+    for said in (f"(mean {_signed(np.mean(diffs), 3)} nats)", f"(mean {_signed(np.mean(six), 3)})",
+                 f"{lower} of the 9 are lower and the mean difference is {_signed(np.mean(against), 3)} nats "
+                 + spread):
         assert said in text, said
     means = {label: [np.mean([_val_nll(f"{p}{folder}-s{s}") for s in (9, 10, 11)])
                      for p in ("", "lr6e-3-", "lr1.2e-2-")] for label, folder in LR_ROWS.items()}
@@ -239,10 +239,6 @@ def test_the_pages_second_learning_rate_section_is_the_runs_val_files():
     assert "probe-derived lowest, cosine 1.5→0.5 highest" in text
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"at 1.2e-2 in all 9 too, but in only {lower} of 9 below 6e-3" in readme
-
-
-def _3(x: float) -> str:
-    return f"{x:+.3f}".replace("-", "−") if x > 0 else f"{x:.3f}".replace("-", "−")
 
 
 def _nll(path: Path) -> float:
@@ -421,8 +417,8 @@ def test_the_studies_page_shows_the_result_only_once_every_main_run_is_in():
         _check_result_section(page[start:] if end < 0 else page[start:end], RESULTS)
 
 
-def _signed(x: float) -> str:
-    return f"{x:+.4f}".replace("-", "−")
+def _signed(x: float, digits: int = 4) -> str:
+    return f"{x:+.{digits}f}".replace("-", "−")
 
 
 def test_the_readme_quotes_study_2_only_once_every_main_run_is_in():
