@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 from scipy.optimize import brentq
-from test_confirm2_tables import _assert_row, _holm, _nll, _power
+from test_confirm2_tables import _assert_row, _holm, _nll, _power, _signed
 from test_confirm_readme import _numbers
 
 from analyses import confirm_rescore_stats as rs
@@ -23,6 +23,7 @@ from analyses.confirm_section import _num
 ROOT = Path(__file__).resolve().parents[1]
 STUDY1 = ROOT / "analyses" / "results" / "confirm"
 PAGE = ROOT / "docs" / "studies" / "study2.md"
+README = ROOT / "README.md"
 HEADING = "## Study 1 re-scored: the result"
 ARMS = {"uniform": "uniform", "cosine 1.5→0.5": "cosine_1.5_0.5", "hourglass": "hourglass",
         "probe-derived": "probe-derived"}
@@ -165,3 +166,18 @@ def test_the_studies_page_shows_the_rescore_only_once_complete():
     shown = page[page.index(HEADING):]
     assert section.read_text().strip() in shown
     _check_section(shown, STUDY1)
+
+
+def test_the_readme_quotes_the_rescore_only_once_complete():
+    """Before the 36th re-trained run the README says the re-score is running and quotes none of it; after
+    it, the README quotes the three re-scored contrasts (Δ [95% CI], Holm p) from the per-run files."""
+    readme = " ".join(README.read_text().split())
+    if not (STUDY1 / "rescore" / "section.md").is_file():
+        assert "study 1's design is being re-scored" in readme and "Study 1's design, re-scored" not in readme
+        return
+    assert "being re-scored" not in readme and "Study 1's design, re-scored" in readme
+    cells = _contrast_cells(_table(STUDY1 / "rescore" / "runs", "test.csv"))
+    for label, arm in list(ARMS.items())[1:]:
+        d, lo, hi, _, p_holm = cells[arm]
+        quote = f"{label} {_signed(d)} nats [{_signed(lo)}, {_signed(hi)}], Holm p {p_holm:.2g}"
+        assert quote in readme, quote
