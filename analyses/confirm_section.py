@@ -14,8 +14,8 @@ from analyses import confirm_stats as cs
 
 LABELS = {"uniform": "uniform", "cosine:1.5:0.5": "cosine 1.5→0.5", "hourglass": "hourglass",
           "probe-derived.json": "probe-derived"}
-HEADER = ("| arm | MLP widths (layer 0 → 8) | test NLL, mean ± SD (9 seeds) | Δ vs uniform [95% CI] | d_z "
-          "| p | p (Holm, 3) | wins / ties / losses | pooled model: Δ, p (Holm) |")
+HEADER = ("| arm | test NLL, mean ± SD (9 seeds) | Δ vs uniform [95% CI] | d_z | p | p (Holm, 3) "
+          "| wins / ties / losses | pooled model: Δ, p (Holm) |")
 
 
 def _num(x: float, digits: int, sign: bool = True) -> str:
@@ -34,9 +34,15 @@ def _widths(df: pd.DataFrame, arm: str) -> str:
     return f"`{','.join(map(str, w))}`"
 
 
+def widths_line(df: pd.DataFrame) -> str:
+    """The arms' MLP widths, one sentence under the table (a column of them made it scroll sideways)."""
+    arms = "; ".join(f"{LABELS[a]} {_widths(df, a)}" for a in (cs.BASELINE, *cs.PRIMARY))
+    return f"MLP widths, layer 0 → 8: {arms}."
+
+
 def _arm_row(df: pd.DataFrame, c: pd.Series, pooled: pd.Series) -> str:
     nll = cs.main_runs(df).loc[lambda r: r["arm"] == c["arm"], "test_nll"]
-    return (f"| {LABELS[c['arm']]} | {_widths(df, c['arm'])} | {nll.mean():.4f} ± {nll.std(ddof=1):.4f} | "
+    return (f"| {LABELS[c['arm']]} | {nll.mean():.4f} ± {nll.std(ddof=1):.4f} | "
             f"{_num(c['diff_mean'], 4)} [{_num(c['ci_low'], 4)}, {_num(c['ci_high'], 4)}] | "
             f"{_num(c['d_z'], 2)} | {_p(c['p'])} | {_p(c['p_holm'])} | "
             f"{c['wins']} / {c['ties']} / {c['losses']} | "
@@ -46,9 +52,8 @@ def _arm_row(df: pd.DataFrame, c: pd.Series, pooled: pd.Series) -> str:
 def primary_table(df: pd.DataFrame) -> list[str]:
     contrasts, pooled = cs.primary_contrasts(df), cs.pooled_model(df).set_index("arm")
     base = cs.main_runs(df).loc[lambda r: r["arm"] == cs.BASELINE, "test_nll"]
-    rows = [HEADER, "|---|---|---|---|---|---|---|---|---|",
-            f"| uniform | {_widths(df, cs.BASELINE)} | {base.mean():.4f} ± {base.std(ddof=1):.4f} "
-            "| | | | | | |"]
+    rows = [HEADER, "|---|---|---|---|---|---|---|---|",
+            f"| uniform | {base.mean():.4f} ± {base.std(ddof=1):.4f} | | | | | | |"]
     rows += [_arm_row(df, c, pooled.loc[c["arm"]]) for _, c in contrasts.iterrows()]
     return rows
 
@@ -82,5 +87,5 @@ def lr_lines(df: pd.DataFrame) -> list[str]:
 
 def section(df: pd.DataFrame, summary: dict) -> list[str]:
     rest = cs.centroid_slope(df[df["arm"] != "probe-derived.json"])
-    return [*primary_table(df), "", directional_line(summary["centroid_slope"], rest), "",
-            power_line(summary["power"]), "", *lr_lines(df)]
+    return [*primary_table(df), "", widths_line(df), "", directional_line(summary["centroid_slope"], rest),
+            "", power_line(summary["power"]), "", *lr_lines(df)]

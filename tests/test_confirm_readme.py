@@ -38,7 +38,8 @@ def _runs(results: Path = RESULTS) -> pd.DataFrame:
         widths = json.loads((test.parent / "config.json").read_text())["d_ff"]
         rows.append({"arm": m["arm"], "lr": m["lr"] or "main", "seed": int(m["seed"]),
                      "nll": float(t.loc[t["metric"] == "token_nll", "value"].iloc[0]),
-                     "centroid": float(np.average(np.linspace(0, 1, len(widths)), weights=widths))})
+                     "centroid": float(np.average(np.linspace(0, 1, len(widths)), weights=widths)),
+                     "widths": ",".join(map(str, widths))})
     df = pd.DataFrame(rows)
     return df[(df["lr"] == "main") & ~df["arm"].str.startswith("source-")]
 
@@ -108,6 +109,12 @@ def check_table(df: pd.DataFrame, section: str) -> None:
         assert len(printed) == len(expected[arm]), (label, printed)
         bad = [(s, v) for s, v in zip(printed, expected[arm], strict=True) if not _close(s, float(v))]
         assert not bad, (label, bad)
+    line = next(x for x in section.splitlines() if x.startswith("MLP widths, layer 0 → 8: "))
+    printed = dict(re.findall(r"([^:;]+?) `([\d,]+)`", line.split(": ", 1)[1]))
+    widths = df.groupby("arm")["widths"].agg(set)  # every seed of an arm has the same widths
+    assert all(len(w) == 1 for w in widths), widths
+    assert {label.strip(): w for label, w in printed.items()} == {
+        label: next(iter(widths[arm])) for label, arm in {"uniform": "uniform", **LABELS}.items()}
 
 
 def check_sentences(df: pd.DataFrame, section: str) -> None:
@@ -166,10 +173,12 @@ def test_the_check_passes_on_a_generated_section_and_catches_one_wrong_digit(tmp
     check_table(df, section)
     check_sentences(df, section)
     row = next(line for line in section.splitlines() if line.startswith("| hourglass |"))
-    nll = row.split("|")[3].strip().split(" ")[0]  # the arm's mean test NLL, 4 decimals
+    nll = row.split("|")[2].strip().split(" ")[0]  # the arm's mean test NLL, 4 decimals
     wrong = f"{float(nll) + 0.0002:.4f}"
     with pytest.raises(AssertionError):
         check_table(df, section.replace(row, row.replace(nll, wrong, 1)))
     slope = re.search(r"directional test\): (\S+) nats", section)[1]
     with pytest.raises(AssertionError):
         check_sentences(df, section.replace(slope, "+9.999"))
+    with pytest.raises(AssertionError):  # one layer's width off
+        check_table(df, section.replace("`256,256,", "`288,256,", 1))
