@@ -18,7 +18,7 @@ COLUMNS = {"original": "study 1's runs, study 1's outcome",
 
 
 def _cell(c: pd.Series) -> str:
-    return (f"{_num(c['diff_mean'], 4)} [{_num(c['ci_low'], 4)}, {_num(c['ci_high'], 4)}]; "
+    return (f"{_num(c['diff_mean'], 4)} [{_num(c['ci_low'], 4)}, {_num(c['ci_high'], 4)}]<br>"
             f"p {_p(c['p'])}, Holm {_p(c['p_holm'])}")
 
 
