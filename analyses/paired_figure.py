@@ -24,6 +24,9 @@ from tlm_probe.stats.paired import PAIRED_SUMMARY_COLUMNS, seed_differences
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BASELINE, MAIN_LR, OUTCOME = "uniform", "3e-3", "test_nll"
+SHOWN = {"probe-derived.json": "probe-derived"}
+"""Study 1's arm ids as figures show them: its probe-derived arm as study 2 names it (and colours it); the
+other ids are the schedule specs `tlm train --schedule` takes."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ def draw(name: str, folder: Path | None = None) -> Path:
         raise SystemExit(f"error: {folder} has no contrasts.csv yet (a study's contrasts come once every "
                          "main run has finished)")
     diffs, summary = tables(folder, study.outcome)
+    diffs, summary = (t.assign(arm=t["arm"].replace(SHOWN)) for t in (diffs, summary))
     fig = plot_paired(diffs, summary, OUTCOME, size=(1000, 220 + 200 * len(summary)), title=study.title)
     return save_figure(fig, folder / "paired.png")
 
