@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ANALYSES = ROOT / "analyses"
 SITE_COPIES = ROOT / "docs" / "notebooks"
 KERNEL = "tlm-probe-test"
+KERNEL_ENV = {"MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1",
+              # tqdm.auto's warning that ipywidgets is missing: about the front end (this kernel has none),
+              # not the notebook; it was the first thing each notebook page showed
+              "PYTHONWARNINGS": "ignore:IProgress not found"}
 TIMEOUT_PER_CELL = 240
 SITE_TIMEOUT_PER_CELL = 1800  # writing the site's copies on a busy machine: the capture notebook's ablation
 # loop (30 forwards of SmolLM2-135M) took more than 240 s under load
@@ -33,7 +37,7 @@ def kernelspec(root: Path) -> Path:
     spec.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": KERNEL, "language": "python",
-                                                  "env": {"MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}}))
+                                                  "env": KERNEL_ENV}))
     return root
 
 
@@ -55,8 +59,9 @@ def site_copy(path: Path) -> Path:
 
 
 def _scrub(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
-    """The temporary working folder out of the outputs (`WORK/`), the kernelspec out of the metadata."""
-    pattern = re.compile(re.escape(str(workdir)) + r"/?")
+    """The temporary working folder and this checkout's path out of the outputs (a file under the venv reads
+    `.venv/lib/...`, as from the checkout), the kernelspec out of the metadata."""
+    pattern = re.compile(f"(?:{re.escape(str(workdir))}|{re.escape(str(ROOT))})/?")
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if "text" in out:

@@ -5,7 +5,9 @@ code cells, every one run, none failed."""
 
 from __future__ import annotations
 
+import re
 import sys
+import tempfile
 import time
 
 import nbformat
@@ -62,3 +64,26 @@ def test_the_site_shows_the_notebook_executed_from_its_committed_code(path):
     assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1))
     outputs = [o for c in cells for o in c.outputs]
     assert outputs and not [o for o in outputs if o.output_type == "error"]
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~])/(?:[\w.+-]+/)+[\w.+-]*")
+"""A POSIX absolute path in printed text (not a URL's `//host/...`, not a relative `.venv/...`)."""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_site_copy_shows_no_path_of_the_machine_that_ran_it_and_no_front_end_warning(path):
+    """A reader saw /work/main/.venv/... and tqdm's "IProgress not found" (ipywidgets) above the first
+    output of every notebook page: where the checkout that wrote the copies lives and which widgets its
+    kernel lacks are not the notebook's."""
+    cells = [c for c in nbformat.read(site_copy(path), as_version=4).cells if c.cell_type == "code"]
+    texts = [o.get("text", "") + o.get("data", {}).get("text/plain", "") for c in cells for o in c.outputs]
+    shown = "\n".join(texts)
+    assert "IProgress not found" not in shown and "TqdmWarning" not in shown
+    tmp = tempfile.gettempdir() + "/"  # a notebook's own tempfile.mkdtemp() folders are the reader's too
+    machine = [found for found in ABSOLUTE_PATH.findall(shown) if not found.startswith(tmp)]
+    assert not machine, machine[:3]
+
+
+def test_the_absolute_path_check_finds_one():
+    found = ABSOLUTE_PATH.findall("loading /work/main/.venv/x.gguf, see https://ipywidgets.io/en/, .venv/a")
+    assert found == ["/work/main/.venv/x.gguf"]
