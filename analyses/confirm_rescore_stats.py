@@ -88,5 +88,6 @@ def write_all(results: Path = RESULTS) -> dict:
     from analyses.confirm_rescore_section import section
 
     original = pd.read_csv(results.parent / "contrasts.csv")
-    (results / "section.md").write_text("\n".join(section(df, table, original)) + "\n")
+    lines = section(df, table, original, cs.load_runs(results.parent))
+    (results / "section.md").write_text("\n".join(lines) + "\n")
     return {"contrasts": table}

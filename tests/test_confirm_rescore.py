@@ -99,6 +99,10 @@ def _check_section(section: str, study1: Path) -> None:
     sentence = next(x for x in lines if x.startswith("Each cell:"))
     _assert_row(sentence, [95, 9, uniform[0].mean(), uniform[0].std(ddof=1), 1, uniform[1].mean(),
                            uniform[1].std(ddof=1), 2], "uniform")
+    d = (tables[1] - tables[0]).stack()  # replicate minus original, same arm and seed, study 1's outcome
+    line = next(x for x in lines if x.startswith("Each re-trained run minus"))
+    _assert_row(line, [1, 1, d.mean(), d.std(ddof=1), d.min(), d.max(), 36, (d.abs() > 0.024).sum(), 0.024],
+                "replicates")
     sd = float(np.median([(tables[2][a] - tables[2]["uniform"]).std(ddof=1) for a in cells[2]]))
     dz = brentq(lambda z: _power(z, 9, 0.05 / 3) - 0.8, 0.05, 3.0)
     power = next(x for x in lines if x.startswith("Power of the re-score:"))
@@ -117,6 +121,12 @@ def test_the_rescore_check_recomputes_a_synthetic_section_and_catches_a_wrong_di
     assert wrong != section
     with pytest.raises(AssertionError):
         _check_section(wrong, tmp_path)
+    line = next(x for x in section.splitlines() if x.startswith("Each re-trained run minus"))
+    sd = _numbers(line)[3]  # the replicates' SD, one unit of its last digit off
+    off = line.replace(f"SD {sd}", f"SD {float(sd) + 1e-4:.4f}")
+    assert off != line
+    with pytest.raises(AssertionError):
+        _check_section(section.replace(line, off), tmp_path)
     runs = pd.read_csv(tmp_path / "rescore" / "runs.csv")
     assert len(runs) == 36 and {"test_nll", "test_prefix_nll"} <= set(runs.columns)
     from analyses import paired_figure
