@@ -87,3 +87,12 @@ def test_the_site_copy_shows_no_path_of_the_machine_that_ran_it_and_no_front_end
 def test_the_absolute_path_check_finds_one():
     found = ABSOLUTE_PATH.findall("loading /work/main/.venv/x.gguf, see https://ipywidgets.io/en/, .venv/a")
     assert found == ["/work/main/.venv/x.gguf"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_lines_fit_the_sites_code_column(path):
+    """At 1280 px, with both sidebars and no prompt column (docs/stylesheets/notebooks.css), a notebook's
+    code cell shows about 82 characters; longer lines scrolled sideways."""
+    lines = [ln for src in code_cells(nbformat.read(path, as_version=4)) for ln in src.splitlines()]
+    long = [ln for ln in lines if len(ln) > 80]
+    assert not long, long
