@@ -30,14 +30,14 @@ def _uniform(df: pd.DataFrame, col: str) -> str:
 
 def replicate_line(df: pd.DataFrame, study1: pd.DataFrame) -> str:
     """Each re-trained run minus study 1's run of the same arm and seed, on study 1's outcome: how far a
-    replicate lands from the run it re-trains (the re-score's own noise floor)."""
+    re-trained run lands from the run it re-trains, and how many reproduce it exactly."""
     key = ["arm", "seed"]
     both = cs.main_runs(df).merge(cs.main_runs(study1), on=key, suffixes=("", "_original"), validate="1:1")
     d = both["test_prefix_nll"] - both["test_nll_original"]
     return (f"Each re-trained run minus study 1's run of the same arm and seed, on study 1's outcome: mean "
             f"{_num(d.mean(), 4)} nats, SD {d.std(ddof=1):.4f}, from {_num(d.min(), 4)} to "
-            f"{_num(d.max(), 4)} ({len(d)} runs; {int((d.abs() > cs.TAU).sum())} beyond the {cs.TAU}-nat "
-            "rerun noise).")
+            f"{_num(d.max(), 4)} ({len(d)} runs: {int((d == 0).sum())} identical to the last digit, "
+            f"{int((d.abs() > cs.TAU).sum())} beyond the {cs.TAU}-nat rerun noise).")
 
 
 def section(df: pd.DataFrame, table: pd.DataFrame, original: pd.DataFrame, study1: pd.DataFrame) -> list[str]:

@@ -6,8 +6,9 @@ the queue; test_prefix.csv on study 1's own outcome, by analyses.rescore_prefix)
   confirm_stats.primary_contrasts) on study 2's primary outcome, 1,048,576 test tokens spread over the
   whole test split;
 - beside it, the same contrasts of the re-trained runs on study 1's outcome (the first 262,144 test tokens),
-  so that the replicates can be set beside study 1's own runs on the outcome study 1 used.
-The re-trained runs are replicates, not copies (docs/studies/study2.md, "Re-scoring study 1"). No contrast
+  so that the re-trained runs can be set beside study 1's own runs on the outcome study 1 used.
+35 of the 36 re-trained runs reproduce study 1's bit for bit; uniform-s0 does not (docs/studies/study2.md,
+"Re-scoring study 1"). No contrast
 is computed until all 36 are in and scored on both outcomes (is_complete).
 
     python -m analyses.confirm2 collect     # also writes results/confirm/rescore/{runs.csv,STATUS.md,...}
@@ -26,7 +27,7 @@ from analyses import confirm_stats as cs
 
 RESULTS = study1.RESULTS / "rescore"
 OUTCOMES = {"test_nll": "test.csv", "test_prefix_nll": "test_prefix.csv"}
-"""Column -> per-run file: study 2's primary outcome (the re-score), study 1's outcome (the replicates)."""
+"""Column -> per-run file: study 2's primary outcome (the re-score), study 1's own outcome."""
 COLUMNS = ["outcome", *cs.PRIMARY_COLUMNS]
 
 

@@ -1,11 +1,11 @@
 """Study 1's re-trained runs scored on study 1's own outcome too (issue 44 part 4; post hoc).
 
-The re-trained runs are replicates of study 1's runs, not copies (docs/studies/study2.md, "Re-scoring study
-1"): re-training uniform-s0 with the same code, data and seed parted from it in one float32 unit at step 30.
+35 of the 36 re-trained runs reproduce study 1's bit for bit; uniform-s0 parted from it in one float32 unit at
+step 30 (docs/studies/study2.md, "Re-scoring study 1").
 The queue (analyses/confirm_rescore.py, from the pinned worktree) scores each on study 2's outcome only.
 This scores each finished one on study 1's outcome as well (the first 262,144 test tokens, with the
 registered arguments SCORES["test_prefix.csv"]), from the final weights the queue keeps, and adds
-test_prefix.csv and its provenance to its committed folder, so that the replicates' contrasts can be set
+test_prefix.csv and its provenance to its committed folder, so that the re-trained runs' contrasts can be set
 beside study 1's on the outcome study 1 used. Idempotent: a run already scored is skipped.
 
     python -m analyses.rescore_prefix --root /work/study2/root     # then commit analyses/results/confirm

@@ -279,10 +279,6 @@ def test_the_pages_bit_for_bit_check_is_the_committed_files():
         row = next(line.strip() for line in section.splitlines() if line.strip().startswith(f"| {label}"))
         printed = [float(c.strip().replace("−", "-")) for c in row.strip("|").split("|")[1:]]
         assert printed == pytest.approx([x, y, y - x], abs=5e-5), label
-    speed = [np.median([json.loads(p.read_text())["tokens_per_s"] for p in (d / "runs").glob("*/run.json")])
-             for d in (study1, RESULTS)]
-    assert f"a median {speed[0]:,.0f} tokens/s per run against 5,000 to 6,000" in " ".join(section.split())
-    assert 4000 < speed[1] < 7000 and speed[0] / speed[1] > 1.45  # study 2's median moves as its runs come in
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"at step 30 and ended {prefix[1] - prefix[0]:.3f} nats away on its outcome" in readme
     how_to = " ".join((ROOT / "docs" / "how-to" / "compare.md").read_text().split())

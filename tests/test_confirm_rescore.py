@@ -101,8 +101,8 @@ def _check_section(section: str, study1: Path) -> None:
                            uniform[1].std(ddof=1), 2], "uniform")
     d = (tables[1] - tables[0]).stack()  # replicate minus original, same arm and seed, study 1's outcome
     line = next(x for x in lines if x.startswith("Each re-trained run minus"))
-    _assert_row(line, [1, 1, d.mean(), d.std(ddof=1), d.min(), d.max(), 36, (d.abs() > 0.024).sum(), 0.024],
-                "replicates")
+    _assert_row(line, [1, 1, d.mean(), d.std(ddof=1), d.min(), d.max(), 36, (d == 0).sum(),
+                       (d.abs() > 0.024).sum(), 0.024], "replicates")
     sd = float(np.median([(tables[2][a] - tables[2]["uniform"]).std(ddof=1) for a in cells[2]]))
     dz = brentq(lambda z: _power(z, 9, 0.05 / 3) - 0.8, 0.05, 3.0)
     power = next(x for x in lines if x.startswith("Power of the re-score:"))
@@ -159,6 +159,7 @@ def test_the_committed_rescore_tables_are_the_per_run_files(tmp_path):
     copy = tmp_path / "rescore"
     shutil.copytree(STUDY1 / "rescore", copy)
     shutil.copyfile(STUDY1 / "contrasts.csv", tmp_path / "contrasts.csv")
+    (tmp_path / "runs").symlink_to(STUDY1 / "runs")  # study 1's own runs, read by the replicate line
     rs.write_all(copy)
     for name in ("runs.csv", "STATUS.md", "contrasts.csv", "section.md"):
         mine, committed = copy / name, STUDY1 / "rescore" / name
@@ -191,3 +192,49 @@ def test_the_readme_quotes_the_rescore_only_once_complete():
         d, lo, hi, _, p_holm = cells[arm]
         quote = f"{label} {_signed(d)} nats [{_signed(lo)}, {_signed(hi)}], Holm p {p_holm:.2g}"
         assert quote in readme, quote
+
+
+def _logged(run: Path) -> list[dict]:
+    """A run's metrics.jsonl records without their timings (which no two runs share)."""
+    timing = {"tokens_per_s", "mfu", "wall_s", "time"}
+    return [{k: v for k, v in json.loads(x).items() if k not in timing}
+            for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_35_of_36_rescored_runs_log_what_study_1_logged():
+    """The studies page: every re-trained run but uniform-s0 logs study 1's losses and gradient norms to the
+    last digit (the keys both versions log), and uniform-s0 first differs at step 30."""
+    rescored = sorted(p for p in (STUDY1 / "rescore" / "runs").iterdir() if (p / "metrics.jsonl").is_file())
+    if len(rescored) < 36:
+        pytest.skip("the re-score is not complete")
+    differ = {}
+    for run in rescored:
+        mine, theirs = _logged(run), _logged(STUDY1 / "runs" / run.name)
+        assert len(mine) == len(theirs) == 386, run.name
+        firsts = [y["step"] for x, y in zip(mine, theirs, strict=True)
+                  if any(x[k] != y[k] for k in set(x) & set(y))]
+        if firsts:
+            differ[run.name] = firsts[0]
+    assert differ == {"uniform-s0": 30}
+
+
+def test_the_rescore_prose_is_the_per_run_files():
+    """The numbers the page's prose reads off the re-score, from the per-run files."""
+    page = " ".join(PAGE.read_text().split())
+    if HEADING not in page:
+        pytest.skip("the re-score is not complete")
+    prose = page[page.index(HEADING):]
+    original, prefix, test = (_table(STUDY1 / "runs", "test.csv"), _table(STUDY1 / "rescore" / "runs",
+                              "test_prefix.csv"), _table(STUDY1 / "rescore" / "runs", "test.csv"))
+    shifts = {a: ((prefix[a] - prefix["uniform"]) - (original[a] - original["uniform"])).mean()
+              for a in list(ARMS.values())[1:]}
+    assert {round(v, 4) for v in shifts.values()} == {-0.0031}
+    assert "each contrast moves by the same −0.0031 nats (uniform-s0's +0.0278, over 9 seeds)" in prose
+    assert _signed((prefix - original).loc[0, "uniform"]) == "+0.0278"
+    assert test["uniform"].idxmax() == 0
+    diffs = test.sub(test["uniform"], axis=0).drop(columns="uniform")
+    assert (diffs.idxmin() == 0).all() and f"{diffs.loc[0, 'probe-derived']:.2f}" == "-0.20"
+    assert "the probe-derived dot at −0.20" in prose
+    sd1 = float(np.median([(original[a] - original["uniform"]).std(ddof=1) for a in shifts]))
+    assert f"{sd1:.4f}" == "0.0417" and "against study 1's 0.0417" in prose
+    assert "(−0.0277 nats against −0.0266)" in prose and "(−0.0311)" in prose
