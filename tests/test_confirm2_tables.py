@@ -273,6 +273,15 @@ def test_the_pages_bit_for_bit_check_is_the_committed_files():
             assert f"{committed['grad_norm']!r} committed, {rerun['grad_norm']!r} again" in section
             assert np.spacing(np.float32(committed["grad_norm"])) == pytest.approx(
                 abs(rerun["grad_norm"] - committed["grad_norm"]))  # one float32 unit
+    caps = {c: json.loads((study1 / "rescore" / f"check_capability-{c}.json").read_text())
+            for c in ("avx512", "avx2", "default")}  # the same run to step 40 under each kernel set
+    assert caps["avx512"]["identical"] and caps["avx512"]["torch_cpu_capability"] == "AVX512"
+    assert caps["avx512"]["records_compared"] == 5  # the step-0 validation record and steps 10 to 40
+    for c, name in (("avx2", "check.json"), ("default", "check_code-04ea20b-default.json")):
+        assert caps[c]["first_difference"] == json.loads((study1 / "rescore" / name).read_text())[
+            "first_difference"]
+    avx2 = json.loads(caps["avx2"]["first_difference"]["again"])["grad_norm"]
+    assert f"gives the re-trained run's gradient norm at step 30, {avx2!r}" in " ".join(section.split())
     val = [json.loads((f / "run.json").read_text())["val_loss"] for f in (first, again)]
     prefix = [_nll(first / "test.csv"), _nll(again / "test_prefix.csv")]
     for label, (x, y) in (("validation loss", val), ("study 1's outcome", prefix)):
