@@ -8,8 +8,7 @@ the queue; test_prefix.csv on study 1's own outcome, by analyses.rescore_prefix)
 - beside it, the same contrasts of the re-trained runs on study 1's outcome (the first 262,144 test tokens),
   so that the re-trained runs can be set beside study 1's own runs on the outcome study 1 used.
 35 of the 36 re-trained runs reproduce study 1's bit for bit; uniform-s0 does not (docs/studies/study2.md,
-"Re-scoring study 1"). No contrast
-is computed until all 36 are in and scored on both outcomes (is_complete).
+"Re-scoring study 1"). No contrast is computed until all 36 are in and scored on both outcomes (is_complete).
 
     python -m analyses.confirm2 collect     # also writes results/confirm/rescore/{runs.csv,STATUS.md,...}
 """
