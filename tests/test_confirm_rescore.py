@@ -211,10 +211,10 @@ def test_35_of_36_rescored_runs_log_what_study_1_logged():
     for run in rescored:
         mine, theirs = _logged(run), _logged(STUDY1 / "runs" / run.name)
         assert len(mine) == len(theirs) == 386, run.name
-        firsts = [y["step"] for x, y in zip(mine, theirs, strict=True)
-                  if any(x[k] != y[k] for k in set(x) & set(y))]
-        if firsts:
-            differ[run.name] = firsts[0]
+        first = next((y["step"] for x, y in zip(mine, theirs, strict=True)
+                      if any(x[k] != y[k] for k in set(x) & set(y))), None)
+        if first is not None:
+            differ[run.name] = first
     assert differ == {"uniform-s0": 30}
 
 
